@@ -1,0 +1,33 @@
+"""Errors a person sees: each carries a one-line message and the exit code of CONTRACTS.md."""
+
+from __future__ import annotations
+
+EXIT_DONE = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_BUDGET = 3
+EXIT_SANDBOX = 4
+EXIT_INTERRUPTED = 130
+
+
+class CairnError(Exception):
+    """An error with a clear one-line message for the person at the terminal."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class UsageError(CairnError):
+    """Bad input from the person: a broken config, an unknown run id, a wrong option."""
+
+    exit_code = EXIT_USAGE
+
+
+class SandboxError(CairnError):
+    """The sandbox could not be started or reached (no engine, no image, a dead container)."""
+
+    exit_code = EXIT_SANDBOX
