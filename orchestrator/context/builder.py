@@ -1,0 +1,77 @@
+"""Assembling one request, in the order that lets the provider's prefix cache do its work.
+
+    [system] [user: task] [history ...] [user: tail]
+
+Everything before the tail only grows at its end from one step to the next, so each request shares
+its whole prefix with the one before. The tail (the plan and the notices) changes every step; it is
+last, so it invalidates nothing, and it is never stored, so yesterday's budget notice does not sit
+in the history forever.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.context.history import History
+
+TAIL_BEGIN = "<cairn-status>"
+TAIL_END = "</cairn-status>"
+
+NO_TODO = (
+    "There is no todo.md yet. Make one with todo_write: a short markdown checklist of the plan. "
+    "Keep it current as you work; it is shown here every step."
+)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request's messages and tools. `messages[history_end:]` is the tail, rebuilt each step."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    history_end: int
+    history_tokens: int  # raw tokens of messages[2:history_end], as the history keeps them
+
+
+def build_request(system_prompt: str, tools: list[dict[str, Any]], task: str, history: History, tail: str) -> Request:
+    """The request for this step. The same inputs give the same bytes."""
+    messages = [
+        {"role": "system", "content": system_prompt},
+        {"role": "user", "content": task},
+        *history.messages(),
+    ]
+    history_end = len(messages)
+    messages.append({"role": "user", "content": tail})
+    return Request(messages, normalize_tools(tools), history_end, history.tokens())
+
+
+def normalize_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tools with every object's keys in sorted order, whatever order they were written in.
+
+    Dicts keep insertion order, and the HTTP client serializes them in that order, so a round trip
+    through sorted JSON fixes the bytes the provider sees.
+    """
+    return json.loads(json.dumps(tools, sort_keys=True, ensure_ascii=False))
+
+
+def render_tail(todo: str | None, notices: list[str]) -> str:
+    """The status block at the end of every request: the plan, then the notices, in a fixed frame.
+
+    `todo` is the text of todo.md (None or blank when there is none). `notices` are one-line facts
+    for this step: steps and budget left, a loop warning, files the user changed.
+    """
+    plan = todo.strip("\n") if todo and todo.strip() else NO_TODO
+    notes = "\n".join(f"- {notice.strip()}" for notice in notices) if notices else "- none"
+    return "\n".join(
+        [
+            TAIL_BEGIN,
+            "This block is written by cairn each step; it is not a message from the user.",
+            "## todo.md",
+            plan,
+            "## Notices",
+            notes,
+            TAIL_END,
+        ]
+    )

@@ -1,0 +1,285 @@
+"""Compaction: making room in the context without losing anything.
+
+It runs rarely and in bulk. When a request crosses the high-water mark, one compaction brings the
+history down to the low-water mark, so the prefix cache is rebuilt once, not at every step.
+
+Two moves, cheapest first:
+
+1. Old tool results become one-line pointers to a file holding their text (oldest first; the most
+   recent ones stay whole, because the agent is probably still working with them). A failed
+   result keeps its error lines, so the agent still sees what went wrong without reading the file.
+2. If that is not enough, the oldest turns are summarized by the model. The summary is saved as a
+   file with the paths of every saved output of those turns and the turns themselves, and one
+   message holding the summary and that file's path takes their place.
+
+Every pointer resolves to a file in the workspace, and the event log keeps every byte besides.
+The result is a `Compaction` event, applied with `History.apply`: the same call a resume makes, so
+a live history and a replayed one cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.config import ContextConfig
+from orchestrator.context.history import Entry, History
+from orchestrator.context.offload import Save, byte_size, count_lines, obs_path, stats_from_preview
+from orchestrator.context.tokens import TokenCounter
+from orchestrator.errors import CairnError
+from orchestrator.store.events import Compaction
+
+Summarize = Callable[[list[dict[str, Any]]], str]
+"""`summarize(messages)` returns a written summary of those history messages (an LLM call)."""
+
+SUMMARY_DIR = ".cairn/summaries"
+
+# Lines that tell what went wrong. Only failed results are searched, so a loose pattern is fine.
+_ERROR_LINE = re.compile(
+    r"traceback|error|exception|exit (code|status)|failed|fail:|fatal|panic|timed out|timeout"
+    r"|command not found|no such file|permission denied|segmentation fault|killed",
+    re.IGNORECASE,
+)
+MAX_ERROR_LINES = 8
+MAX_ERROR_LINE_CHARS = 200
+
+
+class CannotCompact(CairnError):
+    """Even after compaction the request would not fit the model's window."""
+
+
+def needs_compaction(estimated_tokens: int, window: int, cfg: ContextConfig) -> bool:
+    """True when a request of `estimated_tokens` is above the high-water mark of `window`."""
+    return estimated_tokens > cfg.high_water * window
+
+
+def compact(
+    history: History,
+    *,
+    window: int,
+    cfg: ContextConfig,
+    save: Save,
+    summarize: Summarize,
+    step: int,
+    next_summary_number: int,
+    overhead_tokens: int = 0,
+    counter: TokenCounter | None = None,
+) -> Compaction:
+    """Bring the history down to `cfg.low_water × window`, apply that to it, and return the event.
+
+    `overhead_tokens` is the estimate of the rest of the request (system prompt, tools, task, tail;
+    `TokenCounter.overhead` gives it), which counts against the window as well. `counter` is the
+    calibrated counter of the loop (default: the history's own). Files are written
+    through `save` before the event exists, so a recorded pointer never points at nothing.
+
+    It does what it may even when that stops short of the low-water mark; when nothing may be moved
+    at all, the event changes nothing (no replacements, no span) and need not be recorded. Raises
+    `CannotCompact`, leaving the history as it was, when the request would still be over `window`.
+    """
+    counter = counter or history.counter
+
+    def estimate(raw_history_tokens: int) -> int:
+        return round(overhead_tokens + raw_history_tokens * counter.ratio)
+
+    def fits(raw_history_tokens: int) -> bool:
+        return estimate(raw_history_tokens) <= cfg.low_water * window
+
+    entries = list(history)
+    recent = _recent_results(entries, cfg.keep_recent_results)
+    tokens = {entry.id: entry.tokens for entry in entries}  # as they will be after the compaction
+    replacements = _pointers(entries, recent, tokens, counter, save, fits)
+    total = sum(tokens.values())
+
+    span = [] if fits(total) else _oldest_span(entries, recent, tokens, cfg, fits)
+    summary = summary_path = None
+    if span:
+        total -= sum(tokens[entry.id] for entry in span)
+        # Hopeless even if the summary were empty: say so before paying for the summary.
+        _fail_if_over(estimate(total), window, "even with every older turn summarized away")
+        replaced = [_with_content(entry, replacements.get(entry.id, entry.content)) for entry in span]
+        text = summarize(replaced).strip()
+        summary_path = f"{SUMMARY_DIR}/{next_summary_number:03d}.md"
+        save(summary_path, summary_file(next_summary_number, step, text, span, replaced))
+        summary = summary_message(next_summary_number, summary_path, span, text)
+        total += counter.message({"role": "user", "content": summary})
+
+    _fail_if_over(estimate(total), window, "after turning old results into pointers and summarizing old turns")
+    span_ids = [entry.id for entry in span]
+    event = Compaction(
+        step=step,
+        kind="summary" if span else "pointers",
+        # A result inside the span disappears into the summary; its pointer lives on in the file.
+        replacements={id: content for id, content in replacements.items() if id not in span_ids},
+        span=span_ids,
+        summary=summary,
+        summary_path=summary_path,
+        tokens_before=estimate(history.tokens()),
+        tokens_after=estimate(total),
+    )
+    history.apply(event)
+    return event
+
+
+def _recent_results(entries: list[Entry], keep: int) -> set[str]:
+    """Ids of the `keep` most recent tool results: the agent is probably still working with them."""
+    results = [entry.id for entry in entries if entry.kind == "tool"]
+    return set(results[len(results) - keep :]) if keep else set()
+
+
+def _pointers(
+    entries: list[Entry],
+    recent: set[str],
+    tokens: dict[str, int],
+    counter: TokenCounter,
+    save: Save,
+    fits: Callable[[int], bool],
+) -> dict[str, str]:
+    """Turn old tool results into pointers, oldest first, until the history `fits`.
+
+    Returns the new contents by message id, and updates `tokens` to match them.
+    """
+    total = sum(tokens.values())
+    replacements: dict[str, str] = {}
+    for entry in entries:
+        if fits(total):
+            break
+        if entry.kind != "tool" or entry.id in recent or entry.pointer:
+            continue
+        path = entry.offloaded_to or obs_path(entry.step, entry.tool or "tool", entry.call_id or entry.id)
+        content = pointer_text(entry, path)
+        pointer_tokens = counter.message(_with_content(entry, content))
+        if pointer_tokens >= entry.tokens:
+            continue  # a short result is cheaper kept whole than pointed at
+        if entry.offloaded_to is None:
+            save(path, entry.content)  # so that this pointer, like every pointer, resolves to a file
+        replacements[entry.id] = content
+        tokens[entry.id] = pointer_tokens
+        total += pointer_tokens - entry.tokens
+    return replacements
+
+
+# `pointer_path` reads the path back from this ending, so the two change together.
+_POINTER_END = "; read it with file_read]"
+_POINTER_PATH = re.compile(r" in (\S+)" + re.escape(_POINTER_END))
+
+
+def pointer_text(entry: Entry, path: str) -> str:
+    """The one line that replaces a tool result, and for a failed result its error lines."""
+    stats = stats_from_preview(entry.content) if entry.offloaded_to else None
+    if entry.offloaded_to is None:
+        stats = (count_lines(entry.content), byte_size(entry.content))
+    size = f"{stats[0]} lines, {stats[1]} bytes" if stats else "whole output"
+    tool = entry.tool or "tool"
+    line = f"[{tool} result of step {entry.step} moved out of the context: {size} in {path}{_POINTER_END}"
+    if not entry.error:
+        return line
+    return "\n".join([line, "It failed; its first error lines:", *error_lines(entry.content)])
+
+
+def pointer_path(content: str) -> str | None:
+    """The file a pointer made by `pointer_text` names, or None if `content` is no such pointer."""
+    match = _POINTER_PATH.search(content.split("\n", 1)[0])
+    return match.group(1) if match else None
+
+
+def error_lines(text: str) -> list[str]:
+    """The first lines that say what went wrong (or the first line, if none says so), capped."""
+    lines = [line.strip() for line in text.split("\n") if line.strip()]
+    matching = [line for line in lines if _ERROR_LINE.search(line)] or lines[:1]
+    return [_cut(line, MAX_ERROR_LINE_CHARS) for line in matching[:MAX_ERROR_LINES]]
+
+
+def _oldest_span(
+    entries: list[Entry],
+    recent: set[str],
+    tokens: dict[str, int],
+    cfg: ContextConfig,
+    fits: Callable[[int], bool],
+) -> list[Entry]:
+    """The oldest whole turns whose replacement by a summary makes the history fit.
+
+    A turn is a message with the tool results that answer it, so an assistant's tool call is never
+    parted from its results. The most recent turns are never taken: `cfg.keep_recent_turns` of them,
+    and at least those holding the results the pointer pass kept whole. If no span is enough, it is
+    every turn that may be taken; if those are no bigger than a summary would be, it is none, so a
+    lone earlier summary is not summarized again at every step.
+    """
+    turns: list[list[Entry]] = []
+    for entry in entries:
+        if entry.kind == "tool" and turns:
+            turns[-1].append(entry)
+        else:
+            turns.append([entry])
+    first_recent = next((i for i, turn in enumerate(turns) if any(e.id in recent for e in turn)), len(turns))
+    protected = max(cfg.keep_recent_turns, len(turns) - first_recent)
+    remaining = sum(tokens.values()) + cfg.summary_tokens
+    span: list[Entry] = []
+    for turn in turns[: max(0, len(turns) - protected)]:
+        span.extend(turn)
+        remaining -= sum(tokens[entry.id] for entry in turn)
+        if fits(remaining):
+            break
+    return span if sum(tokens[entry.id] for entry in span) > cfg.summary_tokens else []
+
+
+def summary_message(number: int, path: str, span: list[Entry], text: str) -> str:
+    """The history message that stands for a summarized span."""
+    first, last = span[0].step, span[-1].step
+    return (
+        f"[Summary {number:03d} of the earlier work (steps {first} to {last}), written by cairn when the "
+        f"context filled up. The file {path} holds this summary, the path of every saved output of "
+        "those steps, and the replaced messages whole; read it with file_read when you need a detail.]\n\n"
+        + text
+    )
+
+
+def summary_file(number: int, step: int, text: str, span: list[Entry], replaced: list[dict[str, Any]]) -> str:
+    """The saved summary: the summary, the pointers of the span, and the span itself."""
+    parts = [
+        f"# Summary {number:03d}",
+        "",
+        f"Written at step {step} by cairn's compaction. It replaced {len(span)} messages "
+        f"(steps {span[0].step} to {span[-1].step}) in the context.",
+        "",
+        text,
+        "",
+        "## Saved outputs of these steps",
+        "",
+    ]
+    saved = [(entry, _saved_path(entry, message)) for entry, message in zip(span, replaced)]
+    parts += [f"- step {entry.step}, {entry.tool}: {path}" for entry, path in saved if path] or ["- none"]
+    parts += ["", "## The replaced messages, as they were in the context", ""]
+    for entry, message in zip(span, replaced):
+        label = entry.kind + (f" {entry.tool}" if entry.tool else "") + (", failed" if entry.error else "")
+        parts += [f"### {label} (step {entry.step})", "", str(message.get("content") or "")]
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {})
+            parts.append(f"tool call {function.get('name')}: {function.get('arguments')}")
+        parts.append("")
+    return "\n".join(parts)
+
+
+def _saved_path(entry: Entry, message: dict[str, Any]) -> str | None:
+    """Where the text of a span's tool result is, if in a file."""
+    if entry.kind != "tool":
+        return None
+    return entry.offloaded_to or pointer_path(str(message.get("content") or ""))
+
+
+def _with_content(entry: Entry, content: str) -> dict[str, Any]:
+    return {**entry.message, "content": content}
+
+
+def _fail_if_over(tokens: int, window: int, after: str) -> None:
+    if tokens > window:
+        raise CannotCompact(
+            f"the context cannot fit the model's window: about {tokens} tokens {after}, "
+            f"over the window of {window}",
+            hint="use a model with a larger window, or lower context.keep_recent_turns and "
+            "context.keep_recent_results",
+        )
+
+
+def _cut(line: str, limit: int) -> str:
+    return line if len(line) <= limit else line[:limit] + " [...]"

@@ -1,0 +1,402 @@
+"""The context engine: request bytes, offloading, token accounting and compaction. Pure and fast."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from orchestrator.config import ContextConfig
+from orchestrator.context import (
+    CannotCompact,
+    History,
+    TokenCounter,
+    build_request,
+    canonical_json,
+    compact,
+    needs_compaction,
+    render_tail,
+    shape_assistant_message,
+    shape_result,
+    shape_write_arguments,
+)
+from orchestrator.context.compaction import pointer_path
+from orchestrator.store.events import Compaction, dump_event, parse_event
+
+SYSTEM = "You are cairn."
+TASK = "Count the lines of every file."
+TOOLS = [
+    {"type": "function", "function": {"name": "shell_exec", "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {"name": "file_read", "parameters": {"type": "object", "properties": {}}}},
+]
+
+
+class Tokenizer:
+    """About four characters a token, like real text; counts how often it is asked to tokenize."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, text: str) -> int:
+        self.calls += 1
+        return len(text) // 4 + 1
+
+
+class Files:
+    """The `save` callback: a dict standing in for the workspace."""
+
+    def __init__(self) -> None:
+        self.saved: dict[str, str] = {}
+
+    def __call__(self, path: str, text: str) -> None:
+        self.saved[path] = text
+
+
+def make_history(
+    turns: int = 10,
+    result: str = "x" * 2000,
+    *,
+    say: str = "",
+    failing: frozenset[int] = frozenset(),
+    tokenizer: Tokenizer | None = None,
+) -> History:
+    """`turns` turns of one shell_exec call and its result; turn i fails if i is in `failing`."""
+    history = History(TokenCounter(tokenizer or Tokenizer()))
+    for i in range(turns):
+        function = {"name": "shell_exec", "arguments": '{"command":"ls"}'}
+        call = {"id": f"call_{i}", "type": "function", "function": function}
+        history.append(f"e{2 * i}", {"role": "assistant", "content": say, "tool_calls": [call]}, step=i)
+        text = f"Traceback (most recent call last):\nValueError: bad {i}\n" + result if i in failing else result
+        message = {"role": "tool", "tool_call_id": f"call_{i}", "content": text}
+        history.append(f"e{2 * i + 1}", message, step=i, tool="shell_exec", error=i in failing)
+    return history
+
+
+def no_summary(messages: list[dict]) -> str:
+    raise AssertionError("the summarizer should not be called")
+
+
+def window_for(history: History, fill: float = 0.8) -> int:
+    """A window that the history fills to `fill`, so it is over the default high-water mark."""
+    return int(history.tokens() / fill)
+
+
+# --- request assembly -------------------------------------------------------------------------------
+
+
+def test_same_inputs_give_same_request_bytes() -> None:
+    one = build_request(SYSTEM, TOOLS, TASK, make_history(), render_tail("- [ ] a", ["12 steps left"]))
+    two = build_request(SYSTEM, TOOLS, TASK, make_history(), render_tail("- [ ] a", ["12 steps left"]))
+    assert canonical_json(one.messages) == canonical_json(two.messages)
+    assert json.dumps(one.tools) == json.dumps(two.tools)
+
+
+def test_tools_are_serialized_with_sorted_keys_whatever_their_order() -> None:
+    shuffled = [{"function": {"parameters": {}, "name": "shell_exec"}, "type": "function"}]
+    request = build_request(SYSTEM, shuffled, TASK, make_history(0), "tail")
+    assert json.dumps(request.tools) == json.dumps(shuffled, sort_keys=True)
+
+
+def test_layout_is_system_task_history_tail() -> None:
+    history = make_history(2)
+    request = build_request(SYSTEM, TOOLS, TASK, history, "the tail")
+    assert request.messages[0] == {"role": "system", "content": SYSTEM}
+    assert request.messages[1] == {"role": "user", "content": TASK}
+    assert request.messages[2 : request.history_end] == history.messages()
+    assert request.messages[request.history_end :] == [{"role": "user", "content": "the tail"}]
+
+
+def test_tail_carries_todo_and_notices_after_history_end() -> None:
+    notices = ["Step 12 of 100: 88 steps left.", "Files you did not write changed: a.txt"]
+    tail = render_tail("# Plan\n- [x] look\n- [ ] count", notices)
+    request = build_request(SYSTEM, TOOLS, TASK, make_history(3), tail)
+    after = request.messages[request.history_end]["content"]
+    assert "- [ ] count" in after and "88 steps left" in after and "a.txt" in after
+    assert all("88 steps left" not in str(m.get("content")) for m in request.messages[: request.history_end])
+
+
+def test_tail_without_todo_says_how_to_make_one() -> None:
+    assert "todo_write" in render_tail(None, []) and "no todo.md" in render_tail("  \n", [])
+
+
+def test_history_messages_cannot_be_changed_through_a_request() -> None:
+    history = make_history(1)
+    request = build_request(SYSTEM, TOOLS, TASK, history, "tail")
+    request.messages[2]["content"] = "tampered"
+    request.messages[2]["tool_calls"][0]["id"] = "tampered"
+    assert history.messages()[0]["content"] == "" and history.messages()[0]["tool_calls"][0]["id"] == "call_0"
+
+
+# --- offloading -------------------------------------------------------------------------------------
+
+CFG = ContextConfig(offload_tokens=100, preview_lines=3)
+BIG = "".join(f"line {i} of the output\n" for i in range(1, 201))
+
+
+def test_big_result_enters_history_as_preview_with_path_lines_size_and_hint() -> None:
+    shaped = shape_result(7, "shell_exec", BIG, cfg=CFG, count=Tokenizer(), save=Files())
+    assert shaped.offloaded_to == ".cairn/obs/7-shell_exec.txt"
+    assert "line 1 of" in shaped.content and "line 3 of" in shaped.content and "line 4 of" not in shaped.content
+    assert "line 200 of" in shaped.content and "line 198 of" in shaped.content and "line 197 of" not in shaped.content
+    assert "200 lines" in shaped.content and f"{len(BIG.encode())} bytes" in shaped.content
+    assert shaped.offloaded_to in shaped.content and "file_read" in shaped.content
+
+
+def test_offloaded_text_is_saved_byte_identical() -> None:
+    files = Files()
+    text = BIG + "ünïcode and no final newline"
+    shaped = shape_result(7, "shell_exec", text, cfg=CFG, count=Tokenizer(), save=files)
+    assert files.saved == {shaped.offloaded_to: text}
+
+
+def test_small_result_is_not_offloaded() -> None:
+    files = Files()
+    shaped = shape_result(7, "shell_exec", "three\nshort\nlines\n", cfg=CFG, count=Tokenizer(), save=files)
+    assert shaped.content == "three\nshort\nlines\n" and shaped.offloaded_to is None and files.saved == {}
+
+
+def test_toolbox_saved_path_is_reused_not_saved_again() -> None:
+    files = Files()
+    saved = ".cairn/obs/tb-1.txt"
+    shaped = shape_result(7, "shell_exec", BIG, cfg=CFG, count=Tokenizer(), save=files, saved_path=saved)
+    assert shaped.offloaded_to == ".cairn/obs/tb-1.txt" and ".cairn/obs/tb-1.txt" in shaped.content
+    assert files.saved == {}
+
+
+def test_call_id_keeps_two_calls_of_one_step_apart() -> None:
+    files = Files()
+    for call_id in ("call_a", "call_b"):
+        shape_result(7, "shell_exec", BIG, cfg=CFG, count=Tokenizer(), save=files, call_id=call_id)
+    assert sorted(files.saved) == [".cairn/obs/7-shell_exec-call_a.txt", ".cairn/obs/7-shell_exec-call_b.txt"]
+
+
+def test_one_huge_line_is_capped_in_the_preview() -> None:
+    shaped = shape_result(1, "web_fetch", "y" * 1_000_000, cfg=CFG, count=Tokenizer(), save=Files())
+    assert len(shaped.content) < 3 * CFG.preview_chars
+
+
+def test_huge_output_is_offloaded_without_tokenizing_it() -> None:
+    tokenizer = Tokenizer()
+    shape_result(1, "shell_exec", "z\n" * 1_000_000, cfg=CFG, count=tokenizer, save=Files())
+    assert tokenizer.calls == 0
+
+
+def test_big_written_content_is_kept_as_its_path_and_size() -> None:
+    content = "print('hi')\n" * 100
+    shaped = shape_write_arguments({"path": "app.py", "content": content}, 50, Tokenizer())
+    note = f"[{len(content)} bytes, 100 lines written to app.py; read it back with file_read]"
+    assert shaped == {"path": "app.py", "content": note}
+
+
+def test_small_written_content_is_kept_whole() -> None:
+    arguments = {"path": "app.py", "content": "print('hi')\n"}
+    assert shape_write_arguments(arguments, 50, Tokenizer()) == arguments
+
+
+def test_assistant_message_keeps_unparsable_arguments_and_shapes_big_writes() -> None:
+    big = json.dumps({"path": "a.txt", "content": "a\n" * 500})
+    calls = [
+        {"id": "1", "type": "function", "function": {"name": "file_write", "arguments": big}},
+        {"id": "2", "type": "function", "function": {"name": "file_write", "arguments": "{not json"}},
+    ]
+    shaped = shape_assistant_message({"role": "assistant", "content": "", "tool_calls": calls}, 50, Tokenizer())
+    assert "1000 bytes, 500 lines written to a.txt" in shaped["tool_calls"][0]["function"]["arguments"]
+    assert shaped["tool_calls"][1] == calls[1]
+
+
+# --- token accounting -------------------------------------------------------------------------------
+
+
+def test_counting_a_step_does_not_grow_with_history_length() -> None:
+    def tokenizations_of_one_step(turns: int) -> int:
+        tokenizer = Tokenizer()
+        history = make_history(turns, tokenizer=tokenizer)
+        counter = history.counter
+        counter.estimate(build_request(SYSTEM, TOOLS, TASK, history, render_tail(None, ["step 1"])))
+        before = tokenizer.calls
+        history.append("new", {"role": "assistant", "content": "next"}, step=turns)
+        counter.estimate(build_request(SYSTEM, TOOLS, TASK, history, render_tail(None, ["step 2"])))
+        return tokenizer.calls - before
+
+    assert tokenizations_of_one_step(10) == tokenizations_of_one_step(1000) == 2  # the new message, the tail
+
+
+def test_estimate_is_sum_of_message_counts_times_calibrated_ratio() -> None:
+    history = make_history(3)
+    request = build_request(SYSTEM, TOOLS, TASK, history, "tail")
+    counter = history.counter
+    raw = counter.raw(request)
+    assert raw == sum(counter.message(m) for m in request.messages) + counter.tools(request.tools)
+    counter.calibrate(reported=round(raw * 1.3), estimated=counter.estimate(request))
+    assert counter.estimate(request) == pytest.approx(raw * 1.3, abs=1)
+
+
+def test_calibration_holds_steady_when_the_estimate_was_right() -> None:
+    history = make_history(3)
+    request = build_request(SYSTEM, TOOLS, TASK, history, "tail")
+    counter = history.counter
+    raw = counter.raw(request)
+    for _ in range(3):  # each time with the estimate the previous calibration gives
+        counter.calibrate(reported=round(raw * 1.3), estimated=counter.estimate(request))
+    assert counter.ratio == pytest.approx(1.3, abs=0.01)
+
+
+def test_calibration_ratio_is_clamped() -> None:
+    counter = TokenCounter(Tokenizer())
+    assert counter.calibrate(reported=100_000, estimated=10) == 2.0
+    assert counter.calibrate(reported=1, estimated=10_000) == 0.5
+
+
+# --- compaction -------------------------------------------------------------------------------------
+
+LONG_THOUGHTS = "I think at length. " * 40  # assistant text that pointers cannot shrink
+
+
+def run_compact(
+    history: History,
+    cfg: ContextConfig,
+    *,
+    window: int | None = None,
+    files: Files | None = None,
+    summarize: Callable[[list[dict]], str] = no_summary,
+    number: int = 1,
+) -> Compaction:
+    """`compact` with a window the history fills to 80% unless told, and the workspace in `files`."""
+    return compact(
+        history,
+        window=window or window_for(history),
+        cfg=cfg,
+        save=files if files is not None else Files(),
+        summarize=summarize,
+        step=100,
+        next_summary_number=number,
+    )
+
+
+def test_needs_compaction_only_above_high_water() -> None:
+    cfg = ContextConfig(high_water=0.75)
+    assert not needs_compaction(750, 1000, cfg) and needs_compaction(751, 1000, cfg)
+
+
+def test_compaction_turns_old_results_into_pointers_oldest_first() -> None:
+    history = make_history(10)
+    event = run_compact(history, ContextConfig(keep_recent_results=2))
+    results = [e.id for e in history if e.kind == "tool"]
+    assert event.kind == "pointers" and 0 < len(event.replacements) < 8
+    assert list(event.replacements) == results[: len(event.replacements)]
+
+
+def test_compaction_keeps_the_recent_results_whole() -> None:
+    history = make_history(10)
+    # So full that every old result must go, and a summary too.
+    window = int(history.tokens() / 0.99)
+    run_compact(history, ContextConfig(keep_recent_results=3), window=window, summarize=lambda m: "summary")
+    recent = [e for e in history if e.kind == "tool"][-3:]
+    assert all(not e.pointer and e.content == "x" * 2000 for e in recent)
+
+
+def test_failed_result_pointer_keeps_its_error_lines() -> None:
+    history = make_history(10, failing=frozenset({0}))
+    run_compact(history, ContextConfig(keep_recent_results=2))
+    pointer = history.get("e1").content
+    assert history.get("e1").pointer and "ValueError: bad 0" in pointer and "Traceback" in pointer
+    assert "x" * 50 not in pointer
+
+
+def test_every_pointer_resolves_to_a_saved_file_holding_the_result() -> None:
+    files = Files()
+    history = make_history(10)
+    run_compact(history, ContextConfig(keep_recent_results=2), files=files)
+    pointers = [e for e in history if e.pointer]
+    assert pointers
+    for entry in pointers:
+        path = pointer_path(entry.content)
+        assert path == f".cairn/obs/{entry.step}-shell_exec-{entry.call_id}.txt" and files.saved[path] == "x" * 2000
+        assert "file_read" in entry.content and "2000 bytes" in entry.content and "1 lines" in entry.content
+
+
+def test_offloaded_result_pointer_reuses_its_file_and_sizes() -> None:
+    files = Files()
+    history = make_history(0)
+    shaped = shape_result(0, "shell_exec", BIG, cfg=CFG, count=Tokenizer(), save=files)
+    message = {"role": "tool", "tool_call_id": "c", "content": shaped.content}
+    history.append("big", message, step=0, tool="shell_exec", offloaded_to=shaped.offloaded_to)
+    for i in range(3):
+        history.append(f"late{i}", {"role": "tool", "tool_call_id": f"l{i}", "content": "x" * 2000}, step=1)
+    files.saved.clear()
+    run_compact(history, ContextConfig(keep_recent_results=3), files=files)
+    assert pointer_path(history.get("big").content) == ".cairn/obs/0-shell_exec.txt"
+    assert "200 lines" in history.get("big").content and files.saved == {}
+
+
+def test_compaction_gets_under_low_water() -> None:
+    history = make_history(10)
+    cfg = ContextConfig(keep_recent_results=2)
+    window = window_for(history)
+    event = run_compact(history, cfg, window=window)
+    assert history.tokens() <= cfg.low_water * window
+    assert event.tokens_after == history.tokens() < event.tokens_before
+
+
+def test_summary_replaces_oldest_whole_turns_and_saves_numbered_file() -> None:
+    files = Files()
+    history = make_history(12, result="ok", say=LONG_THOUGHTS)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    seen: list[list[dict]] = []
+    event = run_compact(history, cfg, files=files, number=3, summarize=lambda m: seen.append(m) or "Listed twice.")
+    assert event.kind == "summary" and event.summary_path == ".cairn/summaries/003.md"
+    assert event.span == [f"e{i}" for i in range(len(event.span))] and len(event.span) % 2 == 0  # whole turns
+    assert [m["role"] for m in seen[0]] == ["assistant", "tool"] * (len(event.span) // 2)
+    first = history.messages()[0]
+    assert first["role"] == "user" and "Listed twice." in first["content"] and "003.md" in first["content"]
+    assert "Listed twice." in files.saved[".cairn/summaries/003.md"]
+    assert history.messages()[-4:] == make_history(12, result="ok", say=LONG_THOUGHTS).messages()[-4:]
+
+
+def test_every_saved_output_stays_reachable_after_a_summary() -> None:
+    files = Files()
+    history = make_history(12, say=LONG_THOUGHTS)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    event = run_compact(history, cfg, window=int(history.tokens() / 0.99), files=files, summarize=lambda m: "Sum.")
+    in_context = canonical_json(history.messages())
+    assert event.kind == "summary" and event.summary_path in in_context
+    for obs in (path for path in files.saved if path.startswith(".cairn/obs/")):
+        assert obs in in_context or obs in files.saved[event.summary_path]
+
+
+def test_a_lone_earlier_summary_is_not_summarized_again() -> None:
+    history = make_history(12, say=LONG_THOUGHTS)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=200)
+    run_compact(history, cfg, window=2000, summarize=lambda m: "Summary.")
+    assert history.tokens() > cfg.low_water * 2000  # still over: only the summary could still go
+    again = run_compact(history, cfg, window=2000, number=2)
+    assert again.replacements == {} and again.span == [] and again.tokens_after == again.tokens_before
+
+
+def test_replaying_the_compaction_event_gives_identical_messages() -> None:
+    live = make_history(12, say=LONG_THOUGHTS)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    event = run_compact(live, cfg, window=int(live.tokens() / 0.99), summarize=lambda m: "Summary.")
+    replayed = make_history(12, say=LONG_THOUGHTS)
+    replayed.apply(parse_event(dump_event(event)))  # as a resume reads it back from events.jsonl
+    assert event.replacements and event.span
+    assert canonical_json(replayed.messages()) == canonical_json(live.messages())
+    assert replayed.tokens() == live.tokens()
+
+
+def test_applying_a_compaction_twice_changes_nothing_the_second_time() -> None:
+    history = make_history(12, say=LONG_THOUGHTS)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    event = run_compact(history, cfg, window=int(history.tokens() / 0.99), summarize=lambda m: "Summary.")
+    after = canonical_json(history.messages())
+    history.apply(event)  # as the loop does when it records the event it got from compact()
+    assert canonical_json(history.messages()) == after
+
+
+def test_cannot_compact_when_the_recent_turns_alone_overflow_the_window() -> None:
+    history = make_history(3, result="x" * 4000)
+    before = history.messages()
+    with pytest.raises(CannotCompact, match="window"):
+        run_compact(history, ContextConfig(keep_recent_results=3), window=500)
+    assert history.messages() == before
