@@ -52,6 +52,7 @@ class ModelConfig(Settings):
     context_window: int | None = Field(None, ge=1024, description="Override of litellm's input window.")
     max_retries: int = Field(6, ge=0)
     request_timeout: float = Field(600.0, gt=0)
+    retry_base_seconds: float = Field(1.0, ge=0, description="First back-off wait; it doubles on each retry.")
 
 
 class LimitsConfig(Settings):

@@ -1,0 +1,401 @@
+"""Model calls through litellm: streaming, retries, usage and cost, and prompt-cache breakpoints.
+
+`LLM.complete` sends one request and gives back one `Reply`. Transient failures (timeouts, lost
+connections, 5xx, 429) are retried here with exponential backoff, honouring Retry-After; anything
+else fails at once as a `ModelError`, and a request too long for the model as `ContextOverflow`, so
+the loop can compact and try again. This is the only module that imports litellm.
+"""
+
+from __future__ import annotations
+
+import os
+
+# litellm fetches its price list from the network at import unless told to use the bundled copy.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import email.utils  # noqa: E402
+import functools  # noqa: E402
+import random  # noqa: E402
+import re  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable, Mapping  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+
+import litellm  # noqa: E402
+import openai  # noqa: E402
+
+from orchestrator.config import ModelConfig  # noqa: E402
+from orchestrator.llm.scripted import DEFAULT_CONTEXT_WINDOW, ScriptedServer, load_script  # noqa: E402
+from orchestrator.llm.types import ContextOverflow, ModelError, Reply, ToolCall, Usage, assistant_message  # noqa: E402
+
+litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on the user's terminal
+
+SCRIPTED_PREFIX = "scripted:"
+FALLBACK_CONTEXT_WINDOW = 128_000
+MAX_RETRY_WAIT = 60.0
+EPHEMERAL = {"type": "ephemeral"}
+# How providers word "your request is longer than the context window" in a plain 400.
+OVERFLOW_WORDING = re.compile(
+    r"context[ _]length|context window|maximum context|prompt is too long|input is too long|too many tokens"
+    r"|exceeds? the (maximum|max) (number of )?tokens",
+    re.IGNORECASE,
+)
+
+LITELLM_PREFIXES = re.compile(r"^((litellm\.)?\w+(Error|Exception)(: | - ))+")
+
+_servers: dict[str, ScriptedServer] = {}
+_servers_lock = threading.Lock()
+
+
+def scripted_server(spec: str) -> ScriptedServer:
+    """The running server for a script (`demo` or a path): started on first use, one per process."""
+    with _servers_lock:
+        if spec not in _servers:
+            server = ScriptedServer(load_script(spec))
+            server.start()
+            _servers[spec] = server
+        return _servers[spec]
+
+
+def stop_scripted_servers() -> None:
+    """Stop every scripted server this process started (tests; the end of a CLI command)."""
+    with _servers_lock:
+        for server in _servers.values():
+            server.stop()
+        _servers.clear()
+
+
+def is_anthropic(model: str) -> bool:
+    return "anthropic/" in model or "claude" in model.lower()
+
+
+def add_cache_breakpoints(messages: list[dict], history_end: int | None) -> list[dict]:
+    """Copies of `messages` with Anthropic cache breakpoints at the ends of the stable parts.
+
+    Anthropic caches tools, then system, then messages, up to each breakpoint. One breakpoint on
+    the (last) leading system message covers tools and system; one on message `history_end - 1`
+    covers the stored history, which only grows, so the next request reads it back. The tail after
+    it (todo.md, notices) changes every step and is left uncached. Two breakpoints: Anthropic
+    allows four.
+    """
+    marks = set()
+    leading_system = 0
+    while leading_system < len(messages) and messages[leading_system].get("role") == "system":
+        leading_system += 1
+    if leading_system:
+        marks.add(leading_system - 1)
+    if history_end is not None and 0 < history_end <= len(messages):
+        marks.add(history_end - 1)
+    return [_with_breakpoint(m) if i in marks else m for i, m in enumerate(messages)]
+
+
+def _with_breakpoint(message: dict) -> dict:
+    marked = dict(message)
+    content = marked.get("content")
+    if marked.get("tool_calls"):
+        # The tool calls come after the text in Anthropic's blocks: mark the last one.
+        calls = [dict(c) for c in marked["tool_calls"]]
+        calls[-1]["cache_control"] = EPHEMERAL
+        marked["tool_calls"] = calls
+    elif isinstance(content, list) and content:
+        blocks = [dict(b) for b in content]
+        blocks[-1]["cache_control"] = EPHEMERAL
+        marked["content"] = blocks
+    else:
+        marked["cache_control"] = EPHEMERAL  # litellm moves it onto the message's text block
+    return marked
+
+
+class LLM:
+    """One configured model. `complete` is safe to call from one thread at a time."""
+
+    # The first backoff wait, doubled each retry; tests set it small. (ModelConfig may carry it too.)
+    retry_base_seconds: float = 1.0
+
+    def __init__(self, cfg: ModelConfig, *, stream: bool = True) -> None:
+        self.cfg = cfg
+        self.stream = stream
+        self.context_window_source = ""  # "config", "script", "litellm" or "fallback": for `cairn doctor`
+        self._script_spec = cfg.model[len(SCRIPTED_PREFIX) :] if cfg.model.startswith(SCRIPTED_PREFIX) else None
+        self._script = load_script(self._script_spec) if self._script_spec is not None else None
+        # Should ModelConfig grow a `retry_base_seconds` field, it wins (so agent.json can set it).
+        self.retry_base_seconds = getattr(cfg, "retry_base_seconds", self.retry_base_seconds)
+
+    @property
+    def scripted(self) -> ScriptedServer | None:
+        """The loopback server playing the script, when the model is `scripted:…`."""
+        return scripted_server(self._script_spec) if self._script_spec is not None else None
+
+    def context_window(self) -> int:
+        """Input tokens the model accepts; `context_window_source` says where the figure came from."""
+        if self.cfg.context_window:
+            self.context_window_source = "config"
+            return self.cfg.context_window
+        if self._script is not None:
+            self.context_window_source = "script"
+            return int(self._script.get("context_window") or DEFAULT_CONTEXT_WINDOW)
+        window = _model_info(self.cfg.model).get("max_input_tokens")
+        if window:
+            self.context_window_source = "litellm"
+            return int(window)
+        self.context_window_source = "fallback"
+        return FALLBACK_CONTEXT_WINDOW
+
+    def complete(
+        self,
+        messages: list[dict],
+        tools: list[dict],
+        tool_choice: str | dict = "auto",
+        history_end: int | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> Reply:
+        """One answer from the model, retrying transient failures up to `cfg.max_retries` times.
+
+        `history_end` is the index just past the stored history (the tail after it is rebuilt every
+        step); it places the cache breakpoint for Anthropic. `on_text` receives text as it streams;
+        after a failed attempt is retried it may receive the start of the answer again.
+        """
+        request = self._request(messages, tools, tool_choice, history_end)
+        started = time.monotonic()
+        for attempt in range(self.cfg.max_retries + 1):
+            try:
+                answer = self._send(request, on_text)
+                break
+            except openai.APIError as e:  # litellm's exceptions all derive from openai's
+                if _is_overflow(e):
+                    raise ContextOverflow(_one_line(e), status_code=400) from e
+                if not _is_transient(e) or attempt == self.cfg.max_retries:
+                    raise self._failure(e, attempt) from e
+                time.sleep(self._wait(e, attempt))
+        usage = Usage(
+            prompt_tokens=answer.prompt_tokens,
+            cached_tokens=answer.cached_tokens,
+            cache_write_tokens=answer.cache_write_tokens,
+            completion_tokens=answer.completion_tokens,
+            cost_usd=self._cost(answer.raw_usage),
+            latency_s=time.monotonic() - started,
+        )
+        return Reply(
+            message=assistant_message(answer.content, answer.tool_calls),
+            tool_calls=answer.tool_calls,
+            usage=usage,
+            finish_reason=answer.finish_reason,
+            retries=attempt,
+        )
+
+    def _request(
+        self, messages: list[dict], tools: list[dict], tool_choice: str | dict, history_end: int | None
+    ) -> dict:
+        """litellm.completion's arguments. API keys are litellm's business: it reads the provider's env vars."""
+        request: dict = {
+            "model": self.cfg.model,
+            "messages": messages,
+            "stream": self.stream,
+            "timeout": self.cfg.request_timeout,
+            "num_retries": 0,  # retries are ours: litellm's and the openai client's would stack
+            "max_retries": 0,
+        }
+        if self.stream:
+            request["stream_options"] = {"include_usage": True}
+        if tools:  # an empty tool list is an error at some providers
+            request["tools"] = tools
+            request["tool_choice"] = tool_choice
+        if self.cfg.temperature is not None:
+            request["temperature"] = self.cfg.temperature
+        if self.cfg.max_output_tokens is not None:
+            request["max_tokens"] = self.cfg.max_output_tokens
+        if self.cfg.api_base:
+            request["api_base"] = self.cfg.api_base
+        if self._script_spec is not None:
+            request.update(model="openai/scripted", api_base=self.scripted.url, api_key="scripted")
+        elif is_anthropic(self.cfg.model):
+            request["messages"] = add_cache_breakpoints(messages, history_end)
+        return request
+
+    def _send(self, request: dict, on_text: Callable[[str], None] | None) -> _Answer:
+        response = litellm.completion(**request)
+        if not self.stream:
+            return _Answer.from_response(response)
+        answer = _Answer()
+        for chunk in response:
+            answer.add_chunk(chunk, on_text)
+        return answer
+
+    def _failure(self, error: openai.APIError, retries: int) -> ModelError:
+        status = getattr(error, "status_code", None)
+        what = f"gave up after {retries} retries" if _is_transient(error) else f"refused the request ({status})"
+        return ModelError(f"{self.cfg.model} {what}: {_one_line(error)}", status_code=status)
+
+    def _wait(self, error: Exception, attempt: int) -> float:
+        told = _retry_after(error)
+        if told is not None:
+            return min(told, MAX_RETRY_WAIT)
+        # Jitter keeps many runs that failed together (cairn batch) from retrying together.
+        return min(MAX_RETRY_WAIT, self.retry_base_seconds * 2**attempt) * random.uniform(0.5, 1.0)
+
+    def _cost(self, raw_usage: object | None) -> float | None:
+        """USD from the script's `pricing` or litellm's price list; None when the price is unknown."""
+        if raw_usage is None:
+            return None
+        custom = self._script_prices()
+        if custom is None and not self._listed_price:
+            return None
+        prompt_cost, completion_cost = litellm.cost_per_token(
+            model=self.cfg.model,
+            prompt_tokens=getattr(raw_usage, "prompt_tokens", 0) or 0,
+            completion_tokens=getattr(raw_usage, "completion_tokens", 0) or 0,
+            usage_object=raw_usage,  # carries the cache reads and writes, which are priced apart
+            custom_cost_per_token=custom,
+        )
+        return prompt_cost + completion_cost
+
+    def _script_prices(self) -> dict | None:
+        pricing = (self._script or {}).get("pricing")
+        if not pricing:
+            return None
+        return {
+            "input_cost_per_token": pricing["input"],
+            "output_cost_per_token": pricing["output"],
+            "cache_read_input_token_cost": pricing.get("cached_input", pricing["input"]),
+        }
+
+    @functools.cached_property
+    def _listed_price(self) -> bool:
+        """Whether litellm's price list has a price for the model.
+
+        A listed price of 0 counts as unknown: the list holds zeros for models it does not really
+        price, and a local model has no price in USD anyway, so a USD budget cannot apply to it.
+        """
+        if self._script is not None:
+            return False
+        info = _model_info(self.cfg.model)
+        return bool(info.get("input_cost_per_token") or info.get("output_cost_per_token"))
+
+
+@dataclass
+class _Answer:
+    """One answer assembled from a stream (or taken whole from a non-streaming response)."""
+
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    raw_usage: object | None = None  # litellm's Usage, kept for litellm's cost calculation
+
+    def add_chunk(self, chunk: object, on_text: Callable[[str], None] | None) -> None:
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self.raw_usage = usage
+        for choice in getattr(chunk, "choices", None) or []:
+            self.finish_reason = choice.finish_reason or self.finish_reason
+            delta = choice.delta
+            if delta.content:
+                self.content += delta.content
+                if on_text is not None:
+                    on_text(delta.content)
+            for piece in delta.tool_calls or []:
+                self._add_tool_call_piece(piece)
+
+    def _add_tool_call_piece(self, piece: object) -> None:
+        index = piece.index
+        if index is None:  # a provider that sends whole calls without an index: one call per id
+            known = [c.id for c in self.tool_calls]
+            index = known.index(piece.id) if piece.id in known else len(self.tool_calls)
+        while len(self.tool_calls) <= index:
+            self.tool_calls.append(ToolCall(id="", name="", arguments=""))
+        call = self.tool_calls[index]
+        call.id = piece.id or call.id
+        function = piece.function
+        if function is not None:
+            # Some servers repeat the name in every delta; only the first one counts.
+            call.name = call.name or function.name or ""
+            call.arguments += function.arguments or ""
+
+    @classmethod
+    def from_response(cls, response: object) -> _Answer:
+        choice = response.choices[0]
+        calls = [
+            ToolCall(id=c.id, name=c.function.name or "", arguments=c.function.arguments or "")
+            for c in choice.message.tool_calls or []
+        ]
+        return cls(
+            content=choice.message.content or "",
+            tool_calls=calls,
+            finish_reason=choice.finish_reason,
+            raw_usage=getattr(response, "usage", None),
+        )
+
+    @property
+    def prompt_tokens(self) -> int:
+        return getattr(self.raw_usage, "prompt_tokens", None) or 0
+
+    @property
+    def completion_tokens(self) -> int:
+        return getattr(self.raw_usage, "completion_tokens", None) or 0
+
+    @property
+    def cached_tokens(self) -> int:
+        details = getattr(self.raw_usage, "prompt_tokens_details", None)
+        return getattr(details, "cached_tokens", None) or 0
+
+    @property
+    def cache_write_tokens(self) -> int:
+        return getattr(self.raw_usage, "cache_creation_input_tokens", None) or 0
+
+
+def _model_info(model: str) -> dict:
+    """litellm's facts about a model (window, prices), or {} for a model it does not know."""
+    try:
+        return dict(litellm.get_model_info(model))
+    except (litellm.exceptions.ModelNotMappedError, openai.APIError):
+        return {}
+
+
+def _is_transient(error: openai.APIError) -> bool:
+    if isinstance(error, openai.APIConnectionError | openai.APITimeoutError | openai.RateLimitError):
+        return True
+    status = getattr(error, "status_code", None)
+    return status in (408, 409, 429) or (status is not None and status >= 500)
+
+
+def _is_overflow(error: openai.APIError) -> bool:
+    if isinstance(error, litellm.ContextWindowExceededError):
+        return True
+    return getattr(error, "status_code", None) == 400 and bool(OVERFLOW_WORDING.search(str(error)))
+
+
+def _retry_after(error: Exception) -> float | None:
+    """Seconds the provider asked us to wait (Retry-After, or retry-after-ms), if it said."""
+    response = getattr(error, "response", None)
+    headers = getattr(error, "litellm_response_headers", None) or getattr(response, "headers", None)
+    if not isinstance(headers, Mapping):
+        return None
+    lowered = {str(k).lower(): str(v) for k, v in headers.items()}
+    if "retry-after-ms" in lowered:
+        millis = _number(lowered["retry-after-ms"])
+        return None if millis is None else max(0.0, millis / 1000)
+    if "retry-after" not in lowered:
+        return None
+    seconds = _number(lowered["retry-after"])
+    if seconds is None:  # the other form Retry-After may take: an HTTP date
+        try:
+            seconds = email.utils.parsedate_to_datetime(lowered["retry-after"]).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return max(0.0, seconds)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _one_line(error: Exception) -> str:
+    """The provider's message on one line, short enough for a terminal and an event."""
+    text = " ".join(str(getattr(error, "message", None) or error).split())
+    # litellm prefixes its class names ("litellm.BadRequestError: OpenAIException - "): the
+    # person wants the provider's words.
+    text = LITELLM_PREFIXES.sub("", text)
+    return text if len(text) <= 500 else text[:497] + "..."
