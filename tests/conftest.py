@@ -1,0 +1,25 @@
+"""Shared fixtures. Tests that need Docker use the real engine and the real sandbox image."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+@pytest.fixture(scope="session")
+def sandbox_image() -> str:
+    """The image cairn builds from sandbox_image/ (built once if it is missing)."""
+    from orchestrator.sandbox.image import ensure_image
+
+    return ensure_image()
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "runs"
+    monkeypatch.setenv("CAIRN_RUNS_DIR", str(path))
+    return path
