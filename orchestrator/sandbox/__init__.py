@@ -1,0 +1,145 @@
+"""The sandbox: one hardened container per run, and the toolbox in it that every tool call goes through.
+
+    with Sandbox(run_id, workspace, cfg, image) as sandbox:
+        sandbox.call("shell", command="ls")          # -> the result dict of PROTOCOL.md
+        sandbox.call("read", path="nope")            # raises ToolError: "nope: No such file or directory"
+
+A sandbox heals itself: when its container or toolbox died between calls (out of memory, `docker
+kill`, an engine restart), the next call starts a fresh one on the same workspace, runs, and says so in
+its result under "sandbox_restarted".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import docker
+from docker.models.containers import Container
+
+from orchestrator.config import SandboxConfig
+from orchestrator.errors import SandboxError
+from orchestrator.sandbox import container as containers
+from orchestrator.sandbox.engine import connect
+from orchestrator.sandbox.toolbox_client import ToolboxClient, ToolboxDied
+
+__all__ = ["Sandbox", "SandboxError", "ToolError", "ToolboxDied"]
+
+# Time the host allows beyond an op's own timeout before it declares the toolbox stuck: killing a
+# command's processes, restarting bash and sending a large output back all take a little.
+HOST_GRACE_SECONDS = 30.0
+DEFAULT_OP_SECONDS = 60.0  # read, write, edit, list, ping
+FETCH_SECONDS = 30.0
+
+
+class ToolError(Exception):
+    """An op failed in a way the model should see and can act on: a path outside the workspace, no such
+    file, an edit that is not unique. The message is one line."""
+
+
+class Sandbox:
+    """The sandbox of one run: `start()`, then `call()` as often as needed, then `stop()`."""
+
+    def __init__(self, run_id: str, workspace: Path, cfg: SandboxConfig, image: str,
+                 client: docker.DockerClient | None = None) -> None:
+        self.run_id, self.cfg, self.image = run_id, cfg, image
+        self.workspace = Path(workspace).resolve()
+        self.client = client
+        self.container: Container | None = None
+        self.toolbox: ToolboxClient | None = None
+        self._died: str | None = None  # why the toolbox died during a call, told by the next call
+
+    @property
+    def network_enabled(self) -> bool:
+        return self.cfg.network == "bridge"
+
+    def start(self) -> None:
+        """Create the container and start the toolbox in it. Raises SandboxError naming the problem."""
+        self.client = self.client or connect()
+        self.container = containers.create(self.client, self.cfg, self.run_id, self.workspace, self.image)
+        try:
+            argv = containers.toolbox_argv(self.container, self.workspace, self.image)
+            self.toolbox = ToolboxClient(self.client.api, self.container.id, argv)
+            self.toolbox.start(self.cfg.start_timeout)
+        except ToolboxDied as exc:
+            self.stop()
+            raise SandboxError(f"the toolbox did not start in a container of {self.image}: {exc.message}") from exc
+        except SandboxError:
+            self.stop()
+            raise
+        self._died = None
+
+    def call(self, op: str, **args: object) -> dict:
+        """Run one toolbox op and return its result. Raises ToolError when the op fails (ok: false)."""
+        restarted = None
+        if self.toolbox is None:
+            self.start()
+        elif self._died or not self.toolbox.alive():
+            restarted = self._restart(self._died or self._why_dead())
+        args, timeout = self._with_defaults(op, args)
+        try:
+            response = self.toolbox.request(op, args, timeout)
+        except ToolboxDied as exc:
+            # The op may have run in part (a command that ate all memory), so it is not run again.
+            self._died = self._why_dead(exc.message)
+            raise ToolError(f"the sandbox died during this call: {self._died}; "
+                            f"the next call starts a fresh one on the same workspace") from exc
+        if not response.get("ok"):
+            error = response.get("error") or "the toolbox gave no reason"
+            raise ToolError(f"{error} (and: {restarted})" if restarted else error)
+        result = response["result"]
+        if restarted:
+            result["sandbox_restarted"] = restarted
+        return result
+
+    def stop(self) -> None:
+        """Stop and remove the container. The workspace stays; calling stop twice is fine."""
+        if self.toolbox is not None:
+            self.toolbox.close()
+            self.toolbox = None
+        if self.container is not None and self.client is not None:
+            containers.remove(self.client, self.container.id)
+            self.container = None
+
+    def __enter__(self) -> Sandbox:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _with_defaults(self, op: str, args: dict) -> tuple[dict, float]:
+        """The op's arguments with the config's defaults filled in, and how long the host waits for it."""
+        if op == "shell":
+            timeout = args.get("timeout")
+            if timeout is None or (isinstance(timeout, (int, float)) and not isinstance(timeout, bool)):
+                timeout = min(float(timeout or self.cfg.command_timeout), self.cfg.max_command_timeout)
+                args = {**args, "timeout": timeout}
+            else:  # not a number: the toolbox refuses it with a clear message
+                timeout = self.cfg.command_timeout
+            args = {"inline_bytes": self.cfg.inline_output_bytes,
+                    "max_file_bytes": self.cfg.max_output_file_bytes, **args}
+            return args, timeout + HOST_GRACE_SECONDS
+        if op == "fetch":
+            return args, FETCH_SECONDS + HOST_GRACE_SECONDS
+        return args, DEFAULT_OP_SECONDS
+
+    def _restart(self, reason: str) -> str:
+        self.stop()
+        self.start()
+        return (f"{reason}; a fresh sandbox was started on the same workspace "
+                "(shell state and background processes were lost)")
+
+    def _why_dead(self, detail: str | None = None) -> str:
+        """One line on what happened to the container, for the model and the person."""
+        try:
+            self.container.reload()
+        except docker.errors.NotFound:
+            return "the sandbox container was removed"
+        except containers.ENGINE_ERRORS:
+            return "the Docker engine stopped answering"
+        state = self.container.attrs["State"]
+        if state.get("OOMKilled"):
+            return "the sandbox container ran out of memory"
+        if state.get("Status") != "running":
+            return f"the sandbox container stopped ({state.get('Status')}, exit code {state.get('ExitCode')})"
+        return f"the toolbox process died ({detail or 'no detail'})"

@@ -1,0 +1,656 @@
+#!/usr/bin/env python3
+"""The toolbox: the half of cairn that lives inside the sandbox.
+
+One long-lived process, started once by the host with `docker exec`, that answers JSON-line requests on
+stdin with JSON-line responses on stdout (sandbox_image/PROTOCOL.md). Standard library only, Python 3.9+,
+so it runs on any image that has python3 and bash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import html.parser
+import inspect
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.error
+import urllib.parse
+import urllib.request
+
+VERSION = 1
+WORKSPACE = "/workspace"  # the name the model uses for the root, whatever --root says
+RESET = "cwd and variables were reset"
+WATCH_SECONDS = 0.25  # how often a running command is checked for a fork bomb
+FETCH_MAX_BYTES = 20 * 1024 * 1024
+PREVIEW_CHARS = 2000
+LIST_MAX_ENTRIES = 2000
+LIST_SKIP = {".git", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache"}
+UMASK = os.umask(0o022)
+os.umask(UMASK)
+
+
+class ToolError(Exception):
+    """A failed request the model can act on: becomes {"ok": false, "error": <one line>}."""
+
+
+class Workspace:
+    """Path confinement: every path a request names must resolve, inside the container, to the root or below."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.realpath(root)
+
+    def resolve(self, path: object) -> str:
+        if not isinstance(path, str) or not path.strip():
+            raise ToolError("path must be a non-empty string")
+        if "\0" in path:
+            raise ToolError(f"{path!r}: a path cannot contain a NUL byte")
+        inner = path
+        if path == WORKSPACE or path.startswith(WORKSPACE + "/"):
+            inner = path[len(WORKSPACE):].lstrip("/") or "."
+        # realpath follows symlinks here, inside the container, so a link cannot lead the check astray.
+        real = os.path.realpath(os.path.join(self.root, inner))
+        if real != self.root and not real.startswith(self.root + os.sep):
+            raise ToolError(f"{path}: outside {WORKSPACE} (it resolves to {real}); use paths inside {WORKSPACE}")
+        return real
+
+    def rel(self, real: str) -> str:
+        return os.path.relpath(real, self.root)
+
+
+class Capture:
+    """The output of one command, capped at the source.
+
+    Up to `inline_bytes` stays in memory. Past that, everything goes to a file (until `max_file_bytes`,
+    then it is only counted) and memory keeps just a head and a tail for the preview.
+    """
+
+    def __init__(self, open_file, inline_bytes: int, max_file_bytes: int) -> None:
+        self.open_file = open_file  # called once, when the output first outgrows inline_bytes
+        self.inline_bytes, self.max_file_bytes = inline_bytes, max_file_bytes
+        self.half = inline_bytes // 2
+        self.head, self.tail = bytearray(), b""
+        self.total = self.newlines = self.stored = 0
+        self.last = b""
+        self.file = None
+        self.path = None
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        self.newlines += data.count(b"\n")
+        self.last = data[-1:]
+        if self.file is None:
+            if len(self.head) + len(data) <= self.inline_bytes:
+                self.head += data
+                return
+            self.file, self.path = self.open_file()
+            data, self.head = bytes(self.head) + data, bytearray()
+        self._store(data)
+        if len(self.head) < self.half:
+            taken = self.half - len(self.head)
+            self.head += data[:taken]
+            data = data[taken:]
+        if data:
+            self.tail = data[-self.half:] if len(data) >= self.half else (self.tail + data)[-self.half:]
+
+    def _store(self, data: bytes) -> None:
+        room = self.max_file_bytes - self.stored
+        if room > 0:
+            self.file.write(data[:room])
+            self.stored += min(room, len(data))
+
+    def finish(self, workspace: Workspace) -> dict:
+        lines = self.newlines + (1 if self.total and self.last != b"\n" else 0)
+        result = {"output_bytes": self.total, "output_lines": lines, "truncated": False, "output_path": None}
+        if self.file is None:
+            return dict(result, output=self.head.decode("utf-8", "replace"))
+        if self.total > self.stored:
+            dropped = self.total - self.stored
+            self.file.write(b"\n[cairn: %d more bytes of output were counted but not kept]\n" % dropped)
+        self.file.close()
+        rel = workspace.rel(self.path)
+        omitted = self.total - len(self.head) - len(self.tail)
+        marker = f"\n[... {omitted} bytes omitted; the output is saved in {rel} ...]\n"
+        output = self.head.decode("utf-8", "replace") + marker + self.tail.decode("utf-8", "replace")
+        return dict(result, output=output, truncated=True, output_path=rel)
+
+
+def _procs() -> list:
+    """(pid, pgid, sid) of every live process we can see; zombies are already dead, so they are left out."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # it exited while we looked
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if fields[0] != b"Z":
+            found.append((int(name), int(fields[2]), int(fields[3])))
+    return found
+
+
+def _cgroup_file(*candidates: str) -> str | None:
+    return next((p for p in candidates if os.path.exists(p)), None)
+
+
+def _read_int(path: str | None) -> int | None:
+    """An integer file such as pids.current; None if missing or "max". Raw os calls: this runs per command."""
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 64).strip()
+    finally:
+        os.close(fd)
+    return int(text) if text.isdigit() else None
+
+
+def _last_pid() -> int:
+    """The newest pid of this pid namespace: what a command starts afterwards has a higher one."""
+    return _read_int("/proc/sys/kernel/ns_last_pid") or 0
+
+
+def _read_counter(path: str | None, key: bytes) -> int:
+    """The number after `key` in a cgroup events file such as pids.events ("max 3"); 0 if there is none."""
+    if path is None:
+        return 0
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return 0
+    try:
+        text = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    match = re.search(rb"^" + key + rb" (\d+)", text, re.M)
+    return int(match.group(1)) if match else 0
+
+
+class Limits:
+    """The container's pids and memory limits, as its cgroup (v1 or v2) shows them."""
+
+    def __init__(self) -> None:
+        self.pids_max = _read_int(_cgroup_file("/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids.max"))
+        self.pids_current = _cgroup_file("/sys/fs/cgroup/pids/pids.current", "/sys/fs/cgroup/pids.current")
+        self.pids_events = _cgroup_file("/sys/fs/cgroup/pids/pids.events", "/sys/fs/cgroup/pids.events")
+        self.memory_max = _read_int(
+            _cgroup_file("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory.max"))
+        self.oom_events = _cgroup_file("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events")
+        self.refused_seen = _read_counter(self.pids_events, b"max")
+
+    def near_pids_limit(self) -> bool:
+        """Whether a fork was refused for the limit since the last look, or the count is near the limit.
+
+        Both, because a fork bomb's count swings: it can hit the limit between two looks at the count.
+        """
+        if not self.pids_max:
+            return False
+        refused = _read_counter(self.pids_events, b"max")
+        if refused > self.refused_seen:
+            self.refused_seen = refused
+            return True
+        current = _read_int(self.pids_current) if self.pids_current else len(_procs())
+        return current is not None and current >= 0.8 * self.pids_max
+
+    def oom_kills(self) -> int:
+        return _read_counter(self.oom_events, b"oom_kill")
+
+
+class Shell:
+    """A persistent bash. Commands run in it, not in a child shell, so cwd, variables and venvs persist.
+
+    bash's stdout and stderr are one pipe (so output is merged in the order written); after each command
+    bash writes the exit status on a separate control pipe (fd 3), which commands cannot see.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.limits = Limits()
+        self.env = dict(os.environ, TERM="dumb", PAGER="cat", GIT_PAGER="cat")
+        self.start()
+
+    def start(self) -> None:
+        out_r, out_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()
+        self.proc = subprocess.Popen(
+            ["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
+            pass_fds=(ctl_w,), cwd=self.root, env=self.env, start_new_session=True)
+        os.close(out_w)
+        os.close(ctl_w)
+        os.set_blocking(out_r, False)
+        try:  # a bigger pipe means fewer wake-ups for commands that print a lot
+            import fcntl
+            fcntl.fcntl(out_r, 1031, 1024 * 1024)  # F_SETPIPE_SZ
+        except OSError:
+            pass
+        self.out, self.ctl = out_r, ctl_r
+        # set -m gives every command line its own process group, so a timeout can kill it as a whole.
+        # The raised oom_score_adj is inherited by every command: the OOM killer takes them, not the toolbox.
+        self._send(f"set -m\nexec 3>&{ctl_w} {ctl_w}>&- 4</dev/null\n"
+                   "{ echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null\n")
+        self.oom_seen = self.limits.oom_kills()
+
+    def restart(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.proc.stdin.close()
+        os.close(self.out)
+        os.close(self.ctl)
+        self.start()
+
+    def _send(self, text: str) -> bool:
+        try:
+            self.proc.stdin.write(text.encode("utf-8", "surrogateescape"))
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            return False
+        return True
+
+    def run(self, command: str, timeout: float, capture: Capture) -> dict:
+        started = time.monotonic()
+        notes, restarted = [], False
+        if self.proc.poll() is not None:
+            notes.append(f"the shell had exited (code {self.proc.returncode}) and was restarted: {RESET}")
+            self.restart()
+            restarted = True
+        if self.limits.near_pids_limit():  # left behind by an earlier command
+            killed = self._kill(lambda pid, pgid, sid: sid == self.proc.pid)
+            notes.append(f"earlier commands ran into the process limit: killed {killed} of their processes")
+        self._read_output(capture)  # late output of background jobs, as a terminal would show it
+        before = _last_pid()
+        quoted = "'" + command.replace("'", "'\\''") + "'"
+        # fd 4 is /dev/null, kept open because reopening it per command is measurably slower.
+        sent = self._send("{ eval " + quoted + "\n} <&4 3>&- 4<&-; echo $? >&3\n")
+        status = self._wait(capture, started + timeout, before, notes) if sent else "died"
+        timed_out = status is None
+        if timed_out:
+            killed = self._kill_new(before)
+            notes.append(f"timed out after {timeout:g}s: killed {killed} processes it started" if killed
+                         else f"timed out after {timeout:g}s")
+            status = self._wait(capture, time.monotonic() + (2.0 if killed else 0.3), before, notes)
+            if status is None:
+                notes.append(f"the shell itself was stuck (a loop of builtins?) and was restarted: {RESET}")
+                self.restart()
+                restarted = True
+        if status == "died":
+            code = self.proc.wait()
+            status = 128 - code if code < 0 else code
+            notes.append(f"the shell exited (code {status}) and was restarted: {RESET}")
+            self.restart()
+            restarted = True
+        elif self.limits.near_pids_limit():
+            killed = self._kill_new(before)
+            notes.append(self._limit_note(killed))
+            self._read_output(capture)  # what they wrote before dying belongs to this command
+        exit_code = 124 if timed_out else status
+        if exit_code == 137 and not notes:  # a SIGKILL that was not ours
+            notes.append(self._sigkill_note())
+        return dict(exit_code=exit_code, timed_out=timed_out, shell_restarted=restarted,
+                    duration_ms=round((time.monotonic() - started) * 1000, 3), note="; ".join(notes) or None)
+
+    def _wait(self, capture: Capture, deadline: float, before: int, notes: list):
+        """Collect output until bash reports the exit status (an int), the deadline passes (None), or bash dies."""
+        status = b""
+        next_watch = time.monotonic() + WATCH_SECONDS
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                return None
+            ready, _, _ = select.select([self.out, self.ctl], [], [], min(deadline, next_watch) - now)
+            if self.out in ready:
+                self._read_output(capture, once=True)
+            if self.ctl in ready:
+                data = os.read(self.ctl, 64)
+                if not data:
+                    self._read_output(capture)
+                    return "died"
+                status += data
+                if status.endswith(b"\n"):
+                    self._read_output(capture)
+                    return int(status)
+            if time.monotonic() >= next_watch:
+                next_watch = time.monotonic() + WATCH_SECONDS
+                if self.limits.near_pids_limit():
+                    killed = self._kill_new(before)
+                    notes.append(self._limit_note(killed))
+
+    def _read_output(self, capture: Capture, once: bool = False) -> None:
+        deadline = time.monotonic() + 1.0  # a chatty background job must not keep us here forever
+        while time.monotonic() < deadline:
+            try:
+                data = os.read(self.out, 1024 * 1024)
+            except BlockingIOError:
+                return
+            if not data:
+                return
+            capture.feed(data)
+            if once:
+                return
+
+    def _kill_new(self, before: int) -> int:
+        """Kill what the current command started: processes in bash's session newer than pid `before`.
+
+        Pids count up in the container's pid namespace (wrapping at pid_max, 4M: a command that spans the
+        wrap is not told apart, which is rare enough), so "newer" is a comparison, not a /proc snapshot
+        taken before every command.
+        """
+        return self._kill(lambda pid, pgid, sid: sid == self.proc.pid and pid > before, spare=lambda pid: pid <= before)
+
+    def _kill(self, wanted, spare=lambda pid: False) -> int:
+        """SIGKILL the processes `wanted` picks, with their process groups, until none is left.
+
+        A fork bomb forks back while it is being killed, and a child still being forked is not in /proc
+        yet, so only a few empty looks in a row mean it is over.
+        """
+        own = {os.getpid(), self.proc.pid, 1}
+        killed: set = set()
+        quiet = 0
+        give_up = time.monotonic() + 5
+        while quiet < 3 and time.monotonic() < give_up:
+            procs = _procs()
+            keep_groups = {pgid for pid, pgid, _ in procs if pid in own or spare(pid)}
+            targets = [(pid, pgid) for pid, pgid, sid in procs if pid not in own and wanted(pid, pgid, sid)]
+            quiet = 0 if targets else quiet + 1
+            for pid, pgid in targets:
+                for kill, target in ((os.killpg, pgid), (os.kill, pid)):
+                    if kill is os.killpg and pgid in keep_groups:
+                        continue
+                    try:
+                        kill(target, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                killed.add(pid)
+            time.sleep(0.01)  # let the parents reap them
+        return len(killed)
+
+    def _limit_note(self, killed: int) -> str:
+        return f"the command ran into the process limit ({self.limits.pids_max}): killed {killed} of its processes"
+
+    def _sigkill_note(self) -> str:
+        oom = self.limits.oom_kills()
+        memory = self.limits.memory_max
+        limit = f" (limit {memory // 2**20} MiB)" if memory and memory < 2**50 else ""  # v1 says 2**63 for none
+        if oom > self.oom_seen:
+            self.oom_seen = oom
+            return f"the command was killed by the out-of-memory killer{limit}: use less memory"
+        return f"the command was killed by SIGKILL (exit 137), likely out of memory{limit}"
+
+
+class _TextOfHtml(html.parser.HTMLParser):
+    SKIP = {"script", "style", "noscript", "template", "svg", "head"}
+    BLOCK = {"p", "div", "br", "li", "tr", "td", "th", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article",
+             "header", "footer", "nav", "pre", "blockquote", "table", "ul", "ol", "dt", "dd", "hr", "title", "main"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list = []
+        self.skipping = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.SKIP:
+            self.skipping += 1
+        elif tag in self.BLOCK:
+            self.parts.append("\n- " if tag == "li" else "\n")
+
+    def handle_endtag(self, tag):
+        if tag in self.SKIP:
+            self.skipping = max(0, self.skipping - 1)
+        elif tag in self.BLOCK:
+            self.parts.append("\n")
+
+    def handle_data(self, data):
+        if not self.skipping:
+            self.parts.append(data)
+
+    def text(self) -> str:
+        lines = (re.sub(r"[ \t\r\f\v]+", " ", line).strip() for line in "".join(self.parts).split("\n"))
+        return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
+
+
+def html_to_text(page: str) -> str:
+    parser = _TextOfHtml()
+    parser.feed(page)
+    parser.close()
+    return parser.text()
+
+
+def _atomic_write(real: str, data: bytes) -> None:
+    """Write through a temporary file in the same directory and rename it: readers see old or new, never half."""
+    parent, name = os.path.split(real)
+    os.makedirs(parent, exist_ok=True)
+    mode = os.stat(real).st_mode & 0o7777 if os.path.exists(real) else 0o666 & ~UMASK
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            os.fchmod(f.fileno(), mode)
+        os.replace(tmp, real)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+_SIGNATURES: dict = {}
+
+
+def _signature(method) -> inspect.Signature:
+    if method.__name__ not in _SIGNATURES:
+        _SIGNATURES[method.__name__] = inspect.signature(method)
+    return _SIGNATURES[method.__name__]
+
+
+class Toolbox:
+    """The operations of PROTOCOL.md, one method each (`op_<name>`)."""
+
+    def __init__(self, root: str) -> None:
+        self.ws = Workspace(root)
+        self.shell = Shell(self.ws.root)
+        self.request_id = 0
+
+    def handle(self, line: bytes) -> dict:
+        try:
+            request = json.loads(line)
+            rid, op, args = request.get("id"), request["op"], request.get("args") or {}
+            method = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
+            if method is None:
+                raise ToolError(f"unknown op {op!r}")
+            _signature(method).bind(**args)
+        except (ValueError, KeyError, AttributeError) as exc:
+            return {"id": None, "ok": False, "error": f"bad request: {exc}"}
+        except TypeError as exc:
+            return {"id": rid, "ok": False, "error": f"bad arguments for {op}: {exc}"}
+        except ToolError as exc:
+            return {"id": rid, "ok": False, "error": str(exc)}
+        self.request_id = rid
+        try:
+            return {"id": rid, "ok": True, "result": method(**args)}
+        except ToolError as exc:
+            return {"id": rid, "ok": False, "error": str(exc)}
+        except OSError as exc:  # no such file, permission denied, disk full: the model can act on these
+            where = exc.filename
+            if isinstance(where, str) and where.startswith(self.ws.root):
+                where = self.ws.rel(where)
+            return {"id": rid, "ok": False, "error": f"{where}: {exc.strerror}" if where else str(exc)}
+        except Exception as exc:  # a bug in the toolbox must not end the session; the traceback goes to stderr
+            traceback.print_exc()
+            return {"id": rid, "ok": False, "error": f"internal error in the toolbox: {type(exc).__name__}: {exc}"}
+
+    def op_ping(self) -> dict:
+        return {"pid": os.getpid(), "uid": os.getuid()}
+
+    def op_shell(self, command: str, timeout: float = 120.0, save_as: str | None = None,
+                 inline_bytes: int = 256 * 1024, max_file_bytes: int = 200 * 1024 * 1024) -> dict:
+        if not isinstance(command, str) or not command.strip():
+            raise ToolError("command must be a non-empty string")
+        if not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ToolError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        default = f".cairn/obs/shell-{stamp}-{self.request_id}.txt"
+        chosen = self.ws.resolve(save_as) if save_as is not None else None  # a bad save_as fails before running
+
+        def open_file():
+            path = chosen or self.ws.resolve(default)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            return open(path, "wb"), path
+
+        capture = Capture(open_file, int(inline_bytes), int(max_file_bytes))
+        result = self.shell.run(command, float(timeout), capture)
+        return dict(result, **capture.finish(self.ws))
+
+    def op_read(self, path: str, offset: int | None = None, limit: int | None = None,
+                max_bytes: int = 256 * 1024) -> dict:
+        real = self.ws.resolve(path)
+        start = 1 if offset is None else offset
+        if not isinstance(start, int) or start < 1:
+            raise ToolError(f"offset must be a line number from 1, not {offset!r}")
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ToolError(f"limit must be a positive number of lines, not {limit!r}")
+        if os.path.isdir(real):
+            raise ToolError(f"{path}: is a directory; list it instead")
+        chunks, size, end, total, cut = [], 0, start - 1, 0, False
+        with open(real, "rb") as f:
+            if b"\0" in f.read(8192):
+                raise ToolError(f"{path}: binary file ({os.path.getsize(real)} bytes); inspect it with shell tools")
+            f.seek(0)
+            for total, line in enumerate(f, 1):
+                if total < start or cut:
+                    continue
+                if (limit is not None and total >= start + limit) or size + len(line) > max_bytes:
+                    if not chunks:  # one line longer than max_bytes: give its beginning
+                        chunks.append(line[:max_bytes])
+                        end = total
+                    cut = True
+                    continue
+                chunks.append(line)
+                size += len(line)
+                end = total
+        if start > 1 and start > total:
+            raise ToolError(f"{path}: offset {start} is past the end of the file ({total} lines)")
+        content = b"".join(chunks).decode("utf-8", "replace")
+        return {"path": self.ws.rel(real), "content": content, "start_line": start, "end_line": end,
+                "total_lines": total, "truncated": cut}
+
+    def op_write(self, path: str, content: str) -> dict:
+        if not isinstance(content, str):
+            raise ToolError("content must be a string")
+        real = self.ws.resolve(path)
+        if os.path.isdir(real):
+            raise ToolError(f"{path}: is a directory")
+        created = not os.path.exists(real)
+        data = content.encode("utf-8", "surrogateescape")
+        _atomic_write(real, data)
+        return {"path": self.ws.rel(real), "bytes": len(data), "created": created}
+
+    def op_edit(self, path: str, old: str, new: str) -> dict:
+        if not isinstance(old, str) or not isinstance(new, str):
+            raise ToolError("old and new must be strings")
+        if not old:
+            raise ToolError("old is empty: give the exact text to replace")
+        real = self.ws.resolve(path)
+        with open(real, "rb") as f:
+            raw = f.read()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ToolError(f"{path}: not UTF-8 text; edit it with shell tools") from None
+        count = text.count(old)
+        if count == 0:
+            raise ToolError(f"{path}: old text not found (it must match exactly, whitespace and indentation included)")
+        if count > 1:
+            raise ToolError(f"{path}: old text occurs {count} times; include more surrounding lines to make it unique")
+        data = text.replace(old, new, 1).encode("utf-8")
+        _atomic_write(real, data)
+        return {"path": self.ws.rel(real), "bytes": len(data)}
+
+    def op_list(self, path: str = ".", depth: int = 2) -> dict:
+        real = self.ws.resolve(path)
+        if not os.path.isdir(real):
+            raise ToolError(f"{path}: not a directory")
+        entries: list = []
+
+        def walk(directory: str, level: int) -> None:
+            try:
+                found = sorted(os.scandir(directory), key=lambda e: e.name)
+            except PermissionError:
+                return
+            for entry in found:
+                if len(entries) >= LIST_MAX_ENTRIES:
+                    return
+                kind = ("link" if entry.is_symlink() else "dir" if entry.is_dir() else
+                        "file" if entry.is_file() else "other")
+                size = entry.stat(follow_symlinks=False).st_size if kind == "file" else None
+                entries.append({"path": self.ws.rel(entry.path), "type": kind, "size": size})
+                if kind == "dir" and level < depth and entry.name not in LIST_SKIP:
+                    walk(entry.path, level + 1)
+
+        walk(real, 1)
+        return {"entries": entries, "truncated": len(entries) >= LIST_MAX_ENTRIES}
+
+    def op_fetch(self, url: str, save_as: str | None = None, timeout: float = 30.0) -> dict:
+        parts = urllib.parse.urlsplit(url if isinstance(url, str) else "")
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ToolError(f"{url!r}: only http and https URLs can be fetched")
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", parts.netloc + parts.path).strip("-")[:80]
+        real = self.ws.resolve(save_as or f".cairn/web/{slug}-{hashlib.sha1(url.encode()).hexdigest()[:8]}.txt")
+        request = urllib.request.Request(url, headers={"User-Agent": "cairn-toolbox/1", "Accept": "*/*"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                body = response.read(FETCH_MAX_BYTES)
+                status, final_url, headers = response.status, response.geturl(), response.headers
+        except urllib.error.HTTPError as exc:
+            raise ToolError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            if set(os.listdir("/sys/class/net")) <= {"lo"}:
+                raise ToolError(f"cannot fetch {url}: the sandbox has no network (needs --network bridge)") from None
+            raise ToolError(f"cannot fetch {url}: {getattr(exc, 'reason', exc)}") from None
+        ctype = headers.get_content_type()
+        charset = headers.get_content_charset() or "utf-8"
+        if ctype in ("text/html", "application/xhtml+xml"):
+            text = html_to_text(body.decode(charset, "replace"))
+        elif ctype.startswith("text/") or ctype.endswith(("json", "xml", "javascript")):
+            text = body.decode(charset, "replace")
+        else:
+            raise ToolError(f"{url}: {ctype} is not text ({len(body)} bytes); download it with curl in the shell")
+        data = text.encode("utf-8")
+        _atomic_write(real, data)
+        return {"url": final_url, "status": status, "content_type": ctype, "path": self.ws.rel(real),
+                "bytes": len(data), "text": text[:PREVIEW_CHARS]}
+
+
+def main(argv: list | None = None) -> None:
+    parser = argparse.ArgumentParser(description="cairn's in-sandbox toolbox (JSON lines on stdin/stdout)")
+    parser.add_argument("--root", default=WORKSPACE, help="the workspace directory (default /workspace)")
+    root = parser.parse_args(argv).root
+    if not os.path.isdir(root):
+        sys.exit(f"toolbox: workspace {root} is not a directory")
+    toolbox = Toolbox(root)
+    out = sys.stdout.buffer
+
+    def send(message: dict) -> None:
+        # ensure_ascii: file names may hold undecodable bytes (surrogates) that UTF-8 cannot carry.
+        out.write(json.dumps(message).encode("ascii") + b"\n")
+        out.flush()
+
+    send({"id": 0, "ok": True, "result": {"ready": True, "pid": os.getpid(), "uid": os.getuid(), "version": VERSION}})
+    for line in sys.stdin.buffer:
+        if line.strip():
+            send(toolbox.handle(line))
+
+
+if __name__ == "__main__":
+    main()

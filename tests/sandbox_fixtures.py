@@ -1,0 +1,91 @@
+"""Fixtures shared by the sandbox tests; test modules import the ones they use.
+
+The image is, in order: `$CAIRN_TEST_IMAGE` (an explicit choice wins, and spares a build), the image
+`orchestrator.sandbox.image.ensure_image()` builds from sandbox_image/, or `cairn-sandbox-dev:latest`
+when that module is not there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from orchestrator.errors import SandboxError
+
+DEV_IMAGE = "cairn-sandbox-dev:latest"
+TOOLBOX = Path(__file__).resolve().parent.parent / "sandbox_image" / "toolbox.py"
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> docker.DockerClient:
+    from orchestrator.sandbox.engine import connect
+
+    try:
+        return connect()
+    except SandboxError as exc:
+        pytest.skip(f"no Docker engine: {exc.message}")
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_client: docker.DockerClient) -> str:
+    if os.environ.get("CAIRN_TEST_IMAGE"):
+        return os.environ["CAIRN_TEST_IMAGE"]
+    try:
+        from orchestrator.sandbox.image import ensure_image
+    except ImportError:
+        return DEV_IMAGE
+    return ensure_image()
+
+
+class ToolboxProcess:
+    """toolbox.py run on the host with --root, spoken to over pipes exactly as the host client does."""
+
+    def __init__(self, root: Path) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(TOOLBOX), "--root", str(root)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.ready = self._receive()
+        self.next_id = 0
+
+    def request(self, op: str, **args: object) -> dict:
+        """The whole response: {"id", "ok", "result"} or {"id", "ok", "error"}."""
+        self.next_id += 1
+        line = {"id": self.next_id, "op": op, "args": args}
+        self.process.stdin.write((json.dumps(line) + "\n").encode())
+        self.process.stdin.flush()
+        return self._receive()
+
+    def result(self, op: str, **args: object) -> dict:
+        response = self.request(op, **args)
+        assert response["ok"], response
+        return response["result"]
+
+    def error(self, op: str, **args: object) -> str:
+        response = self.request(op, **args)
+        assert not response["ok"], response
+        return response["error"]
+
+    def _receive(self) -> dict:
+        line = self.process.stdout.readline()
+        assert line, f"the toolbox exited: {self.process.stderr.read().decode()}"
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=10)
+        self.process.stdout.close()
+        self.process.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def toolbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToolboxProcess]:
+    process = ToolboxProcess(tmp_path_factory.mktemp("root"))
+    yield process
+    process.close()
