@@ -1,0 +1,275 @@
+"""The `cairn` command. Commands that do not call a model never import litellm, so they start fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from pydantic import ValidationError
+
+from orchestrator.config import RunConfig, default_runs_dir
+from orchestrator.errors import CairnError, UsageError
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # else importing litellm waits on the network
+
+app = typer.Typer(help="cairn: a long-running agent whose memory is a filesystem, sandboxed in Docker.",
+                  no_args_is_help=False, add_completion=False, pretty_exceptions_enable=False)
+image_app = typer.Typer(help="The sandbox image.", no_args_is_help=True)
+app.add_typer(image_app, name="image")
+
+RunsDir = typer.Option(None, "--runs-dir", help="Where runs live (default $CAIRN_RUNS_DIR, else ~/.cairn/runs).")
+JsonOut = typer.Option(False, "--json", help="Print one JSON document on stdout and nothing else.")
+
+
+def _runs_dir(value: Optional[Path]) -> Path:
+    return value or default_runs_dir()
+
+
+def _find(runs_dir: Optional[Path], ref: str):  # noqa: ANN202 - RunDir, imported lazily
+    from orchestrator.store.runs import RunDir
+
+    return RunDir.find(_runs_dir(runs_dir), ref)
+
+
+def _print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+@app.command()
+def run(
+    task: Optional[str] = typer.Argument(None, help="The task. Without one, an interactive session."),
+    model: str = typer.Option("scripted:demo", "--model", "-m", help="A litellm model string, or scripted:PATH."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="An OpenAI-compatible endpoint (vLLM, llama.cpp, Ollama)."),
+    runs_dir: Optional[Path] = RunsDir,
+    template: str = typer.Option("default", "--template", help="Starter workspace from workspace_templates/."),
+    max_steps: Optional[int] = typer.Option(100, "--max-steps", min=1, help="Model calls at most."),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0, help="USD at most."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Prompt plus completion tokens at most."),
+    network: str = typer.Option("none", "--network", help="none (default) or bridge."),
+    image: Optional[str] = typer.Option(None, "--image", help="Sandbox image (default: the one cairn builds)."),
+    json_output: bool = JsonOut,
+) -> None:
+    """Start a run."""
+    try:
+        cfg = RunConfig.model_validate({
+            "model": {"model": model, "api_base": api_base},
+            "limits": {"max_steps": max_steps, "max_cost": max_cost, "max_tokens": max_tokens},
+            "sandbox": {"network": network, "image": image},
+            "template": template,
+        })
+    except ValidationError as exc:
+        raise UsageError(_one_line(exc)) from None
+    from orchestrator.runner import create_run
+
+    interactive = task is None
+    if interactive:
+        task = _ask("task> ")
+    run_dir = create_run(_runs_dir(runs_dir), task, cfg)
+    _drive(run_dir, cfg, json_output, interactive=interactive)
+
+
+@app.command()
+def demo(runs_dir: Optional[Path] = RunsDir) -> None:
+    """Run the built-in scripted demo offline (no model service needed), then show its timeline."""
+    from orchestrator.llm.scripted import load_script
+    from orchestrator.runner import create_run
+
+    cfg = RunConfig.model_validate({"model": {"model": "scripted:demo"}})
+    run_dir = create_run(_runs_dir(runs_dir), load_script("demo")["task"], cfg)
+    try:
+        _drive(run_dir, cfg, json_output=False)
+    finally:
+        typer.echo("")
+        show(run_dir.id, step=None, runs_dir=runs_dir, json_output=False)
+
+
+@app.command()
+def resume(
+    run_ref: str = typer.Argument(..., metavar="RUN", help="A run id or a unique prefix of one."),
+    message: Optional[str] = typer.Option(None, "--message", help="A message to the agent (answers ask_user)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Continue with another model."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1, help="Raise the step limit."),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0, help="Raise the cost limit (USD)."),
+    runs_dir: Optional[Path] = RunsDir,
+    json_output: bool = JsonOut,
+) -> None:
+    """Continue a stopped, interrupted or crashed run."""
+    from orchestrator.runner import load_config, run_is_live
+
+    run_dir = _find(runs_dir, run_ref)
+    if run_is_live(run_dir):
+        raise UsageError(f"run {run_dir.id} is running in another process")
+    status = run_dir.read_meta().get("status")
+    if status == "waiting" and not message:
+        raise UsageError(f"run {run_dir.id} waits for an answer: {run_dir.read_meta().get('result')}",
+                         hint=f'cairn resume {run_dir.id} --message "ANSWER"')
+    if status == "done" and not message:
+        raise UsageError(f"run {run_dir.id} is done; to go on, give it a new instruction with --message")
+    cfg = load_config(run_dir)
+    if model:
+        cfg.model.model = model
+    if max_steps:
+        cfg.limits.max_steps = max_steps
+    if max_cost is not None:
+        cfg.limits.max_cost = max_cost
+    run_dir.update_meta(config=cfg.model_dump(mode="json"))
+    _drive(run_dir, cfg, json_output, message=message, resumed=True)
+
+
+def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = None,  # noqa: ANN001
+           interactive: bool = False, resumed: bool = False) -> None:
+    from orchestrator.display import make_display
+    from orchestrator.inspect.timeline import timeline
+    from orchestrator.runner import Session, exit_code
+
+    display = make_display(json_output)
+    try:
+        with Session(run_dir, cfg, display, resumed=resumed) as session:
+            status = session.go(message, source="answer" if resumed and message else "user")
+            while interactive and status != "interrupted":
+                reply = _ask("you> ", allow_eof=True)
+                if reply is None:
+                    break
+                status = session.go(reply)
+            error = session.agent.error
+    finally:
+        display.close()
+    if json_output:
+        _print_json(timeline(run_dir))
+    else:
+        doc = timeline(run_dir)
+        typer.echo(f"run {run_dir.id}: {status}" + (f": {doc['result']}" if doc["result"] else ""), err=True)
+        typer.echo(f"  inspect it with: cairn show {run_dir.id}", err=True)
+    raise typer.Exit(exit_code(status, error))
+
+
+def _ask(prompt: str, allow_eof: bool = False) -> str | None:
+    if not sys.stdin.isatty() and not allow_eof:
+        raise UsageError("no task given and no terminal to ask for one: cairn run \"TASK\"")
+    try:
+        text = input(prompt).strip()
+    except EOFError:
+        if allow_eof:
+            return None
+        raise UsageError("no task given") from None
+    if not text and not allow_eof:
+        raise UsageError("no task given")
+    return text or None
+
+
+@app.command("ls")
+def ls(runs_dir: Optional[Path] = RunsDir, json_output: bool = JsonOut) -> None:
+    """List runs."""
+    from orchestrator.inspect.listing import list_runs, render_runs
+
+    rows = list_runs(_runs_dir(runs_dir))
+    if json_output:
+        _print_json(rows)
+    else:
+        typer.echo(render_runs(rows))
+
+
+@app.command()
+def show(
+    run_ref: str = typer.Argument(..., metavar="RUN"),
+    step: Optional[int] = typer.Option(None, "--step", help="Show one step whole."),
+    runs_dir: Optional[Path] = RunsDir,
+    json_output: bool = JsonOut,
+) -> None:
+    """The timeline of a run, or one step whole."""
+    from orchestrator.inspect.timeline import step_lines, timeline
+
+    doc = timeline(_find(runs_dir, run_ref))
+    if step is not None:
+        matches = [s for s in doc["steps"] if s["index"] == step]
+        if not matches:
+            raise UsageError(f"run {doc['id']} has no step {step} (it has {len(doc['steps'])})")
+        if json_output:
+            _print_json(matches[0])
+        else:
+            typer.echo(json.dumps(matches[0], indent=2, ensure_ascii=False))
+        return
+    if json_output:
+        _print_json(doc)
+        return
+    u = doc["usage"]
+    cost = f"${u['cost_usd']:.4f}" if u["cost_usd"] is not None else "cost unknown"
+    typer.echo(f"run {doc['id']}  [{doc['status']}]  model {doc['model']}")
+    typer.echo(f"task: {doc['task']}")
+    typer.echo("\n".join(step_lines(doc)) or "(no steps yet)")
+    typer.echo(f"tokens: {u['prompt_tokens']:,} prompt ({u['cache_hit_ratio']:.0%} cached), "
+               f"{u['completion_tokens']:,} completion; {cost}")
+    for c in doc["compactions"]:
+        typer.echo(f"compaction at step {c['step']} ({c['kind']}): {c['tokens_before']:,} → {c['tokens_after']:,} tokens")
+    if doc["result"]:
+        typer.echo(f"result: {doc['result']}")
+
+
+@app.command()
+def todo(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
+    """The run's plan (workspace/todo.md)."""
+    run_dir = _find(runs_dir, run_ref)
+    path = run_dir.workspace / "todo.md"
+    if path.is_symlink() or not path.is_file():
+        raise UsageError(f"run {run_dir.id} has no todo.md")
+    typer.echo(path.read_text(errors="replace"), nl=False)
+
+
+@image_app.command("build")
+def image_build(
+    force: bool = typer.Option(False, "--force", help="Build even if an image with this tag exists."),
+    base: Optional[str] = typer.Option(None, "--base", help="Base image (default python:3.12-slim, else a Debian root)."),
+) -> None:
+    """Build the sandbox image (tagged by a hash of sandbox_image/, so an unchanged image is reused)."""
+    from orchestrator.sandbox.image import build_image
+
+    tag = build_image(progress=lambda line: typer.echo(line, err=True), force=force, base=base)
+    typer.echo(tag)
+
+
+@app.command()
+def doctor() -> None:
+    """Check the engine, the image, free disk and the model settings, and say what to do."""
+    from orchestrator.doctor import run_checks
+
+    checks = run_checks()
+    for c in checks:
+        typer.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" + ("" if c.ok or not c.fix else f"\n     fix: {c.fix}"))
+    raise typer.Exit(0 if all(c.ok for c in checks) else 1)
+
+
+@app.command()
+def gc(runs_dir: Optional[Path] = RunsDir) -> None:
+    """Remove sandbox containers whose run is not live."""
+    from orchestrator.runner import run_is_live
+    from orchestrator.sandbox.container import gc as gc_containers
+    from orchestrator.sandbox.engine import connect
+    from orchestrator.store.runs import RunDir
+
+    live = {r.id for r in RunDir.all(_runs_dir(runs_dir)) if run_is_live(r)}
+    removed = gc_containers(connect(), live)
+    typer.echo(f"removed {len(removed)} container(s)" + (": " + ", ".join(removed) if removed else ""))
+
+
+def _one_line(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"invalid setting {where}: {first['msg']}"
+
+
+def main() -> None:
+    try:
+        app()
+    except CairnError as exc:
+        typer.echo(f"cairn: error: {exc.message}", err=True)
+        if exc.hint:
+            typer.echo(f"  hint: {exc.hint}", err=True)
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""What a person watching a run sees: one line per action, and a live status line."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from orchestrator.store import events as ev
+from orchestrator.store.replay import RunState
+
+
+def short(text: str | None, width: int = 100) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def money(totals) -> str:  # noqa: ANN001 - guards.Totals
+    return f"${totals.cost_usd:.4f}" if totals.cost_known else "cost unknown"
+
+
+class Quiet:
+    """For --json: nothing but the final document reaches stdout."""
+
+    def event(self, event: ev.Event, state: RunState) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class LiveDisplay:
+    """Action lines scroll above a status line: step, tool, tokens, cache hits, cost, elapsed."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self.started = time.time()
+        self.current = "starting"
+        self.live = Live(Text(""), console=self.console, refresh_per_second=4, transient=True,
+                         auto_refresh=self.console.is_terminal, get_renderable=self._status)
+        self.state: RunState | None = None
+        if self.console.is_terminal:
+            self.live.start()
+
+    def _status(self) -> Text:
+        s = self.state
+        if s is None:
+            return Text("")
+        t = s.totals
+        return Text(
+            f"step {s.step} · {self.current} · {t.prompt_tokens + t.completion_tokens:,} tokens · "
+            f"cache {t.cache_hit_ratio:.0%} · {money(t)} · {time.time() - self.started:.0f}s",
+            style="dim",
+        )
+
+    def event(self, event: ev.Event, state: RunState) -> None:
+        self.state = state
+        line = self._line(event)
+        if line is not None:
+            self.console.print(line, highlight=False, markup=False)
+
+    def _line(self, event: ev.Event) -> str | None:
+        if isinstance(event, ev.ToolStarted):
+            self.current = f"{event.name} {short(event.arguments, 60)}"
+            return f"[{event.step}] {event.name} {short(event.arguments, 110)}"
+        if isinstance(event, ev.ToolFinished):
+            self.current = "thinking"
+            mark = "✗" if event.error else "→"
+            where = f"  (saved to {event.offloaded_to})" if event.offloaded_to else ""
+            return f"      {mark} {short(event.output or event.content, 100)}{where}"
+        if isinstance(event, ev.AssistantMessage) and event.message.get("content"):
+            return f"[{event.step}] {short(event.message['content'], 120)}"
+        if isinstance(event, ev.Compaction):
+            return f"      ⟲ compaction ({event.kind}): {event.tokens_before:,} → {event.tokens_after:,} tokens"
+        if isinstance(event, ev.Notice):
+            return f"      ! {event.text}"
+        if isinstance(event, ev.StatusChanged) and event.status != "running":
+            return f"status: {event.status}" + (f" ({event.reason})" if event.reason else "")
+        return None
+
+    def close(self) -> None:
+        if self.live.is_started:
+            self.live.stop()
+
+
+def make_display(json_output: bool) -> Quiet | LiveDisplay:
+    return Quiet() if json_output else LiveDisplay(Console(stderr=True, force_terminal=None if sys.stderr.isatty() else False))

@@ -1,0 +1,246 @@
+"""The agent loop: build the request, call the model, record, run the tools, check guards, repeat.
+
+Every fact goes into the event log before the action it describes goes ahead, and the in-memory state
+is only ever changed by applying those same events (`emit`), so a resumed run is the run that stopped.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any, Callable, Protocol
+
+from orchestrator.config import RunConfig
+from orchestrator.errors import CairnError
+from orchestrator.context import CannotCompact, TokenCounter, build_request, compact, needs_compaction
+from orchestrator.context import render_tail, shape_result
+from orchestrator.context.offload import obs_path
+from orchestrator.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
+from orchestrator.llm.client import ContextOverflow
+from orchestrator.llm.types import Reply, ToolCall
+from orchestrator.sandbox import ToolError
+from orchestrator.store import events as ev
+from orchestrator.store.replay import RunState
+from orchestrator.store.runs import RunDir
+from orchestrator.tools.dispatch import AskUser, BadCall, Observation, TaskDone, ToolRunner, parse_arguments
+from orchestrator.tools.specs import force
+
+
+class ModelLike(Protocol):
+    def complete(self, messages: list[dict], tools: list[dict], tool_choice: Any = "auto",
+                 history_end: int | None = None, on_text: Callable[[str], None] | None = None) -> Reply: ...
+
+    def context_window(self) -> int: ...
+
+
+class Display(Protocol):
+    def event(self, event: ev.Event, state: RunState) -> None: ...
+
+
+class Agent:
+    def __init__(self, run: RunDir, cfg: RunConfig, sandbox: Any, model: ModelLike, display: Display) -> None:
+        self.run_dir, self.cfg, self.sandbox, self.model, self.display = run, cfg, sandbox, model, display
+        self.counter = TokenCounter()
+        self.state = RunState(cfg.context, self.counter)
+        self.tools = ToolRunner(sandbox, cfg.sandbox)
+        self.guard = LoopGuard()
+        self.notices: list[str] = []  # for the next request's tail only
+        self.stop_requested = False
+        self.error: CairnError | None = None  # what made the run fail, for the exit code
+        events, _torn = run.events.read()
+        for event in events:
+            self.state.apply(event)
+
+    def emit(self, event: ev._Event) -> None:
+        self.run_dir.events.append(event)
+        self.state.apply(event)
+        self.display.event(event, self.state)
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run(self) -> str:
+        """Steps until the run ends; returns its status. Ctrl-C stops between actions."""
+        self.emit(ev.StatusChanged(step=self.state.step, status="running"))
+        previous = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            while True:
+                self.step()
+        except Finished as finished:
+            end = finished
+        except KeyboardInterrupt:
+            end = Finished("interrupted", "stopped by Ctrl-C")
+        except CairnError as exc:  # the model or the sandbox failed for good; the message says how
+            self.error = exc
+            end = Finished("failed", exc.message)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        self.emit(ev.StatusChanged(step=self.state.step, status=end.status, reason=end.reason, result=end.result))
+        self._save_meta()
+        return self.state.status
+
+    def step(self) -> None:
+        step = self.state.step + 1
+        check_budget(self.cfg.limits, self.state.totals, step)
+        reply = self.ask_model(step)
+        self.emit(ev.AssistantMessage(step=step, message=reply.message))
+        if not reply.tool_calls:
+            raise Finished("stopped", "the model answered without a tool call", result=reply.message.get("content"))
+        ending: Finished | None = None
+        seen: set[str] = set()
+        for call in reply.tool_calls:
+            # A second call of the same tool in one step names its saved output after its call id.
+            label = call.id if call.name in seen else None
+            seen.add(call.name)
+            if ending is None:
+                ending = self.execute(call, step, label)
+            else:
+                self.finish(call, step, Observation("not executed: an earlier call in this step ended the run", error=True))
+        if ending is not None:
+            raise ending
+        warning = self.guard.check(self.state.signatures)
+        if warning:
+            self.notices.append(warning)
+        self.checkpoint(step)
+        if self.stop_requested:
+            raise Finished("interrupted", "stopped by Ctrl-C")
+
+    # -- the model --------------------------------------------------------------------------------
+
+    def ask_model(self, step: int) -> Reply:
+        request = self.prepare(step)
+        tool_choice = force("task_done") if is_last_step(self.cfg.limits, step) else "auto"
+        try:
+            return self._call(request, tool_choice, step)
+        except ContextOverflow as exc:
+            self.emit(ev.Notice(step=step, text=f"the provider said the context is too long ({exc}); compacting"))
+            # The provider's window is smaller than we thought: compact relative to what it refused.
+            self.compact(step, request, window=min(self.model.context_window(), self.estimate(request)))
+            try:
+                return self._call(self.prepare(step, allow_compaction=False), tool_choice, step)
+            except ContextOverflow as again:
+                raise Finished("failed", f"the context is still too long after compaction: {again}") from again
+
+    def prepare(self, step: int, allow_compaction: bool = True) -> Any:
+        notices = [n for n in [budget_notice(self.cfg.limits, self.state.totals, step), *self.notices] if n]
+        tail = render_tail(self.read_todo(), notices)
+        request = self._build(tail)
+        if allow_compaction and needs_compaction(self.estimate(request), self.model.context_window(), self.cfg.context):
+            self.compact(step, request)
+            request = self._build(tail)
+        return request
+
+    def _build(self, tail: str) -> Any:
+        s = self.state
+        return build_request(s.system_prompt, s.tools, s.task, s.history, tail)
+
+    def estimate(self, request: Any) -> int:
+        return self.counter.estimate(request)
+
+    def _call(self, request: Any, tool_choice: Any, step: int) -> Reply:
+        estimated = self.estimate(request)
+        reply = self.model.complete(request.messages, self.state.tools, tool_choice, history_end=request.history_end)
+        self.counter.calibrate(reply.usage.prompt_tokens, estimated)
+        self.notices = []  # they were shown
+        self.emit(ev.ModelRequest(step=step, model=self.cfg.model.model, usage=reply.usage.model_dump(),
+                                  estimated_prompt_tokens=estimated, messages=len(request.messages)))
+        return reply
+
+    def compact(self, step: int, request: Any, window: int | None = None) -> None:
+        """One bulk step down to the low-water mark; the event records what was replaced."""
+        try:
+            event = compact(
+                self.state.history, window=window or self.model.context_window(), cfg=self.cfg.context,
+                save=self.save_file, summarize=self.summarize, step=step,
+                next_summary_number=self.state.summaries + 1,
+                overhead_tokens=self.counter.overhead(request), counter=self.counter,
+            )
+        except CannotCompact as exc:
+            raise Finished("failed", str(exc)) from exc
+        if event.replacements or event.span:
+            self.emit(event)
+
+    def summarize(self, messages: list[dict]) -> str:
+        """The span goes to the model as plain text: some providers refuse tool calls without tools."""
+        prompt = ("Summarize this part of an agent's work history for the agent itself: decisions, facts "
+                  "learned, files written, errors met, and every file path mentioned. Be concise.")
+        span = "\n\n".join(f"[{m['role']}] {m.get('content') or ''}"
+                            + "".join(f"\n  call {c['function']['name']} {c['function']['arguments']}"
+                                      for c in m.get("tool_calls") or []) for m in messages)
+        reply = self.model.complete([{"role": "system", "content": prompt}, {"role": "user", "content": span}], [])
+        return reply.message.get("content") or "(the model gave no summary)"
+
+    # -- the tools --------------------------------------------------------------------------------
+
+    def execute(self, call: ToolCall, step: int, label: str | None = None) -> Finished | None:
+        """Runs one call and records its result; returns how the run ends if this call ends it."""
+        self.emit(ev.ToolStarted(step=step, call_id=call.id, name=call.name, arguments=call.arguments))
+        started = time.monotonic()
+        ending = None
+        try:
+            args = parse_arguments(call.name, call.arguments)
+            observation = self.tools.run(call.name, args, obs_path(step, call.name, label))
+        except TaskDone as done:
+            observation, ending = Observation("task reported done"), Finished("done", "task_done", done.summary)
+        except AskUser as ask:
+            observation = Observation("the question was sent to the person; their answer will follow")
+            ending = Finished("waiting", "ask_user", ask.question)
+        except (BadCall, ToolError) as exc:
+            observation = Observation(f"error: {exc}", error=True)
+        self.finish(call, step, observation, (time.monotonic() - started) * 1000, label)
+        if observation.note:
+            self.notices.append(f"The sandbox was restarted: {observation.note}. Files in /workspace are intact; "
+                                "anything installed outside it is gone.")
+        return ending
+
+    def finish(self, call: ToolCall, step: int, observation: Observation, duration_ms: float | None = None,
+               label: str | None = None) -> None:
+        shaped = shape_result(step, call.name, observation.text, cfg=self.cfg.context, count=self.counter.count_text,
+                              save=self.save_file, saved_path=observation.saved_path, call_id=label)
+        content = "\n".join(part for part in (shaped.content.rstrip("\n"), observation.footer) if part)
+        whole = "\n".join(part for part in (observation.text.rstrip("\n"), observation.footer) if part)
+        self.emit(ev.ToolFinished(
+            step=step, call_id=call.id, name=call.name, content=content, error=observation.error,
+            offloaded_to=shaped.offloaded_to, duration_ms=duration_ms, output=whole if whole != content else None,
+        ))
+
+    def save_file(self, path: str, text: str) -> None:
+        """Cairn's own files in the workspace are written inside the sandbox, like the agent's."""
+        self.sandbox.call("write", path=path, content=text)
+
+    def read_todo(self) -> str | None:
+        try:
+            return self.sandbox.call("read", path="todo.md")["content"]
+        except ToolError:
+            return None
+
+    def checkpoint(self, step: int) -> None:
+        """The hook where the workspace is committed after every step (see store/checkpoints)."""
+
+    def recover(self) -> None:
+        """After a stop or a crash: calls that started and never finished are closed, never re-run."""
+        for call in list(self.state.open_calls.values()):
+            began = call.id in self.state.started
+            text = "not executed: the run stopped before it finished" if began else \
+                "not executed: the run stopped before this call"
+            self.finish(call, self.state.step, Observation(text, error=True))
+        if self.state.step:
+            self.notices.append("The run was resumed in a new sandbox: files in /workspace are intact; anything "
+                                "installed or started outside /workspace is gone.")
+
+    # -- the edges --------------------------------------------------------------------------------
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.stop_requested:
+            raise KeyboardInterrupt  # a second Ctrl-C stops at once
+        self.stop_requested = True
+        self.emit(ev.Notice(step=self.state.step, text="Ctrl-C: stopping after the current action"))
+
+    def _save_meta(self) -> None:
+        t = self.state.totals
+        self.run_dir.update_meta(
+            status=self.state.status, steps=self.state.step, result=self.state.result,
+            usage={"prompt_tokens": t.prompt_tokens, "cached_tokens": t.cached_tokens,
+                   "completion_tokens": t.completion_tokens,
+                   "cost_usd": t.cost_usd if t.cost_known else None, "cache_hit_ratio": round(t.cache_hit_ratio, 4)},
+        )
+

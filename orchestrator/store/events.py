@@ -1,0 +1,172 @@
+"""The event log: `state/events.jsonl`, the source of truth for resume and inspection.
+
+Every event is one JSON line, appended and fsynced before the action it describes goes ahead. Events
+are pydantic models with a version field, so a newer cairn still reads the runs of an older one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+EVENT_VERSION = 1
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="allow")  # a newer cairn may add fields; keep them when reading
+
+    v: int = EVENT_VERSION
+    ts: float = Field(default_factory=time.time)
+    step: int = 0
+
+
+class RunStarted(_Event):
+    """The stable prefix is stored whole, so a resume sends the same bytes even after an upgrade."""
+
+    type: Literal["run_started"] = "run_started"
+    task: str
+    system_prompt: str
+    tools: list[dict[str, Any]]
+
+
+class UserMessage(_Event):
+    type: Literal["user_message"] = "user_message"
+    text: str
+    source: str = "user"  # "user" (interactive), "answer" (to ask_user), "say", "inbox"
+
+
+class ModelRequest(_Event):
+    """One model call, recorded after it answered, with the provider's usage."""
+
+    type: Literal["model_request"] = "model_request"
+    model: str
+    usage: dict[str, Any]
+    estimated_prompt_tokens: int = 0
+    messages: int = 0
+
+
+class AssistantMessage(_Event):
+    type: Literal["assistant_message"] = "assistant_message"
+    message: dict[str, Any]  # OpenAI format: role, content, tool_calls
+
+
+class ToolStarted(_Event):
+    type: Literal["tool_started"] = "tool_started"
+    call_id: str
+    name: str
+    arguments: str  # raw, as the model wrote them (they may not be JSON)
+
+
+class ToolFinished(_Event):
+    type: Literal["tool_finished"] = "tool_finished"
+    call_id: str
+    name: str
+    content: str  # what entered the history (a preview and a pointer when offloaded)
+    error: bool = False
+    offloaded_to: str | None = None
+    output: str | None = None  # the whole result text the host received, when it differs from content
+    duration_ms: float | None = None
+
+
+class Compaction(_Event):
+    """Old tool results turned into pointers, or a span of history replaced by a saved summary."""
+
+    type: Literal["compaction"] = "compaction"
+    kind: Literal["pointers", "summary"]
+    replacements: dict[str, str] = Field(default_factory=dict)  # history message id -> new content
+    span: list[str] = Field(default_factory=list)  # ids of the messages a summary replaces
+    summary: str | None = None
+    summary_path: str | None = None
+    tokens_before: int
+    tokens_after: int
+
+
+class Notice(_Event):
+    type: Literal["notice"] = "notice"
+    text: str
+
+
+class StatusChanged(_Event):
+    type: Literal["status"] = "status"
+    status: str
+    reason: str = ""
+    result: str | None = None
+
+
+class Checkpoint(_Event):
+    type: Literal["checkpoint"] = "checkpoint"
+    commit: str | None
+    skipped: list[str] = Field(default_factory=list)
+
+
+Event = Annotated[
+    Union[
+        RunStarted,
+        UserMessage,
+        ModelRequest,
+        AssistantMessage,
+        ToolStarted,
+        ToolFinished,
+        Compaction,
+        Notice,
+        StatusChanged,
+        Checkpoint,
+    ],
+    Field(discriminator="type"),
+]
+_adapter: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_event(line: str) -> Event:
+    return _adapter.validate_json(line)
+
+
+def dump_event(event: _Event) -> str:
+    """One line, keys sorted: the same event always gives the same bytes."""
+    return json.dumps(event.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
+
+
+class EventLog:
+    """Append-only, fsynced. Opened per write so that a crash never leaves a half-buffered event."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(self, event: _Event) -> None:
+        line = (dump_event(event) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def read(self) -> tuple[list[Event], str | None]:
+        """All events, and the torn last line if the writer died mid-line (set aside, never dropped)."""
+        if not self.path.exists():
+            return [], None
+        data = self.path.read_bytes()
+        lines = data.split(b"\n")
+        torn = None
+        if lines and lines[-1]:
+            torn = lines.pop().decode(errors="replace")
+        events = [parse_event(line) for line in lines if line.strip()]
+        return events, torn
+
+    def set_aside_torn_line(self) -> Path | None:
+        """Moves a torn last line to its own file, so appending can go on; returns that file."""
+        _, torn = self.read()
+        if torn is None:
+            return None
+        aside = self.path.with_name(f"events.torn-{int(time.time())}.txt")
+        aside.write_text(torn + "\n")
+        data = self.path.read_bytes()
+        with open(self.path, "r+b") as f:
+            f.truncate(data.rindex(b"\n") + 1 if b"\n" in data else 0)
+            os.fsync(f.fileno())
+        return aside

@@ -1,0 +1,103 @@
+"""The state of a run, derived from its events.
+
+The live loop and a resume go through the same `RunState.apply`, so a run rebuilt from its event log
+has the same history, the same counters and so the same request bytes as the run that wrote it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.config import ContextConfig
+from orchestrator.context import History, TokenCounter, shape_assistant_message
+from orchestrator.guards import Totals, signature
+from orchestrator.llm.types import ToolCall
+from orchestrator.store import events as ev
+
+
+class RunState:
+    def __init__(self, ctx: ContextConfig, counter: TokenCounter) -> None:
+        self.ctx = ctx
+        self.count = counter.count_text
+        self.task = ""
+        self.system_prompt = ""
+        self.tools: list[dict[str, Any]] = []
+        self.history = History(counter)
+        self.totals = Totals()
+        self.step = 0
+        self.status = "running"
+        self.result: str | None = None
+        self.open_calls: dict[str, ToolCall] = {}  # calls of the last answer that have no result yet
+        self.started: set[str] = set()  # of those, the ones that began to run
+        self.signatures: list[str] = []
+        self.summaries = 0
+        self.last_estimate = 0
+        self.n_events = 0
+
+    def apply(self, event: ev.Event) -> None:
+        self.n_events += 1
+        handler = getattr(self, "_on_" + event.type, None)
+        if handler is not None:
+            handler(event)
+
+    def _id(self) -> str:
+        return f"e{self.n_events}"
+
+    def _on_run_started(self, e: ev.RunStarted) -> None:
+        self.task, self.system_prompt, self.tools = e.task, e.system_prompt, e.tools
+        self.totals.started = e.ts
+
+    def _on_user_message(self, e: ev.UserMessage) -> None:
+        self.history.append(self._id(), {"role": "user", "content": e.text}, e.step, kind="user")
+
+    def _on_model_request(self, e: ev.ModelRequest) -> None:
+        u = e.usage
+        t = self.totals
+        t.steps = max(t.steps, e.step)
+        t.prompt_tokens += u.get("prompt_tokens", 0)
+        t.cached_tokens += u.get("cached_tokens", 0)
+        t.completion_tokens += u.get("completion_tokens", 0)
+        if u.get("cost_usd") is None:
+            t.cost_known = False
+        else:
+            t.cost_usd += u["cost_usd"]
+        self.last_estimate = e.estimated_prompt_tokens
+
+    def _on_assistant_message(self, e: ev.AssistantMessage) -> None:
+        self.step = e.step
+        self.open_calls = {
+            c["id"]: ToolCall(id=c["id"], name=c["function"]["name"], arguments=c["function"]["arguments"])
+            for c in e.message.get("tool_calls") or []
+        }
+        # A long file the agent wrote stays in history as its path and size, not its text.
+        message = shape_assistant_message(e.message, self.ctx.offload_tokens, self.count)
+        self.history.append(self._id(), message, e.step, kind="assistant")
+
+    def _on_tool_started(self, e: ev.ToolStarted) -> None:
+        self.started.add(e.call_id)
+
+    def _on_tool_finished(self, e: ev.ToolFinished) -> None:
+        call = self.open_calls.pop(e.call_id, None)
+        self.started.discard(e.call_id)
+        self.history.append(
+            self._id(),
+            {"role": "tool", "tool_call_id": e.call_id, "content": e.content},
+            e.step,
+            kind="tool",
+            tool=e.name,
+            call_id=e.call_id,
+            error=e.error,
+            offloaded_to=e.offloaded_to,
+        )
+        arguments = call.arguments if call else ""
+        self.signatures.append(signature(e.name, arguments, e.output or e.content))
+
+    def _on_compaction(self, e: ev.Compaction) -> None:
+        self.history.apply(e)
+        if e.kind == "summary":
+            self.summaries += 1
+
+    def _on_status(self, e: ev.StatusChanged) -> None:
+        self.status = e.status
+        if e.result is not None:
+            self.result = e.result

@@ -1,0 +1,86 @@
+"""Run directories: `<runs-dir>/<run-id>/{workspace/, state/}` (DESIGN.md) and `state/run.json`."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import UsageError
+from orchestrator.store.events import EventLog
+
+STATUSES = ("running", "done", "waiting", "stopped", "budget", "looping", "interrupted", "failed")
+
+
+def new_run_id(now: float | None = None) -> str:
+    """Sortable by start time, unique without coordination: `20261121-181300-3fa9c1`."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now or time.time()))
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+class RunDir:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.id = root.name
+        self.workspace = root / "workspace"
+        self.state = root / "state"
+        self.events = EventLog(self.state / "events.jsonl")
+        self.meta_path = self.state / "run.json"
+
+    @classmethod
+    def create(cls, runs_dir: Path, meta: dict[str, Any], template: Path | None = None) -> "RunDir":
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        run = cls(runs_dir / new_run_id())
+        run.state.mkdir(parents=True)
+        if template is not None:
+            shutil.copytree(template, run.workspace, ignore=shutil.ignore_patterns("cairn.json"))
+        else:
+            run.workspace.mkdir()
+        run.write_meta({"id": run.id, "created": time.time(), **meta})
+        return run
+
+    @classmethod
+    def find(cls, runs_dir: Path, ref: str) -> "RunDir":
+        """A run by id or by a unique prefix of one; a clear error otherwise."""
+        if not ref or "/" in ref or ref in (".", ".."):
+            raise UsageError(f"not a run id: {ref!r}")
+        if (runs_dir / ref / "state").is_dir():
+            return cls(runs_dir / ref)
+        matches = sorted(p for p in runs_dir.glob(f"{ref}*") if (p / "state").is_dir()) if runs_dir.is_dir() else []
+        if not matches:
+            raise UsageError(f"no run {ref!r} in {runs_dir}", hint="cairn ls lists the runs")
+        if len(matches) > 1:
+            names = ", ".join(p.name for p in matches[:5])
+            raise UsageError(f"{ref!r} matches {len(matches)} runs ({names}); give more of the id")
+        return cls(matches[0])
+
+    @staticmethod
+    def all(runs_dir: Path) -> list["RunDir"]:
+        if not runs_dir.is_dir():
+            return []
+        return [RunDir(p) for p in sorted(runs_dir.iterdir()) if (p / "state" / "run.json").is_file()]
+
+    def read_meta(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.meta_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UsageError(f"run {self.id} has an unreadable state/run.json ({exc})") from exc
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        """Atomically: a reader never sees half a file, a crash never leaves one."""
+        tmp = self.meta_path.with_suffix(".json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(meta, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.meta_path)
+
+    def update_meta(self, **changes: Any) -> dict[str, Any]:
+        meta = self.read_meta()
+        meta.update(changes, updated=time.time())
+        self.write_meta(meta)
+        return meta
