@@ -12,7 +12,7 @@ import typer
 from pydantic import ValidationError
 
 from orchestrator.config import RunConfig, default_runs_dir
-from orchestrator.errors import CairnError, UsageError
+from orchestrator.errors import CairnError, SandboxError, UsageError
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # else importing litellm waits on the network
 
@@ -104,10 +104,12 @@ def resume(
     if run_is_live(run_dir):
         raise UsageError(f"run {run_dir.id} is running in another process")
     status = run_dir.read_meta().get("status")
-    if status == "waiting" and not message:
+    if not message and _has_said(run_dir):
+        pass  # a `cairn say` message is waiting to be delivered: that is the instruction
+    elif status == "waiting" and not message:
         raise UsageError(f"run {run_dir.id} waits for an answer: {run_dir.read_meta().get('result')}",
                          hint=f'cairn resume {run_dir.id} --message "ANSWER"')
-    if status == "done" and not message:
+    elif status == "done" and not message:
         raise UsageError(f"run {run_dir.id} is done; to go on, give it a new instruction with --message")
     cfg = load_config(run_dir)
     if model:
@@ -120,11 +122,17 @@ def resume(
     _drive(run_dir, cfg, json_output, message=message, resumed=True)
 
 
+def _has_said(run_dir) -> bool:  # noqa: ANN001 - RunDir, imported lazily
+    from orchestrator.store.inbox import delivered_offset, pending
+
+    return bool(pending(run_dir.state, delivered_offset(run_dir.events.read()[0])))
+
+
 def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = None,  # noqa: ANN001
            interactive: bool = False, resumed: bool = False) -> None:
     from orchestrator.display import make_display
     from orchestrator.inspect.timeline import timeline
-    from orchestrator.runner import Session, exit_code
+    from orchestrator.runner import Session, exit_code, mark_failed
 
     display = make_display(json_output)
     try:
@@ -136,6 +144,9 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
                     break
                 status = session.go(reply)
             error = session.agent.error
+    except SandboxError as exc:  # the sandbox never started: the agent's own failures end inside the loop
+        mark_failed(run_dir, exc.message)
+        raise
     finally:
         display.close()
     if json_output:
@@ -219,6 +230,82 @@ def todo(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[P
     typer.echo(path.read_text(errors="replace"), nl=False)
 
 
+
+@app.command()
+def report(
+    run_ref: str = typer.Argument(..., metavar="RUN"),
+    output: Path = typer.Option(..., "--output", "-o", help="The HTML file to write."),
+    runs_dir: Optional[Path] = RunsDir,
+) -> None:
+    """Write one self-contained HTML page of the run (timeline, todo, files, tokens and cost)."""
+    from orchestrator.inspect.report import write_report
+
+    run_dir = _find(runs_dir, run_ref)
+    write_report(run_dir, output)
+    typer.echo(f"wrote {output}", err=True)
+
+
+@app.command()
+def watch(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
+    """Follow a live run: its events and workspace file changes as they happen."""
+    from orchestrator.inspect.watch import watch_run
+    from orchestrator.runner import run_is_live
+
+    watch_run(_find(runs_dir, run_ref), lambda line: typer.echo(line), run_is_live)
+
+
+@app.command()
+def say(
+    run_ref: str = typer.Argument(..., metavar="RUN"),
+    text: str = typer.Argument(..., help="The message; the agent sees it at its next step."),
+    runs_dir: Optional[Path] = RunsDir,
+) -> None:
+    """Add a message to a run: a live run gets it at its next step, a stopped one when it is resumed."""
+    from orchestrator.runner import run_is_live
+    from orchestrator.store.inbox import say as append_message
+
+    if not text.strip():
+        raise UsageError("the message is empty")
+    run_dir = _find(runs_dir, run_ref)
+    append_message(run_dir.state, text)
+    if run_is_live(run_dir):
+        typer.echo(f"run {run_dir.id} gets the message at its next step", err=True)
+    else:
+        typer.echo(f"run {run_dir.id} is not running; it gets the message when it is resumed "
+                   f"(cairn resume {run_dir.id})", err=True)
+
+
+@app.command("export")
+def export_cmd(
+    run_ref: str = typer.Argument(..., metavar="RUN"),
+    output: Path = typer.Option(..., "--output", "-o", help="The archive to write (tar.gz)."),
+    runs_dir: Optional[Path] = RunsDir,
+) -> None:
+    """Write a run (workspace and state) to one tar.gz, to resume it elsewhere with `cairn import`."""
+    from orchestrator.runner import run_is_live
+    from orchestrator.store.archive import export_run
+
+    run_dir = _find(runs_dir, run_ref)
+    if run_is_live(run_dir):
+        raise UsageError(f"run {run_dir.id} is running; export it when it has stopped")
+    for path in export_run(run_dir, output):
+        typer.echo(f"left out: {path}", err=True)
+    typer.echo(str(output))
+
+
+@app.command("import")
+def import_cmd(
+    archive: Path = typer.Argument(..., metavar="FILE", help="An archive written by `cairn export`."),
+    runs_dir: Optional[Path] = RunsDir,
+) -> None:
+    """Add a run from an archive of `cairn export` to the runs directory; then `cairn resume` it."""
+    from orchestrator.store.archive import import_run
+
+    run_dir = import_run(archive, _runs_dir(runs_dir))
+    typer.echo(run_dir.id)
+    typer.echo(f"  resume it with: cairn resume {run_dir.id}", err=True)
+
+
 @image_app.command("build")
 def image_build(
     force: bool = typer.Option(False, "--force", help="Build even if an image with this tag exists."),
@@ -269,6 +356,9 @@ def main() -> None:
         if exc.hint:
             typer.echo(f"  hint: {exc.hint}", err=True)
         sys.exit(exc.exit_code)
+    except KeyboardInterrupt:  # Ctrl-C outside the loop (while starting or resuming): still resumable
+        typer.echo("cairn: interrupted", err=True)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

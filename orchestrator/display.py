@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 
 from rich.console import Console
@@ -22,6 +21,28 @@ def money(totals) -> str:  # noqa: ANN001 - guards.Totals
     return f"${totals.cost_usd:.4f}" if totals.cost_known else "cost unknown"
 
 
+def event_line(event: ev.Event) -> str | None:
+    """The one line a person sees for an event (None for the events nobody needs to see).
+    Shared by the live display and `cairn watch`."""
+    if isinstance(event, ev.ToolStarted):
+        return f"[{event.step}] {event.name} {short(event.arguments, 110)}"
+    if isinstance(event, ev.ToolFinished):
+        mark = "✗" if event.error else "→"
+        where = f"  (saved to {event.offloaded_to})" if event.offloaded_to else ""
+        return f"      {mark} {short(event.output or event.content, 100)}{where}"
+    if isinstance(event, ev.AssistantMessage) and event.message.get("content"):
+        return f"[{event.step}] {short(event.message['content'], 120)}"
+    if isinstance(event, ev.UserMessage) and event.source in ("say", "inbox"):
+        return f"[{event.step}] ✉ message ({event.source}): {short(event.text, 100)}"
+    if isinstance(event, ev.Compaction):
+        return f"      ⟲ compaction ({event.kind}): {event.tokens_before:,} → {event.tokens_after:,} tokens"
+    if isinstance(event, ev.Notice):
+        return f"      ! {event.text}"
+    if isinstance(event, ev.StatusChanged) and event.status != "running":
+        return f"status: {event.status}" + (f" ({event.reason})" if event.reason else "")
+    return None
+
+
 class Quiet:
     """For --json: nothing but the final document reaches stdout."""
 
@@ -39,9 +60,9 @@ class LiveDisplay:
         self.console = console or Console(stderr=True)
         self.started = time.time()
         self.current = "starting"
+        self.state: RunState | None = None
         self.live = Live(Text(""), console=self.console, refresh_per_second=4, transient=True,
                          auto_refresh=self.console.is_terminal, get_renderable=self._status)
-        self.state: RunState | None = None
         if self.console.is_terminal:
             self.live.start()
 
@@ -65,21 +86,9 @@ class LiveDisplay:
     def _line(self, event: ev.Event) -> str | None:
         if isinstance(event, ev.ToolStarted):
             self.current = f"{event.name} {short(event.arguments, 60)}"
-            return f"[{event.step}] {event.name} {short(event.arguments, 110)}"
-        if isinstance(event, ev.ToolFinished):
+        elif isinstance(event, ev.ToolFinished):
             self.current = "thinking"
-            mark = "✗" if event.error else "→"
-            where = f"  (saved to {event.offloaded_to})" if event.offloaded_to else ""
-            return f"      {mark} {short(event.output or event.content, 100)}{where}"
-        if isinstance(event, ev.AssistantMessage) and event.message.get("content"):
-            return f"[{event.step}] {short(event.message['content'], 120)}"
-        if isinstance(event, ev.Compaction):
-            return f"      ⟲ compaction ({event.kind}): {event.tokens_before:,} → {event.tokens_after:,} tokens"
-        if isinstance(event, ev.Notice):
-            return f"      ! {event.text}"
-        if isinstance(event, ev.StatusChanged) and event.status != "running":
-            return f"status: {event.status}" + (f" ({event.reason})" if event.reason else "")
-        return None
+        return event_line(event)
 
     def close(self) -> None:
         if self.live.is_started:
@@ -87,4 +96,4 @@ class LiveDisplay:
 
 
 def make_display(json_output: bool) -> Quiet | LiveDisplay:
-    return Quiet() if json_output else LiveDisplay(Console(stderr=True, force_terminal=None if sys.stderr.isatty() else False))
+    return Quiet() if json_output else LiveDisplay(Console(stderr=True))

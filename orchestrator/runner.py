@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -55,23 +57,31 @@ class Session:
         from orchestrator.sandbox import Sandbox
         from orchestrator.sandbox.image import ensure_image
 
-        self.run, self.cfg = run, cfg
-        aside = run.events.set_aside_torn_line() if resumed else None
+        self.run, self.cfg, self.resumed = run, cfg, resumed
+        self.aside = run.events.set_aside_torn_line() if resumed else None
         image = cfg.sandbox.image or ensure_image()
         self.sandbox = Sandbox(run.id, run.workspace, cfg.sandbox, image=image)
-        self.sandbox.start()
         self.agent = Agent(run, cfg, self.sandbox, LLM(cfg.model), display)
-        self._lock()
-        if aside is not None:
-            self.agent.emit(ev.Notice(step=self.agent.state.step, text=f"a torn last event line was set aside in {aside.name}"))
-        if resumed:
-            self.agent.recover()
 
     def _lock(self) -> None:
         """Marks the run as live: `ls` and `gc` tell a running run from a crashed one by this pid."""
-        (self.run.state / "pid").write_text(str(os.getpid()))
+        pid_file = self.run.state / "pid"
+        tmp = pid_file.with_name("pid.tmp")
+        tmp.write_text(json.dumps(process_identity(os.getpid())))
+        os.replace(tmp, pid_file)
 
     def __enter__(self) -> "Session":
+        self.sandbox.start()
+        try:
+            self._lock()
+            if self.aside is not None:
+                self.agent.emit(ev.Notice(step=self.agent.state.step,
+                                          text=f"a torn last event line was set aside in {self.aside.name}"))
+            if self.resumed:
+                self.agent.recover()
+        except BaseException:  # Ctrl-C or an error here: `with` will not call __exit__, so stop the sandbox
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -84,13 +94,56 @@ class Session:
         return self.agent.run()
 
 
+def mark_failed(run: RunDir, reason: str) -> None:
+    """For a run that could not even start its sandbox: the log and run.json say why."""
+    run.events.append(ev.StatusChanged(status="failed", reason=reason))
+    run.update_meta(status="failed", result=None)
+
+
+def process_identity(pid: int) -> dict[str, Any]:
+    """What tells this process from a later one that got the same pid: host, boot and start time."""
+    return {"pid": pid, "host": socket.gethostname(), "boot": _read("/proc/sys/kernel/random/boot_id"),
+            "start": _start_time(pid)}
+
+
 def run_is_live(run: RunDir) -> bool:
+    """True while the process named in `state/pid` runs. A pid file a SIGKILL left behind is stale: its
+    pid is gone, or now names another process (another start time or boot), or it was written on another
+    host (an imported run)."""
     try:
-        pid = int((run.state / "pid").read_text())
-        os.kill(pid, 0)
-    except (OSError, ValueError):
+        text = (run.state / "pid").read_text()
+    except OSError:
         return False
-    return True
+    try:
+        recorded = json.loads(text)
+        if isinstance(recorded, int):  # the older format: the pid alone
+            recorded = {"pid": recorded}
+        pid = int(recorded["pid"])
+        os.kill(pid, 0)
+    except PermissionError:  # the process exists under another user
+        pass
+    except (OSError, ValueError, TypeError, KeyError):
+        return False
+    now = process_identity(pid)
+    return all(recorded.get(key) is None or recorded[key] == now[key] for key in ("host", "boot", "start"))
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux); None where /proc is not there."""
+    stat = _read(f"/proc/{pid}/stat")
+    if stat is None:
+        return None
+    try:
+        return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the name in (...) may hold spaces
+    except (IndexError, ValueError):
+        return None
 
 
 def elapsed(meta: dict[str, Any]) -> float:

@@ -117,14 +117,13 @@ class ToolRunner:
     def _file_read(self, args: dict[str, Any], obs_path: str) -> Observation:
         extra = {k: int(args[k]) for k in ("offset", "limit") if isinstance(args.get(k), (int, float))}
         r = self.sandbox.call("read", path=args["path"], **extra)
-        text = r["content"]
-        partial = r["start_line"] > 1 or r["end_line"] < r["total_lines"] or r.get("truncated")
-        if partial:
-            text += (
-                f"\n[lines {r['start_line']}-{r['end_line']} of {r['total_lines']} of {r['path']}"
-                f"{'; cut at the size limit' if r.get('truncated') else ''}; read on with offset={r['end_line'] + 1}]"
-            )
-        return Observation(text)
+        footer = ""
+        if r["start_line"] > 1 or r["end_line"] < r["total_lines"]:
+            shown = r["end_line"] - r["start_line"] + 1
+            by_size = r.get("truncated") and shown < extra.get("limit", r["total_lines"])
+            footer = (f"[lines {r['start_line']}-{r['end_line']} of {r['total_lines']} of {r['path']}"
+                      f"{' (cut at the size limit)' if by_size else ''}; read on with offset={r['end_line'] + 1}]")
+        return Observation(r["content"], footer=footer)
 
     def _file_write(self, args: dict[str, Any], obs_path: str) -> Observation:
         r = self.sandbox.call("write", path=args["path"], content=args["content"])

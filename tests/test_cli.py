@@ -1,0 +1,98 @@
+"""The `cairn` command as a person or a script uses it: exit codes, one-line errors, JSON documents."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def cairn(*args: str, runs_dir: Path, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir), **(env or {})},
+    )
+
+
+def test_commands_that_call_no_model_do_not_import_litellm(runs_dir):
+    code = ("import sys; from orchestrator.cli import app; from typer.testing import CliRunner; "
+            "CliRunner().invoke(app, ['ls']); CliRunner().invoke(app, ['--help']); "
+            "print('litellm' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)})
+    assert out.stdout.strip() == "False"
+
+
+def test_an_unknown_run_id_is_a_one_line_usage_error(runs_dir):
+    out = cairn("show", "no-such-run", runs_dir=runs_dir)
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[0] == f"cairn: error: no run 'no-such-run' in {runs_dir}"
+
+
+def test_a_bad_option_value_is_a_one_line_usage_error(runs_dir):
+    out = cairn("run", "task", "--network", "host", runs_dir=runs_dir)
+    assert out.returncode == 2
+    assert "sandbox.network" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not list(runs_dir.glob("*"))  # nothing was created for a run that could not start
+
+
+def test_no_task_and_no_terminal_is_a_usage_error(runs_dir):
+    out = cairn("run", runs_dir=runs_dir)
+    assert out.returncode == 2
+    assert "no task given" in out.stderr
+
+
+def test_a_missing_docker_engine_exits_4_with_what_to_do(runs_dir):
+    out = cairn("run", "task", runs_dir=runs_dir, env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert out.returncode == 4
+    assert "no Docker engine answers" in out.stderr and "hint:" in out.stderr
+    [meta] = [json.loads(p.read_text()) for p in runs_dir.glob("*/state/run.json")]
+    assert meta["status"] == "failed"
+
+
+def test_ls_on_an_empty_runs_dir_says_so(runs_dir):
+    out = cairn("ls", runs_dir=runs_dir)
+    assert out.returncode == 0 and "no runs yet" in out.stdout
+    assert json.loads(cairn("ls", "--json", runs_dir=runs_dir).stdout) == []
+
+
+@pytest.mark.docker
+def test_the_demo_finishes_and_show_json_follows_the_contract(runs_dir, sandbox_image):
+    out = cairn("demo", runs_dir=runs_dir)
+    assert out.returncode == 0, out.stderr[-2000:]
+    [row] = json.loads(cairn("ls", "--json", runs_dir=runs_dir).stdout)
+    assert row["status"] == "done" and row["steps"] == 8
+    doc = json.loads(cairn("show", row["id"][:12], "--json", runs_dir=runs_dir).stdout)
+    assert {"id", "status", "task", "model", "steps", "usage"} <= doc.keys()
+    assert {"prompt_tokens", "cached_tokens", "completion_tokens", "cost_usd", "cache_hit_ratio"} <= doc["usage"].keys()
+    call = doc["steps"][4]["tool_calls"][0]
+    assert {"name", "arguments", "result", "error", "offloaded_to"} <= call.keys()
+    assert call["offloaded_to"] == ".cairn/obs/5-shell_exec.txt"
+    assert doc["steps"][2]["tool_calls"][0]["error"] is True  # the NameError
+    assert "7919" in doc["result"]
+    assert (runs_dir / row["id"] / "workspace" / "primes.py").is_file()
+
+
+@pytest.mark.docker
+def test_run_json_prints_only_the_document(runs_dir, sandbox_image, tmp_path):
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [{"tool_calls": [{"name": "task_done", "arguments": {"summary": "ok"}}]}]}))
+    out = cairn("run", "say ok", "--model", f"scripted:{script}", "--json", runs_dir=runs_dir)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert doc["status"] == "done" and doc["result"] == "ok"
+
+
+@pytest.mark.docker
+def test_a_budget_stop_exits_3(runs_dir, sandbox_image, tmp_path):
+    script = tmp_path / "script.json"
+    turn = {"tool_calls": [{"name": "shell_exec", "arguments": {"command": "true"}}]}
+    script.write_text(json.dumps({"turns": [turn] * 5}))
+    out = cairn("run", "loop", "--model", f"scripted:{script}", "--max-steps", "2", "--json", runs_dir=runs_dir)
+    assert out.returncode == 3
+    assert json.loads(out.stdout)["status"] == "budget"
