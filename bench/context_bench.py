@@ -1,0 +1,863 @@
+#!/usr/bin/env python3
+"""What cairn's context engine buys over two common policies, on one scripted long run.
+
+One deterministic 300-step run (from `--seed`) of a coding agent: small outputs (ls, short test
+runs, edits), medium ones (file reads, diffs), large ones (build logs, `pytest -v` of a big suite,
+file dumps), failures (tracebacks, non-zero exits), assistant messages with tool calls, and a
+todo.md rewritten every ~10 steps. The same sequence is played against three policies, each
+producing the whole request (messages + tools) at every step:
+
+1. cairn: the real `orchestrator.context` code, driven the way `orchestrator/loop.py` drives it
+   (offload at insertion, todo and budget in a tail, bulk compaction at the high-water mark with a
+   summary request, a TokenCounter calibrated on the previous request's true size).
+2. drop-oldest: everything verbatim, the plan only in the history, and the oldest turns dropped
+   while the request is over the window: a sliding window, which rewrites the prefix every step
+   once it is full.
+3. summarize@90%: everything verbatim; over 90% of the window the whole history is summarized into
+   one message (one extra request: all of it as uncached input, ~500 tokens out).
+
+Every request is accounted like the scripted model does it (`canonical_prompt`, cl100k_base,
+`PrefixCache`: cached = longest shared prefix in 128-token blocks, none under 1,024). Prices:
+$3/M input, $0.30/M cached input, $15/M output.
+
+The window defaults to 64k, not 128k: cairn keeps ~1k tokens of history per step here, so in 128k
+it would compact about three times in 300 steps; 64k makes it compact several times (pointers and
+written summaries both), which is the part worth measuring. 64k is also a real window (many open
+models), and it is where verbatim policies hurt: one 40k build log fills most of it.
+
+cairn's per-step overhead is the wall time of its context work (shaping the new results, building
+the request, estimating, compacting), not the accounting: the median over steps 5-15 and over the
+last ten steps, each step's time being the median of `--repeats` runs.
+
+The last line is machine-readable:
+    cache_hit=<cairn ratio> peak_tokens=<cairn peak> cost_vs_summarize=<ratio> overhead_300_vs_10=<ratio>
+(peak over all of cairn's requests, its summarize requests included; cost is cairn's over the
+summarize@90% baseline's; overhead is the last ten steps' over steps 5-15's.)
+Targets: cache_hit >= 0.9, peak under the window, cost_vs_summarize <= 0.5, overhead ratio <= 1.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import re
+import statistics
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `python bench/context_bench.py` from anywhere: find `orchestrator`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# Deliberately no litellm (and so nothing from orchestrator.loop or orchestrator.llm.client): it is
+# slow to import and this bench needs none of it.
+from orchestrator.config import ContextConfig, LimitsConfig  # noqa: E402
+from orchestrator.context import (  # noqa: E402
+    History,
+    TokenCounter,
+    build_request,
+    canonical_json,
+    compact,
+    needs_compaction,
+    render_tail,
+    shape_assistant_message,
+    shape_result,
+)
+from orchestrator.guards import Totals, budget_notice  # noqa: E402
+from orchestrator.llm.scripted import PrefixCache, canonical_prompt  # noqa: E402
+from orchestrator.llm.tokenizer import count_tokens, encoding  # noqa: E402
+from orchestrator.prompts import system_prompt  # noqa: E402
+from orchestrator.tools.specs import BUILTIN_TOOLS, canonical  # noqa: E402
+
+Message = dict[str, Any]
+
+PRICE_INPUT = 3.00 / 1e6
+PRICE_CACHED = 0.30 / 1e6  # 10% of input, as Anthropic and OpenAI price cache reads
+PRICE_OUTPUT = 15.00 / 1e6
+
+DEFAULT_STEPS = 300
+DEFAULT_WINDOW = 64_000
+DEFAULT_SEED = 7
+DEFAULT_REPEATS = 3
+
+CAIRN_SUMMARY_TOKENS = 300  # what the scripted summarizer writes for cairn's compaction
+BASELINE_SUMMARY_TOKENS = 500  # and for the summarize@90% baseline: it has more to cover
+SUMMARIZE_AT = 0.90
+
+SYSTEM = system_prompt()
+TOOLS = canonical(BUILTIN_TOOLS)
+TASK = (
+    "The tidewater service (a Python package in /workspace, with a C extension for its parser) fails "
+    "its test suite on Python 3.12 and its build emits warnings. Make the whole suite pass, remove the "
+    "build warnings, and add tests for the retry logic in tidewater/retry.py. Keep the public API "
+    "unchanged. When done, write a short CHANGES.md entry and call task_done."
+)
+
+# What cairn's loop sends to summarize a span (Agent.summarize in orchestrator/loop.py). Copied, not
+# imported: importing the loop imports litellm.
+CAIRN_SUMMARIZE_PROMPT = (
+    "Summarize this part of an agent's work history for the agent itself: decisions, facts "
+    "learned, files written, errors met, and every file path mentioned. Be concise."
+)
+BASELINE_SUMMARIZE_PROMPT = (
+    "Summarize the conversation so far so that the agent can continue the task from the summary "
+    "alone: the goal, what was done, files changed, errors met and their state, and the next steps."
+)
+
+
+# --- the workload ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    """One tool call of a turn and the observation it produced."""
+
+    id: str
+    name: str
+    result: str
+    error: bool
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One step of the scripted agent: its assistant message, then the observations."""
+
+    step: int
+    message: Message  # the assistant message as the model sent it (OpenAI format)
+    calls: tuple[Call, ...]
+    todo: str | None  # todo.md as it is when this step's request is built (before this turn)
+    kind: str  # small / medium / large / failure: the size class of the step's main observation
+    output_tokens: int  # completion tokens, counted like the scripted server (`_count_answer`)
+    verbatim: tuple[Message, ...]  # the turn as the baselines keep it: no offload, no shaping
+    verbatim_tokens: int  # raw cl100k tokens of `verbatim`, for the baselines' cheap estimates
+
+    def observation_tokens(self) -> int:
+        return sum(count_tokens(call.result) for call in self.calls)
+
+
+MODULES = [
+    "parser", "lexer", "config", "cache", "scheduler", "storage", "http_client", "auth", "metrics",
+    "cli", "models", "serializer", "retry", "queue", "worker", "plugins", "registry", "log_setup",
+    "validators", "migrations",
+]  # fmt: skip
+VERBS = ["load", "parse", "flush", "resolve", "emit", "schedule", "retry", "encode", "decode", "validate",
+         "register", "open", "close", "merge", "split", "render", "fetch", "apply", "collect", "drain"]
+NOUNS = ["token", "buffer", "config", "record", "window", "handler", "session", "payload", "budget", "entry",
+         "batch", "header", "cursor", "schema", "backoff", "shard", "lease", "snapshot", "index", "frame"]
+ERRORS = [
+    ("KeyError", "'retry_budget'"),
+    ("TypeError", "unsupported operand type(s) for +: 'NoneType' and 'int'"),
+    ("AttributeError", "'Session' object has no attribute 'lease_id'"),
+    ("ValueError", "invalid literal for int() with base 10: 'auto'"),
+    ("AssertionError", "assert 3 == 4"),
+    ("ModuleNotFoundError", "No module named 'tidewater._cparser'"),
+    ("RuntimeError", "event loop is closed"),
+    ("json.decoder.JSONDecodeError", "Expecting ',' delimiter: line 1 column 88 (char 87)"),
+]
+
+
+class _Gen:
+    """Deterministic, realistic-looking text: the same seed gives the same bytes."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    # small pieces
+    def word(self, words: Sequence[str]) -> str:
+        return self.rng.choice(words)
+
+    def module(self) -> str:
+        return self.word(MODULES)
+
+    def path(self) -> str:
+        return f"tidewater/{self.module()}.py"
+
+    def test_path(self) -> str:
+        return f"tests/test_{self.module()}.py"
+
+    def func(self) -> str:
+        return f"{self.word(VERBS)}_{self.word(NOUNS)}"
+
+    def hexid(self, n: int = 12) -> str:
+        return "".join(self.rng.choice("0123456789abcdef") for _ in range(n))
+
+    def sentence(self) -> str:
+        r = self.rng
+        return r.choice([
+            f"`{self.func()}` in {self.path()} does not handle an empty {self.word(NOUNS)}.",
+            f"The failure comes from {self.path()} line {r.randint(10, 600)}, where the {self.word(NOUNS)} is reused.",
+            f"I'll check how {self.func()} is called from {self.path()} before changing it.",
+            f"{self.test_path()} expects the old {self.word(NOUNS)} format; the fixture needs updating.",
+            f"The warning is about an unused `{self.word(NOUNS)}_len` in src/_cparser.c.",
+            f"Next: run the {self.module()} tests again to confirm the fix.",
+            f"This matches the traceback: `{self.func()}` returns None when the {self.word(NOUNS)} is stale.",
+            f"Keeping the public signature of `{self.func()}` unchanged, as the task says.",
+        ])  # fmt: skip
+
+    def prose(self, sentences: int) -> str:
+        return " ".join(self.sentence() for _ in range(sentences))
+
+    # lines of the various outputs
+    def code_line(self) -> str:
+        r, f, n = self.rng, self.func(), self.word(NOUNS)
+        arg_type = r.choice(["str", "int", "bytes", "Record", "dict[str, Any]"])
+        return r.choice([
+            f"def {f}(self, {n}: {arg_type}) -> {r.choice(['None', 'bool', 'int', 'Frame'])}:",
+            f'    """{self.sentence()}"""',
+            f"    if {n} is None:",
+            f'        raise ValueError(f"{n} must not be empty: {{{n}!r}}")',
+            f"    result = self._{n}s.get({n}.key, {r.choice(['None', '0', 'DEFAULT_' + n.upper()])})",
+            "    return result",
+            "",
+            f"class {n.capitalize()}{r.choice(['Manager', 'Error', 'Pool', 'Reader', 'State'])}:",
+            f"from tidewater.{self.module()} import {n.capitalize()}, {self.func()}",
+            f"    for item in self.{n}s[{r.randint(0, 9)}:]:",
+            f'        logger.debug("%s {self.word(VERBS)} %r", self.name, item)',
+            f"        total += item.{n}_size * {r.randint(2, 64)}",
+            f"    await self.{self.func()}(timeout={r.uniform(0.1, 30):.1f})",
+        ])  # fmt: skip
+
+    def ls_line(self) -> str:
+        r = self.rng
+        name = r.choice([self.path(), self.test_path(), "setup.py", "pyproject.toml", "src/_cparser.c", "README.md"])
+        when = f"Mar {r.randint(1, 28):>2} {r.randint(0, 23):02d}:{r.randint(0, 59):02d}"
+        return f"-rw-r--r-- 1 agent agent {r.randint(120, 48000):>6} {when} {name}"
+
+    def build_line(self) -> str:
+        r, mod, noun = self.rng, self.module(), self.word(NOUNS)
+        where = f"src/{mod}.c:{r.randint(10, 900)}:{r.randint(1, 40)}"
+        version = f"{r.randint(0, 9)}.{r.randint(0, 30)}.{r.randint(0, 9)}"
+        return r.choice([
+            f"[{r.randint(1, 100):3d}%] Building C object src/CMakeFiles/_cparser.dir/{mod}.c.o",
+            f"gcc -pthread -O2 -g -Wall -fPIC -I/usr/include/python3.12 -Isrc -c src/{mod}.c "
+            f"-o build/temp.linux-x86_64-cpython-312/src/{mod}.o",
+            f"{where}: warning: unused variable '{noun}_len' [-Wunused-variable]",
+            f"{where}: warning: comparison of integer expressions of different signedness: 'int' and 'size_t' "
+            "[-Wsign-compare]",
+            f"  Downloading {noun}lib-{version}-py3-none-any.whl ({r.randint(8, 900)} kB)",
+            f"copying tidewater/{mod}.py -> build/lib.linux-x86_64-cpython-312/tidewater",
+            f"Requirement already satisfied: {noun}lib>={r.randint(1, 5)}.0 in ./.venv/lib/python3.12/site-packages "
+            f"(from tidewater==0.{r.randint(1, 9)}.0)",
+            f"   {r.randint(1, 900):>4} |     {self.code_line().strip()}",
+        ])  # fmt: skip
+
+    def pytest_v_line(self) -> str:
+        r = self.rng
+        outcome = r.choices(["PASSED", "FAILED", "SKIPPED", "XFAIL"], [90, 5, 4, 1])[0]
+        param = f"[{self.word(NOUNS)}-{r.randint(0, 99)}]" if r.random() < 0.4 else ""
+        return f"{self.test_path()}::test_{self.func()}{param} {outcome} [{r.randint(0, 100):3d}%]"
+
+    def pytest_q_line(self, path: str) -> str:
+        return f"{path} {'.' * self.rng.randint(5, 40)} [{self.rng.randint(0, 100):3d}%]"
+
+    def csv_line(self) -> str:
+        r = self.rng
+        when = f"2024-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}T{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:00Z"
+        status = r.choice(["ok", "retry", "failed", "queued"])
+        return f"{r.randint(10000, 99999)},{when},{self.word(NOUNS)},{r.uniform(0, 1000):.3f},{status},{self.hexid()}"
+
+    def find_line(self) -> str:
+        r = self.rng
+        top = r.choice(["tidewater", "tests", "docs", "src", "build/lib"])
+        return f"./{top}/{self.module()}/{self.func()}{r.choice(['.py', '.c', '.h', '.md', '.pyc'])}"
+
+    def grep_line(self) -> str:
+        return f"{self.path()}:{self.rng.randint(1, 800)}:{self.code_line()}"
+
+    def diff_line(self) -> str:
+        return self.rng.choice(["+", "-", " ", " ", " "]) + self.code_line()
+
+    def traceback(self, frames: int) -> str:
+        r = self.rng
+        lines = ["Traceback (most recent call last):"]
+        for _ in range(frames):
+            lines += [f'  File "/workspace/{self.path()}", line {r.randint(5, 700)}, in {self.func()}',
+                      f"    {self.code_line().strip() or 'return result'}"]  # fmt: skip
+        kind, text = r.choice(ERRORS)
+        lines.append(f"{kind}: {text}")
+        return "\n".join(lines)
+
+    def sized(self, line: Callable[[], str], tokens: int, head: Sequence[str] = (), foot: Sequence[str] = ()) -> str:
+        """Lines of `line()` until the text is about `tokens` long (tokens per character measured once)."""
+        sample = [line() for _ in range(40)]
+        sample_text = "\n".join(sample)
+        budget = int(tokens * len(sample_text) / max(1, count_tokens(sample_text)))
+        lines, size = list(head) + sample, sum(len(s) + 1 for s in head) + len(sample_text)
+        while size < budget:
+            lines.append(line())
+            size += len(lines[-1]) + 1
+        while len(lines) > len(head) + 1 and size - len(lines[-1]) - 1 >= budget:  # the sample may overshoot
+            size -= len(lines.pop()) + 1
+        return "\n".join([*lines, *foot])
+
+    def exit(self, code: int, low: float, high: float) -> str:
+        """The footer shell_exec puts under every output (orchestrator/tools/dispatch.py)."""
+        return f"[exit code {code}, {self.rng.uniform(low, high):.1f} s]"
+
+
+def _call(step: int, n: int, name: str, arguments: dict[str, Any]) -> Message:
+    # The scripted server serializes arguments with sorted keys (`_answer`); so do we.
+    function = {"name": name, "arguments": json.dumps(arguments, sort_keys=True)}
+    return {"id": f"call_{step}_{n}", "type": "function", "function": function}
+
+
+@dataclass(frozen=True)
+class Action:
+    tool: str
+    arguments: dict[str, Any]
+    observation: str
+    failed: bool = False
+
+
+def _shell(command: str, output: str, failed: bool = False) -> Action:
+    return Action("shell_exec", {"command": command}, output, failed)
+
+
+def _small(g: _Gen) -> Action:
+    """50-400 tokens: listings, short test runs, edits, writes (whose size is in the call, not the result)."""
+    r = g.rng
+    tokens = r.randint(50, 400)
+    choice = r.choice(["ls", "pytest", "edit", "write", "grep", "git"])
+    if choice == "ls":
+        listing = g.sized(g.ls_line, tokens, [f"total {r.randint(40, 900)}"], [g.exit(0, 0, 0.2)])
+        return _shell(f"ls -la {r.choice(['tidewater', 'tests', 'src', '.'])}", listing)
+    if choice == "pytest":
+        path = g.test_path()
+        foot = [f"{'=' * 20} {r.randint(5, 60)} passed in {r.uniform(0.2, 9):.2f}s {'=' * 20}", g.exit(0, 0.5, 10)]
+        return _shell(f"python -m pytest {path} -q", g.sized(lambda: g.pytest_q_line(path), tokens, [], foot))
+    if choice == "edit":
+        path = g.path()
+        old = "\n".join(g.code_line() for _ in range(r.randint(1, 6)))
+        new = "\n".join(g.code_line() for _ in range(r.randint(1, 10)))
+        result = f"edited {path} ({r.randint(800, 40000)} bytes now)"
+        return Action("file_edit", {"path": path, "old": old, "new": new}, result)
+    if choice == "write":
+        path = r.choice([g.test_path(), g.path(), "CHANGES.md", "scripts/check.sh"])
+        content = g.sized(g.code_line, r.randint(300, 1500))
+        result = f"wrote {len(content.encode())} bytes to {path}"
+        return Action("file_write", {"path": path, "content": content}, result)
+    if choice == "grep":
+        return _shell(f"grep -rn '{g.func()}' tidewater tests", g.sized(g.grep_line, tokens, [], [g.exit(0, 0, 0.3)]))
+    status = g.sized(lambda: f" M {g.path()}", tokens, [], [g.exit(0, 0, 0.3)])
+    return _shell("git status --short && git diff --stat", status)
+
+
+def _medium(g: _Gen) -> Action:
+    """1-3k tokens: a source file, a diff, a wide grep, one test module verbose."""
+    r = g.rng
+    tokens = r.randint(1000, 3000)
+    choice = r.choice(["read", "diff", "grep", "pytest"])
+    if choice == "read":
+        return Action("file_read", {"path": g.path()}, g.sized(g.code_line, tokens))
+    if choice == "diff":
+        path = g.path()
+        hunk = f"@@ -{r.randint(1, 400)},{r.randint(5, 40)} +{r.randint(1, 400)},{r.randint(5, 40)} @@"
+        head = [f"diff --git a/{path} b/{path}", f"index {g.hexid(7)}..{g.hexid(7)} 100644", f"--- a/{path}",
+                f"+++ b/{path}", hunk]  # fmt: skip
+        return _shell(f"git diff {path}", g.sized(g.diff_line, tokens, head, [g.exit(0, 0, 0.3)]))
+    if choice == "grep":
+        return _shell(f"grep -rn '{g.word(NOUNS)}' tidewater", g.sized(g.grep_line, tokens, [], [g.exit(0, 0, 0.5)]))
+    report = g.sized(g.pytest_v_line, tokens, [], [g.exit(0, 1, 20)])
+    return _shell(f"python -m pytest {g.test_path()} -v", report)
+
+
+def _large(g: _Gen) -> Action:
+    """8-40k tokens: a build log, `pytest -v` of the whole suite, a data file, a tree listing."""
+    r = g.rng
+    tokens = r.randint(8000, 40000)
+    choice = r.choice(["build", "pytest", "dump", "find"])
+    if choice == "build":
+        foot = ["Successfully installed tidewater-0.4.0", g.exit(0, 20, 200)]
+        return _shell("pip install -e . -v 2>&1", g.sized(g.build_line, tokens, ["Obtaining file:///workspace"], foot))
+    if choice == "pytest":
+        counts = f"{r.randint(1, 9)} failed, {r.randint(800, 3000)} passed, {r.randint(0, 40)} skipped"
+        foot = [f"{'=' * 20} {counts} in {r.uniform(30, 400):.2f}s {'=' * 20}", g.exit(1, 30, 400)]
+        head = [f"{'=' * 29} test session starts {'=' * 30}"]
+        return _shell("python -m pytest -v", g.sized(g.pytest_v_line, tokens, head, foot), failed=True)
+    if choice == "dump":
+        data = g.sized(g.csv_line, tokens, ["id,ts,kind,value,status,digest"], [g.exit(0, 0, 0.5)])
+        return _shell("cat tests/data/events.csv", data)
+    return _shell("find . -type f", g.sized(g.find_line, tokens, [], [g.exit(0, 0.2, 2)]))
+
+
+def _failure(g: _Gen) -> Action:
+    """Non-zero exits: a traceback, a missing command, failing tests, a build error."""
+    r = g.rng
+    choice = r.choices(["traceback", "not_found", "pytest", "build"], [45, 15, 30, 10])[0]
+    if choice == "traceback":
+        command = f"python -m tidewater.cli {g.word(VERBS)} --{g.word(NOUNS)} auto"
+        return _shell(command, g.traceback(r.randint(3, 25)) + "\n" + g.exit(1, 0.2, 3), failed=True)
+    if choice == "not_found":
+        tool = r.choice(["cmake", "clang-format", "mypy", "ruff"])
+        return _shell(f"{tool} .", f"bash: line 1: {tool}: command not found\n{g.exit(127, 0, 0.1)}", failed=True)
+    if choice == "pytest":
+        blocks = [f"{'_' * 20} test_{g.func()} {'_' * 20}\n{g.traceback(r.randint(2, 8))}"
+                  for _ in range(r.randint(2, 6))]  # fmt: skip
+        summary = [f"FAILED {g.test_path()}::test_{g.func()} - {r.choice(ERRORS)[0]}" for _ in blocks]
+        report = g.sized(g.pytest_v_line, r.randint(300, 1200), [], [*blocks, *summary, g.exit(1, 1, 30)])
+        return _shell(f"python -m pytest {g.test_path()} -x -v", report, failed=True)
+    errors = [
+        f"src/{g.module()}.c:{r.randint(10, 900)}:{r.randint(1, 40)}: error: '{g.word(NOUNS)}_t' undeclared "
+        "(first use in this function)",
+        "error: command '/usr/bin/gcc' failed with exit code 1",
+        "ERROR: Failed building editable for tidewater",
+    ]
+    log = g.sized(g.build_line, r.randint(8000, 15000), ["Obtaining file:///workspace"], [*errors, g.exit(1, 20, 90)])
+    return _shell("pip install -e . -v 2>&1", log, failed=True)
+
+
+ACTIONS: dict[str, Callable[[_Gen], Action]] = {
+    "small": _small, "medium": _medium, "large": _large, "failure": _failure,
+}  # fmt: skip
+MIX = {"small": 52, "medium": 24, "large": 12, "failure": 12}  # percent of steps, by main observation
+
+
+def _todo(g: _Gen, step: int, items: list[str]) -> str:
+    """todo.md: the goal, a checklist with the first items done as the run advances, what was learned."""
+    done = min(len(items) - 1, step // 25)
+    lines = ["# Goal", TASK.split(". ")[0] + ".", "", "## Plan"]
+    lines += [f"- [{'x' if i < done else ' '}] {item}" for i, item in enumerate(items)]
+    lines += ["", "## Learned", *(f"- {g.sentence()}" for _ in range(g.rng.randint(3, 8)))]
+    return "\n".join(lines) + "\n"
+
+
+def make_workload(steps: int, seed: int) -> list[Turn]:
+    """The scripted run: the same `(steps, seed)` always gives the same turns, byte for byte."""
+    g = _Gen(seed)
+    r = g.rng
+    verbs = ["Fix", "Check", "Test", "Refactor", "Document"]
+    items = [f"{r.choice(verbs)} {g.func()} in {g.path()}" for _ in range(14)]
+    todo: str | None = None
+    next_todo = 1  # agents write the plan first
+    turns: list[Turn] = []
+    for step in range(1, steps + 1):
+        kind = r.choices(list(MIX), list(MIX.values()))[0]
+        actions: list[Action] = []
+        new_todo = None
+        if step == next_todo:
+            new_todo = _todo(g, step, items)
+            result = f"todo.md updated ({len(new_todo.encode())} bytes)"
+            actions.append(Action("todo_write", {"content": new_todo}, result))
+            next_todo = step + r.randint(8, 12)
+        actions.append(ACTIONS[kind](g))
+        content = g.prose(r.randint(1, 5))
+        tool_calls = [_call(step, n, a.tool, a.arguments) for n, a in enumerate(actions)]
+        message = {"role": "assistant", "content": content, "tool_calls": tool_calls}
+        calls = tuple(Call(c["id"], a.tool, a.observation, a.failed) for c, a in zip(tool_calls, actions))
+        verbatim = (message, *({"role": "tool", "tool_call_id": c.id, "content": c.result} for c in calls))
+        # Completion tokens as the scripted server counts them: content, then each call's name and arguments.
+        answer = content + "".join(c["function"]["name"] + c["function"]["arguments"] for c in tool_calls)
+        raw = sum(count_tokens(canonical_json(m)) for m in verbatim)
+        turns.append(Turn(step, message, calls, todo, kind, count_tokens(answer), verbatim, raw))
+        todo = new_todo or todo
+    return turns
+
+
+def summary_text(messages: Sequence[Message], tokens: int, seed: str) -> str:
+    """A deterministic stand-in for a model-written summary of `messages`, about `tokens` long.
+
+    It names the files the span touched, like a real summary would, then fills up to size with
+    varied sentences (a repeated filler would compress to too few tokens to be realistic).
+    """
+    paths: set[str] = set()
+    for m in messages:
+        for call in m.get("tool_calls") or []:
+            paths.update(re.findall(r"(?:tidewater|tests|src)/[\w/.-]+", call["function"]["arguments"]))
+    g = _Gen(int(hashlib.sha1(seed.encode()).hexdigest()[:8], 16))
+    parts = [f"Worked through {len(messages)} messages. Files touched: {', '.join(sorted(paths)[:15]) or 'none'}."]
+    size = len(parts[0])
+    while size < tokens * 4:  # ~4 characters a token for prose; counted exactly afterwards
+        parts.append(g.sentence())
+        size += len(parts[-1]) + 1
+    return " ".join(parts)
+
+
+# --- accounting ------------------------------------------------------------------------------------
+
+
+def prompt_tokens_of(messages: list[Message], tools: list[dict[str, Any]]) -> list[int]:
+    """The request's tokens exactly as the scripted server counts them."""
+    return encoding().encode(canonical_prompt({"messages": messages, "tools": tools}), disallowed_special=())
+
+
+@dataclass
+class Ledger:
+    """Usage of one policy's requests, as the scripted server reports it, and their cost."""
+
+    name: str
+    cache: PrefixCache = field(default_factory=PrefixCache)
+    requests: int = 0
+    prompt: int = 0
+    cached: int = 0
+    output: int = 0
+    peak: int = 0  # the largest request the agent itself sent
+    peak_summarize: int = 0  # the largest summarize request
+    summaries: int = 0
+    compactions: int = 0
+    summarize_prompt: int = 0  # of `prompt` and `output`: what the summarize requests took
+    summarize_output: int = 0
+
+    def account(self, tokens: list[int], output_tokens: int) -> int:
+        """One agent request: its prefix is looked up in, then stored into, the shared cache."""
+        cached = self.cache.lookup(tokens)
+        self.cache.store(tokens)
+        self._add(len(tokens), cached, output_tokens)
+        self.peak = max(self.peak, len(tokens))
+        return len(tokens)
+
+    def account_summary(self, messages: list[Message], output_tokens: int) -> int:
+        """One summarize request: a different prompt, so all of it is uncached input."""
+        prompt = len(prompt_tokens_of(messages, []))
+        self._add(prompt, 0, output_tokens)
+        self.peak_summarize = max(self.peak_summarize, prompt)
+        self.summaries += 1
+        self.summarize_prompt += prompt
+        self.summarize_output += output_tokens
+        return prompt
+
+    def _add(self, prompt: int, cached: int, output: int) -> None:
+        self.requests += 1
+        self.prompt += prompt
+        self.cached += cached
+        self.output += output
+
+    @property
+    def cache_hit(self) -> float:
+        return self.cached / self.prompt if self.prompt else 0.0
+
+    @property
+    def cost_uncached(self) -> float:
+        return (self.prompt - self.cached) * PRICE_INPUT
+
+    @property
+    def cost_cached(self) -> float:
+        return self.cached * PRICE_CACHED
+
+    @property
+    def cost_output(self) -> float:
+        return self.output * PRICE_OUTPUT
+
+    @property
+    def cost_summarize(self) -> float:
+        return self.summarize_prompt * PRICE_INPUT + self.summarize_output * PRICE_OUTPUT
+
+    @property
+    def cost(self) -> float:
+        return self.cost_uncached + self.cost_cached + self.cost_output
+
+
+# --- policy 1: cairn -------------------------------------------------------------------------------
+
+
+@dataclass
+class StepTime:
+    """Wall time of one step's context work, by part (seconds). The accounting is not in it."""
+
+    build: float = 0.0  # tail, request, estimate (twice, as prepare() and _call() each estimate)
+    compact: float = 0.0  # compact() and the rebuild after it, minus the summarizer's own time
+    shape: float = 0.0  # calibrate, then shape and append the assistant message and the results
+    compacted: bool = False
+    entries: int = 0  # history messages when the request was built: what O(history) work scales with
+
+    @property
+    def total(self) -> float:
+        return self.build + self.compact + self.shape
+
+
+class _Summarizer:
+    """The `summarize` callback: scripted text, its span kept for accounting after the timed part."""
+
+    def __init__(self) -> None:
+        self.spans: list[list[Message]] = []
+        self.texts: list[str] = []
+        self.elapsed = 0.0  # stands for a model call, so it is taken out of the context work
+
+    def __call__(self, messages: list[Message]) -> str:
+        started = time.perf_counter()
+        text = summary_text(messages, CAIRN_SUMMARY_TOKENS, f"cairn-{len(self.spans)}")
+        self.spans.append(messages)
+        self.texts.append(text)
+        self.elapsed += time.perf_counter() - started
+        return text
+
+
+def cairn_summarize_request(messages: list[Message]) -> list[Message]:
+    """The request Agent.summarize sends for a span (kept in step with orchestrator/loop.py)."""
+    span = "\n\n".join(
+        f"[{m['role']}] {m.get('content') or ''}"
+        + "".join(f"\n  call {c['function']['name']} {c['function']['arguments']}" for c in m.get("tool_calls") or [])
+        for m in messages
+    )
+    return [{"role": "system", "content": CAIRN_SUMMARIZE_PROMPT}, {"role": "user", "content": span}]
+
+
+# `send(step, messages, tools, output_tokens) -> prompt tokens`: the model call, as far as the bench
+# needs one. The accounted run tokenizes and caches; the timing repeats look the size up.
+Send = Callable[[int, list[Message], list[dict[str, Any]], int], int]
+
+
+def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | None,
+              cfg: ContextConfig | None = None) -> list[StepTime]:
+    """Drive the real context engine the way the loop does; return each step's context-work time."""
+    cfg = cfg or ContextConfig()
+    counter = TokenCounter(count_tokens)
+    history = History(counter)
+    files: dict[str, str] = {}  # the workspace, as far as offload and compaction write to it
+    summarizer = _Summarizer()
+    limits = LimitsConfig(max_steps=len(turns))
+    ids = 0
+    summaries = 0
+    times: list[StepTime] = []
+    for turn in turns:
+        t = StepTime(entries=len(history))
+        # prepare(): the tail, the request, the estimate, and a compaction above the high-water mark
+        started = time.perf_counter()
+        tail = render_tail(turn.todo, [budget_notice(limits, Totals(), turn.step)])
+        request = build_request(SYSTEM, TOOLS, TASK, history, tail)
+        over = needs_compaction(counter.estimate(request), window, cfg)
+        t.build = time.perf_counter() - started
+        if over:
+            started, before = time.perf_counter(), summarizer.elapsed
+            event = compact(history, window=window, cfg=cfg, save=files.__setitem__, summarize=summarizer,
+                            step=turn.step, next_summary_number=summaries + 1,
+                            overhead_tokens=counter.overhead(request), counter=counter)
+            summaries += event.kind == "summary"
+            request = build_request(SYSTEM, TOOLS, TASK, history, tail)
+            t.compact = time.perf_counter() - started - (summarizer.elapsed - before)
+            t.compacted = True
+            if ledger is not None:
+                ledger.compactions += 1
+        started = time.perf_counter()
+        estimated = counter.estimate(request)  # _call() estimates again, for the calibration
+        t.build += time.perf_counter() - started
+
+        # the model call (not timed): accounting, and summaries made by this step's compaction
+        prompt = send(turn.step, request.messages, request.tools, turn.output_tokens)
+        if ledger is not None:
+            for span, text in zip(summarizer.spans, summarizer.texts):
+                ledger.account_summary(cairn_summarize_request(span), count_tokens(text))
+        summarizer.spans.clear()
+        summarizer.texts.clear()
+
+        # the reply and its observations enter the history (RunState._on_assistant_message, loop.finish)
+        started = time.perf_counter()
+        counter.calibrate(prompt, estimated)
+        message = shape_assistant_message(turn.message, cfg.offload_tokens, counter.count_text)
+        ids += 1
+        history.append(f"e{ids}", message, turn.step, kind="assistant")
+        seen: set[str] = set()
+        for call in turn.calls:
+            label = call.id if call.name in seen else None  # as Agent.step labels a repeated tool
+            seen.add(call.name)
+            shaped = shape_result(turn.step, call.name, call.result, cfg=cfg, count=counter.count_text,
+                                  save=files.__setitem__, call_id=label)
+            ids += 1
+            history.append(f"e{ids}", {"role": "tool", "tool_call_id": call.id, "content": shaped.content},
+                           turn.step, kind="tool", tool=call.name, call_id=call.id, error=call.error,
+                           offloaded_to=shaped.offloaded_to)
+        t.shape = time.perf_counter() - started
+        times.append(t)
+    return times
+
+
+def _request_key(messages: list[Message], tools: list[dict[str, Any]]) -> str:
+    return hashlib.sha1(canonical_prompt({"messages": messages, "tools": tools}).encode()).hexdigest()
+
+
+def measure_cairn(turns: Sequence[Turn], window: int, repeats: int,
+                  cfg: ContextConfig | None = None) -> tuple[Ledger, list[list[StepTime]]]:
+    """One accounted run, then `repeats - 1` timing-only runs that must send the same bytes.
+
+    The repeats skip the tokenizing and caching (minutes over three runs) and calibrate the counter
+    with the sizes the first run measured, so they take exactly the same path.
+    """
+    ledger = Ledger("cairn")
+    sizes: dict[str, int] = {}
+
+    def accounted(step: int, messages: list[Message], tools: list[dict[str, Any]], output: int) -> int:
+        prompt = ledger.account(prompt_tokens_of(messages, tools), output)
+        sizes[_request_key(messages, tools)] = prompt
+        return prompt
+
+    def replayed(step: int, messages: list[Message], tools: list[dict[str, Any]], output: int) -> int:
+        key = _request_key(messages, tools)
+        if key not in sizes:
+            raise AssertionError(f"step {step}: a repeat sent other bytes than the accounted run")
+        return sizes[key]
+
+    runs = [run_cairn(turns, window, accounted, ledger, cfg)]
+    runs += [run_cairn(turns, window, replayed, None, cfg) for _ in range(repeats - 1)]
+    return ledger, runs
+
+
+# --- policy 2: drop-oldest -------------------------------------------------------------------------
+
+
+def run_drop_oldest(turns: Sequence[Turn], window: int) -> Ledger:
+    """Everything verbatim; while the request is over the window, drop the oldest whole turn.
+
+    Whole turns, so a tool result is never left without the call it answers (providers refuse
+    that). The system prompt and the task always stay.
+    """
+    ledger = Ledger("drop-oldest")
+    kept: deque[Turn] = deque()
+    for turn in turns:
+        while True:
+            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK},
+                        *(m for t in kept for m in t.verbatim)]
+            tokens = prompt_tokens_of(messages, TOOLS)
+            excess = len(tokens) - window
+            if excess <= 0 or len(kept) <= 1:
+                break
+            # Drop by the stored raw counts (close to the real ones), then measure again.
+            while excess > 0 and len(kept) > 1:
+                excess -= kept.popleft().verbatim_tokens
+        ledger.account(tokens, turn.output_tokens)
+        kept.append(turn)
+    return ledger
+
+
+# --- policy 3: summarize at 90% --------------------------------------------------------------------
+
+
+def baseline_summarize_request(history: list[Message]) -> list[Message]:
+    return [{"role": "system", "content": BASELINE_SUMMARIZE_PROMPT},
+            {"role": "user", "content": "\n\n".join(canonical_json(m) for m in history)}]
+
+
+def run_summarize(turns: Sequence[Turn], window: int) -> Ledger:
+    """Everything verbatim; over 90% of the window, the whole history becomes one summary message."""
+    ledger = Ledger("summarize@90%")
+    history: list[Message] = []
+    for turn in turns:
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}, *history]
+        tokens = prompt_tokens_of(messages, TOOLS)
+        if len(tokens) > SUMMARIZE_AT * window and history:
+            text = summary_text(history, BASELINE_SUMMARY_TOKENS, f"baseline-{ledger.summaries}")
+            ledger.account_summary(baseline_summarize_request(history), count_tokens(text))
+            history = [{"role": "user", "content": "Summary of the work so far:\n\n" + text}]
+            messages = [messages[0], messages[1], *history]
+            tokens = prompt_tokens_of(messages, TOOLS)
+        ledger.account(tokens, turn.output_tokens)
+        history.extend(turn.verbatim)
+    return ledger
+
+
+# --- report ----------------------------------------------------------------------------------------
+
+
+def step_windows(steps: int) -> tuple[range, range]:
+    """Steps 5-15 and the last ten (290-300 in a 300-step run), 1-based and inclusive."""
+    early = range(min(5, steps), min(15, steps) + 1)
+    late = range(max(1, steps - 10), steps + 1)
+    return early, late
+
+
+def window_median(runs: list[list[StepTime]], steps: range, part: Callable[[StepTime], float]) -> float:
+    """Median over the steps of the per-step median over the repeats (seconds)."""
+    per_step = [statistics.median(part(run[s - 1]) for run in runs) for s in steps]
+    return statistics.median(per_step)
+
+
+def _fmt_int(n: int) -> str:
+    return f"{n:,}"
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, float]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="the model's context window, in tokens")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="cairn runs for the timing medians")
+    defaults = ContextConfig()
+    parser.add_argument("--high-water", type=float, default=defaults.high_water, help="cairn's compaction trigger")
+    parser.add_argument("--low-water", type=float, default=defaults.low_water, help="where cairn's compaction stops")
+    args = parser.parse_args(argv)
+    cfg = ContextConfig(high_water=args.high_water, low_water=args.low_water)
+
+    turns = make_workload(args.steps, args.seed)
+    kinds = {k: sum(t.kind == k for t in turns) for k in ("small", "medium", "large", "failure")}
+    observed = sum(t.observation_tokens() for t in turns)
+    todo_rewrites = sum(c.name == "todo_write" for t in turns for c in t.calls)
+    print(f"workload: {args.steps} steps, seed {args.seed}, window {_fmt_int(args.window)} tokens "
+          f"(cairn compacts at {cfg.high_water:.0%} down to {cfg.low_water:.0%}); "
+          f"main observation per step: {kinds['small']} small, {kinds['medium']} medium, {kinds['large']} large, "
+          f"{kinds['failure']} failures; {sum(len(t.calls) for t in turns)} tool calls, "
+          f"{sum(c.error for t in turns for c in t.calls)} failed; "
+          f"{_fmt_int(observed)} observation tokens; {todo_rewrites} todo rewrites")
+
+    cairn, runs = measure_cairn(turns, args.window, max(1, args.repeats), cfg)
+    ledgers = [cairn, run_drop_oldest(turns, args.window), run_summarize(turns, args.window)]
+
+    rows: list[tuple[str, Callable[[Ledger], str]]] = [
+        ("requests (incl. summarize)", lambda led: _fmt_int(led.requests)),
+        ("cache hit (cached/prompt)", lambda led: f"{led.cache_hit:.3f}"),
+        ("prompt tokens, total", lambda led: _fmt_int(led.prompt)),
+        ("cached tokens, total", lambda led: _fmt_int(led.cached)),
+        ("output tokens, total", lambda led: _fmt_int(led.output)),
+        ("peak agent request", lambda led: _fmt_int(led.peak)),
+        ("peak summarize request", lambda led: _fmt_int(led.peak_summarize) if led.summaries else "-"),
+        ("compactions / summaries", lambda led: f"{led.compactions} / {led.summaries}"),
+        ("cost: uncached input", lambda led: f"{led.cost_uncached:.2f}"),
+        ("cost: cached input", lambda led: f"{led.cost_cached:.2f}"),
+        ("cost: output", lambda led: f"{led.cost_output:.2f}"),
+        ("cost: of it, summarizing", lambda led: f"{led.cost_summarize:.2f}"),
+        ("cost (USD)", lambda led: f"{led.cost:.2f}"),
+    ]
+    width = 28
+    print()
+    print("".ljust(width) + "".join(led.name.rjust(16) for led in ledgers))
+    for label, cell in rows:
+        print(label.ljust(width) + "".join(cell(led).rjust(16) for led in ledgers))
+    for led in ledgers:
+        # Verbatim policies cannot shrink one turn: a single observation bigger than the window is
+        # sent whole (drop-oldest) or handed whole to the summarizer (summarize@90%).
+        if led.peak > args.window:
+            print(f"note: {led.name} sent a request over the window ({_fmt_int(led.peak)} tokens): "
+                  "one turn alone is bigger than it")
+        if led.peak_summarize > args.window:
+            print(f"note: {led.name}'s largest summarize request ({_fmt_int(led.peak_summarize)} tokens) is over the "
+                  "window; a real model would refuse it (it is counted as if accepted)")
+
+    early, late = step_windows(args.steps)
+    ms = 1000.0
+    parts: list[tuple[str, Callable[[StepTime], float]]] = [
+        ("total", lambda t: t.total), ("build+estimate", lambda t: t.build),
+        ("compaction", lambda t: t.compact), ("shape+append", lambda t: t.shape),
+    ]
+    print()
+    print(f"cairn context work per step, ms (median of steps, each the median of {len(runs)} runs):")
+    heading = "".join(f"steps {steps.start}-{steps.stop - 1}".rjust(16) for steps in (early, late))
+    print("".ljust(width) + heading)
+    for label, part in parts:
+        print(label.ljust(width) + f"{window_median(runs, early, part) * ms:.3f}".rjust(16)
+              + f"{window_median(runs, late, part) * ms:.3f}".rjust(16))
+    entries = [statistics.median(runs[0][s - 1].entries for s in steps) for steps in (early, late)]
+    print("history messages (median)".ljust(width) + "".join(f"{n:g}".rjust(16) for n in entries))
+    compaction_steps = [i + 1 for i, t in enumerate(runs[0]) if t.compacted]
+    if compaction_steps:
+        worst = max(statistics.median(run[s - 1].compact for run in runs) for s in compaction_steps)
+        print(f"compactions at steps {compaction_steps}; slowest {worst * ms:.1f} ms")
+
+    overhead_early = window_median(runs, early, lambda t: t.total)
+    overhead_late = window_median(runs, late, lambda t: t.total)
+    result = {
+        "cache_hit": cairn.cache_hit,
+        "peak_tokens": float(max(cairn.peak, cairn.peak_summarize)),
+        "cost_vs_summarize": cairn.cost / ledgers[2].cost,
+        "overhead_300_vs_10": overhead_late / overhead_early,
+    }
+    print()
+    print(f"cache_hit={result['cache_hit']:.3f} peak_tokens={int(result['peak_tokens'])} "
+          f"cost_vs_summarize={result['cost_vs_summarize']:.3f} overhead_300_vs_10={result['overhead_300_vs_10']:.2f}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
