@@ -42,33 +42,48 @@ def _print_json(doc: Any) -> None:
 @app.command()
 def run(
     task: Optional[str] = typer.Argument(None, help="The task. Without one, an interactive session."),
-    model: str = typer.Option("scripted:demo", "--model", "-m", help="A litellm model string, or scripted:PATH."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="A litellm model string, or scripted:PATH (default scripted:demo)."),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="An OpenAI-compatible endpoint (vLLM, llama.cpp, Ollama)."),
     runs_dir: Optional[Path] = RunsDir,
-    template: str = typer.Option("default", "--template", help="Starter workspace from workspace_templates/."),
-    max_steps: Optional[int] = typer.Option(100, "--max-steps", min=1, help="Model calls at most."),
+    template: Optional[str] = typer.Option(None, "--template", help="Starter workspace from workspace_templates/ (default, coding, research); default: default."),
+    workspace: Optional[Path] = typer.Option(None, "--workspace", help="Work on this existing folder in place (mounted, not copied)."),
+    from_git: Optional[str] = typer.Option(None, "--from-git", metavar="URL", help="Start from a clone of this git repository."),
+    ref: Optional[str] = typer.Option(None, "--ref", help="With --from-git: the branch, tag or commit to check out."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1, help="Model calls at most (default 100)."),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0, help="USD at most."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Prompt plus completion tokens at most."),
-    network: str = typer.Option("none", "--network", help="none (default) or bridge."),
+    network: Optional[str] = typer.Option(None, "--network", help="none (the default, unless the template says otherwise) or bridge."),
     image: Optional[str] = typer.Option(None, "--image", help="Sandbox image (default: the one cairn builds)."),
+    sandbox_user: Optional[str] = typer.Option(None, "--sandbox-user", metavar="UID:GID", help="Run the agent as this uid:gid (never 0); see --workspace."),
+    config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", help="An agent.json (tiny-agents schema: model, MCP servers), or a folder with one and an optional PROMPT.md."),
     json_output: bool = JsonOut,
 ) -> None:
-    """Start a run."""
+    """Start a run. Settings: built-in defaults < the template's cairn.json < the options given here."""
+    from orchestrator.runner import create_run, resolve_config
+
+    if workspace is not None and template is not None:
+        raise UsageError("--template and --workspace do not go together: cairn adds no files to your folder")
+    if workspace is not None and from_git is not None:
+        raise UsageError("--workspace and --from-git do not go together")
+    if ref is not None and from_git is None:
+        raise UsageError("--ref goes with --from-git URL")
     try:
-        cfg = RunConfig.model_validate({
+        cfg = resolve_config({
             "model": {"model": model, "api_base": api_base},
             "limits": {"max_steps": max_steps, "max_cost": max_cost, "max_tokens": max_tokens},
-            "sandbox": {"network": network, "image": image},
-            "template": template,
-        })
+            "sandbox": {"network": network, "image": image, "user": sandbox_user},
+        }, template=template)
     except ValidationError as exc:
         raise UsageError(_one_line(exc)) from None
-    from orchestrator.runner import create_run
+    if config is not None:  # the agent folder: its model unless --model, its prompt, its MCP servers
+        from orchestrator.agent_folder import load_config as load_agent_config
+
+        cfg = load_agent_config(config, cfg, cli_model=model, cli_api_base=api_base)
 
     interactive = task is None
     if interactive:
         task = _ask("task> ")
-    run_dir = create_run(_runs_dir(runs_dir), task, cfg)
+    run_dir = create_run(_runs_dir(runs_dir), task, cfg, workspace=workspace, from_git=from_git, ref=ref)
     _drive(run_dir, cfg, json_output, interactive=interactive)
 
 
@@ -94,13 +109,17 @@ def resume(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Continue with another model."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1, help="Raise the step limit."),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0, help="Raise the cost limit (USD)."),
+    from_step: Optional[int] = typer.Option(None, "--from-step", min=0,
+                                            help="Fork a new run from the end of step N, and continue that."),
     runs_dir: Optional[Path] = RunsDir,
     json_output: bool = JsonOut,
 ) -> None:
-    """Continue a stopped, interrupted or crashed run."""
+    """Continue a stopped, interrupted or crashed run (or, with --from-step, a fork of it)."""
     from orchestrator.runner import load_config, run_is_live
 
     run_dir = _find(runs_dir, run_ref)
+    if from_step is not None:
+        run_dir = _fork(run_dir, from_step, message, runs_dir, json_output)
     if run_is_live(run_dir):
         raise UsageError(f"run {run_dir.id} is running in another process")
     status = run_dir.read_meta().get("status")
@@ -120,6 +139,19 @@ def resume(
         cfg.limits.max_cost = max_cost
     run_dir.update_meta(config=cfg.model_dump(mode="json"))
     _drive(run_dir, cfg, json_output, message=message, resumed=True)
+
+
+def _fork(source, step: int, message: Optional[str], runs_dir: Optional[Path], json_output: bool):  # noqa: ANN001,ANN202
+    """`resume --from-step`: the new run's id goes to stdout (to stderr with --json)."""
+    from orchestrator.store.fork import fork_run, plan_fork
+
+    plan = plan_fork(source, step)
+    if plan.status == "waiting" and not message:
+        raise UsageError(f"at step {step}, run {source.id} waits for an answer: {plan.result}",
+                         hint=f'cairn resume {source.id} --from-step {step} --message "ANSWER"')
+    fork = fork_run(plan, _runs_dir(runs_dir))
+    typer.echo(fork.id, err=json_output)
+    return fork
 
 
 def _has_said(run_dir) -> bool:  # noqa: ANN001 - RunDir, imported lazily
@@ -161,8 +193,10 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
 def _ask(prompt: str, allow_eof: bool = False) -> str | None:
     if not sys.stdin.isatty() and not allow_eof:
         raise UsageError("no task given and no terminal to ask for one: cairn run \"TASK\"")
+    sys.stderr.write(prompt)  # beside the live display, and never into a --json document on stdout
+    sys.stderr.flush()
     try:
-        text = input(prompt).strip()
+        text = input().strip()
     except EOFError:
         if allow_eof:
             return None
@@ -170,6 +204,22 @@ def _ask(prompt: str, allow_eof: bool = False) -> str | None:
     if not text and not allow_eof:
         raise UsageError("no task given")
     return text or None
+
+
+@app.command()
+def batch(
+    file: Path = typer.Argument(..., metavar="FILE.jsonl", help="One JSON object a line: task (required), "
+                                "model, template, max_steps, max_cost."),
+    jobs: int = typer.Option(4, "--jobs", "-j", min=1, help="Runs at a time, each in its own sandbox."),
+    runs_dir: Optional[Path] = RunsDir,
+    json_output: bool = JsonOut,
+) -> None:
+    """Many runs at once, with a live table and a summary. Running the same file again skips the done
+    runs and resumes the interrupted or crashed ones. Exit code: 0 if every run is done, 1 if any is not,
+    2 for a bad line (nothing is started), 130 when Ctrl-C stopped the batch (run it again to resume)."""
+    from orchestrator.batch import run_batch
+
+    raise typer.Exit(run_batch(file, _runs_dir(runs_dir), jobs, json_output))
 
 
 @app.command("ls")
@@ -228,6 +278,35 @@ def todo(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[P
     if path.is_symlink() or not path.is_file():
         raise UsageError(f"run {run_dir.id} has no todo.md")
     typer.echo(path.read_text(errors="replace"), nl=False)
+
+
+@app.command()
+def files(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir,
+          json_output: bool = JsonOut) -> None:
+    """The workspace's files (as of the last checkpoint), the step that last changed each, and their size."""
+    from orchestrator.inspect.changes import files as list_files, render_files
+
+    doc = list_files(_find(runs_dir, run_ref))
+    if json_output:
+        _print_json(doc)
+    else:
+        typer.echo(render_files(doc))
+
+
+@app.command()
+def diff(
+    run_ref: str = typer.Argument(..., metavar="RUN"),
+    step: Optional[int] = typer.Option(None, "--step", help="What step N changed (default: the whole run)."),
+    runs_dir: Optional[Path] = RunsDir,
+) -> None:
+    """What the run changed in its workspace, as a unified diff (from its checkpoints)."""
+    from orchestrator.inspect.changes import diff as run_diff
+
+    text = run_diff(_find(runs_dir, run_ref), step)
+    if text:
+        typer.echo(text)
+    else:
+        typer.echo(f"(no changes{'' if step is None else f' in step {step}'})", err=True)
 
 
 

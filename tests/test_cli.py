@@ -96,3 +96,41 @@ def test_a_budget_stop_exits_3(runs_dir, sandbox_image, tmp_path):
     out = cairn("run", "loop", "--model", f"scripted:{script}", "--max-steps", "2", "--json", runs_dir=runs_dir)
     assert out.returncode == 3
     assert json.loads(out.stdout)["status"] == "budget"
+
+
+@pytest.mark.docker
+def test_interactive_mode_continues_the_same_run_with_each_message(runs_dir, sandbox_image, tmp_path):
+    import pty
+    import select
+    import time
+
+    script = tmp_path / "script.json"
+    done = {"tool_calls": [{"name": "task_done", "arguments": {"summary": "ok"}}]}
+    script.write_text(json.dumps({"turns": [done, done]}))
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "run", "--model", f"scripted:{script}"],
+        stdin=follower, stdout=follower, stderr=follower,
+        env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)},
+    )
+    os.close(follower)
+
+    def wait_for(prompt: bytes, seconds: float = 120) -> None:
+        seen, deadline = b"", time.time() + seconds
+        while prompt not in seen:
+            assert time.time() < deadline, seen
+            if select.select([leader], [], [], 1)[0]:
+                seen += os.read(leader, 1024)
+
+    wait_for(b"task> ")
+    os.write(leader, b"first task\n")
+    wait_for(b"you> ")
+    os.write(leader, b"and one more thing\n")
+    wait_for(b"you> ")
+    os.write(leader, b"\x04")  # Ctrl-D ends the session
+    assert proc.wait(timeout=60) == 0
+    [run] = [p for p in runs_dir.iterdir()]
+    users = [json.loads(line) for line in (run / "state/events.jsonl").read_text().splitlines()]
+    texts = [e["text"] for e in users if e["type"] == "user_message"]
+    assert texts == ["and one more thing"]
+    assert [e["task"] for e in users if e["type"] == "run_started"] == ["first task"]
