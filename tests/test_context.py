@@ -400,3 +400,75 @@ def test_cannot_compact_when_the_recent_turns_alone_overflow_the_window() -> Non
     with pytest.raises(CannotCompact, match="window"):
         run_compact(history, ContextConfig(keep_recent_results=3), window=500)
     assert history.messages() == before
+
+
+# --- old tool-call arguments, the todo, and copies --------------------------------------------------
+
+
+def test_todo_write_content_enters_history_as_a_note() -> None:
+    todo = "# Plan\n- [ ] a\n- [ ] b\n"
+    call = {"id": "t", "type": "function", "function": {"name": "todo_write", "arguments": json.dumps({"content": todo})}}
+    shaped = shape_assistant_message({"role": "assistant", "content": "", "tool_calls": [call]}, 2000, Tokenizer())
+    arguments = json.loads(shaped["tool_calls"][0]["function"]["arguments"])
+    assert arguments == {"content": f"[todo.md rewritten: 3 lines, {len(todo)} bytes; its current text is shown "
+                         "at the end of every request]"}
+
+
+def make_write_history(turns: int, content: str = "def f():\n    return 1\n" * 60) -> History:
+    """`turns` turns of one small file_write (kept whole at insertion) and its short result."""
+    history = History(TokenCounter(Tokenizer()))
+    for i in range(turns):
+        arguments = json.dumps({"content": content, "path": f"m{i}.py"}, sort_keys=True)
+        call = {"id": f"call_{i}", "type": "function", "function": {"name": "file_write", "arguments": arguments}}
+        history.append(f"e{2 * i}", {"role": "assistant", "content": "", "tool_calls": [call]}, step=i)
+        message = {"role": "tool", "tool_call_id": f"call_{i}", "content": f"wrote m{i}.py"}
+        history.append(f"e{2 * i + 1}", message, step=i, tool="file_write")
+    return history
+
+
+def test_compaction_turns_old_long_call_arguments_into_pointers_to_the_saved_arguments() -> None:
+    history = make_write_history(10)
+    originals = {e.id: e.message["tool_calls"][0]["function"]["arguments"] for e in history if e.kind == "assistant"}
+    files = Files()
+    event = run_compact(history, ContextConfig(keep_recent_results=2, keep_recent_turns=2), files=files)
+    assert event.kind == "pointers" and event.replacements
+    calls = [e for e in history if e.kind == "assistant"]
+    assert list(event.replacements) == [e.id for e in calls[: len(event.replacements)]]  # oldest first
+    assert all(not e.pointer for e in calls[-2:])  # the recent turns keep their arguments
+    for id in event.replacements:
+        entry = history.get(id)
+        arguments = json.loads(entry.message["tool_calls"][0]["function"]["arguments"])
+        path = f".cairn/obs/{entry.step}-file_write-args.txt"
+        assert arguments["path"] == f"m{entry.step}.py"  # short arguments stay
+        assert arguments["content"].endswith(f"the original arguments are in {path}; read it with file_read]")
+        assert files.saved[path] == originals[id]
+
+
+def test_replaying_an_argument_pointer_compaction_gives_identical_messages_and_is_idempotent() -> None:
+    live = make_write_history(10)
+    event = run_compact(live, ContextConfig(keep_recent_results=2, keep_recent_turns=2))
+    replayed = make_write_history(10)
+    replayed.apply(parse_event(dump_event(event)))
+    assert canonical_json(replayed.messages()) == canonical_json(live.messages())
+    assert replayed.tokens() == live.tokens()
+    replayed.apply(event)
+    assert canonical_json(replayed.messages()) == canonical_json(live.messages())
+
+
+def test_summary_file_lists_the_saved_arguments_of_its_span() -> None:
+    history = make_write_history(12)
+    files = Files()
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    run_compact(history, cfg, window=int(history.tokens() / 0.99) // 3, files=files, summarize=lambda m: "S.")
+    summary = files.saved[".cairn/summaries/001.md"]
+    assert "step 0, tool call: .cairn/obs/0-file_write-args.txt" in summary
+    assert ".cairn/obs/0-file_write-args.txt" in files.saved
+
+
+def test_history_copies_share_no_mutable_part_even_with_list_content() -> None:
+    history = History(TokenCounter(Tokenizer()))
+    parts = [{"type": "text", "text": "hello"}]
+    history.append("u", {"role": "user", "content": parts}, step=0)
+    copy = history.messages()[0]
+    copy["content"][0]["text"] = "tampered"
+    assert history.messages()[0]["content"] == [{"type": "text", "text": "hello"}]

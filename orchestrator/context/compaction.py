@@ -5,9 +5,11 @@ history down to the low-water mark, so the prefix cache is rebuilt once, not at 
 
 Two moves, cheapest first:
 
-1. Old tool results become one-line pointers to a file holding their text (oldest first; the most
-   recent ones stay whole, because the agent is probably still working with them). A failed
-   result keeps its error lines, so the agent still sees what went wrong without reading the file.
+1. Old tool results become one-line pointers to a file holding their text, and the long arguments
+   of old tool calls (a file written whole, an edit's old and new text) become pointers to a file
+   holding the call's original arguments: oldest first, the most recent turns staying whole,
+   because the agent is probably still working with them. A failed result keeps its error lines,
+   so the agent still sees what went wrong without reading the file.
 2. If that is not enough, the oldest turns are summarized by the model. The summary is saved as a
    file with the paths of every saved output of those turns and the turns themselves, and one
    message holding the summary and that file's path takes their place.
@@ -19,14 +21,15 @@ a live history and a replayed one cannot drift apart.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
 
 from orchestrator.config import ContextConfig
-from orchestrator.context.history import Entry, History
-from orchestrator.context.offload import Save, byte_size, count_lines, obs_path, stats_from_preview
-from orchestrator.context.tokens import TokenCounter
+from orchestrator.context.history import Entry, History, replaced_message
+from orchestrator.context.offload import Save, byte_size, count_lines, is_big, obs_path, stats_from_preview
+from orchestrator.context.tokens import TokenCounter, canonical_json
 from orchestrator.errors import CairnError
 from orchestrator.store.events import Compaction
 
@@ -43,6 +46,10 @@ _ERROR_LINE = re.compile(
 )
 MAX_ERROR_LINES = 8
 MAX_ERROR_LINE_CHARS = 200
+
+# An argument value over this many tokens is worth a pointer (~40 tokens) once its call is old: it
+# catches the files written and the edits made, and leaves paths, commands and patterns alone.
+ARGUMENT_POINTER_TOKENS = 200
 
 
 class CannotCompact(CairnError):
@@ -87,17 +94,24 @@ def compact(
 
     entries = list(history)
     recent = _recent_results(entries, cfg.keep_recent_results)
+    turns = _turns(entries)
+    protected = _protected_turns(turns, recent, cfg)
+    # The calls of the turns that stay whole keep their arguments, as their results stay whole.
+    recent_calls = {e.id for turn in turns[len(turns) - protected :] for e in turn if e.kind == "assistant"}
     tokens = {entry.id: entry.tokens for entry in entries}  # as they will be after the compaction
-    replacements = _pointers(entries, recent, tokens, counter, save, fits)
+    replacements = _pointers(entries, recent | recent_calls, tokens, counter, save, fits)
     total = sum(tokens.values())
 
-    span = [] if fits(total) else _oldest_span(entries, recent, tokens, cfg, fits)
+    span = [] if fits(total) else _oldest_span(turns, protected, tokens, cfg, fits)
     summary = summary_path = None
     if span:
         total -= sum(tokens[entry.id] for entry in span)
         # Hopeless even if the summary were empty: say so before paying for the summary.
         _fail_if_over(estimate(total), window, "even with every older turn summarized away")
-        replaced = [_with_content(entry, replacements.get(entry.id, entry.content)) for entry in span]
+        replaced = [
+            replaced_message(entry, replacements[entry.id]) if entry.id in replacements else entry.message
+            for entry in span
+        ]
         text = summarize(replaced).strip()
         summary_path = f"{SUMMARY_DIR}/{next_summary_number:03d}.md"
         save(summary_path, summary_file(next_summary_number, step, text, span, replaced))
@@ -135,33 +149,94 @@ def _pointers(
     save: Save,
     fits: Callable[[int], bool],
 ) -> dict[str, str]:
-    """Turn old tool results into pointers, oldest first, until the history `fits`.
+    """Turn old tool results and old long call arguments into pointers, oldest first, until it `fits`.
 
-    Returns the new contents by message id, and updates `tokens` to match them.
+    `recent` holds the ids never touched. Returns the replacements by message id in the form
+    `History.apply` reads (see there), and updates `tokens` to match them.
     """
     total = sum(tokens.values())
     replacements: dict[str, str] = {}
     for entry in entries:
         if fits(total):
             break
-        if entry.kind != "tool" or entry.id in recent or entry.pointer:
+        if entry.id in recent or entry.pointer:
             continue
-        path = entry.offloaded_to or obs_path(entry.step, entry.tool or "tool", entry.call_id or entry.id)
-        content = pointer_text(entry, path)
-        pointer_tokens = counter.message(_with_content(entry, content))
-        if pointer_tokens >= entry.tokens:
-            continue  # a short result is cheaper kept whole than pointed at
-        if entry.offloaded_to is None:
-            save(path, entry.content)  # so that this pointer, like every pointer, resolves to a file
-        replacements[entry.id] = content
-        tokens[entry.id] = pointer_tokens
-        total += pointer_tokens - entry.tokens
+        if entry.kind == "tool":
+            found = _result_pointer(entry, counter, save)
+        elif entry.kind == "assistant":
+            found = _argument_pointers(entry, counter, save)
+        else:
+            continue
+        if found is None:
+            continue
+        replacements[entry.id], tokens[entry.id] = found
+        total += tokens[entry.id] - entry.tokens
     return replacements
+
+
+def _result_pointer(entry: Entry, counter: TokenCounter, save: Save) -> tuple[str, int] | None:
+    """The pointer for one tool result and its tokens, or None when it would not be shorter."""
+    path = entry.offloaded_to or obs_path(entry.step, entry.tool or "tool", entry.call_id or entry.id)
+    content = pointer_text(entry, path)
+    pointer_tokens = counter.message(_with_content(entry, content))
+    if pointer_tokens >= entry.tokens:
+        return None  # a short result is cheaper kept whole than pointed at
+    if entry.offloaded_to is None:
+        save(path, entry.content)  # so that this pointer, like every pointer, resolves to a file
+    return content, pointer_tokens
+
+
+def _argument_pointers(entry: Entry, counter: TokenCounter, save: Save) -> tuple[str, int] | None:
+    """One assistant message's tool calls with every long argument value turned into a pointer.
+
+    Each call so shortened has its arguments, as the history held them, saved whole to
+    `.cairn/obs/<step>-<tool>-args[-<call id>].txt` (the call id only when the message calls that
+    tool twice). Returns the canonical JSON of the new `tool_calls` and the message's new tokens,
+    or None when no argument is long. Unparsable arguments stay as the model wrote them.
+    """
+    calls = entry.message.get("tool_calls") or []
+    names = [(call.get("function") or {}).get("name") for call in calls]
+    new_calls, files = [], []
+    for call, name in zip(calls, names):
+        function = call.get("function") or {}
+        raw = function.get("arguments")
+        try:
+            arguments = json.loads(raw) if isinstance(raw, str) else None
+        except json.JSONDecodeError:
+            arguments = None
+        long = [
+            key
+            for key, value in (arguments.items() if isinstance(arguments, dict) else ())
+            if isinstance(value, str) and is_big(value, ARGUMENT_POINTER_TOKENS, counter.count_text)
+        ]
+        if not long:
+            new_calls.append(call)
+            continue
+        tool = name if isinstance(name, str) else "tool"
+        path = obs_path(entry.step, f"{tool}-args", call.get("id") if names.count(name) > 1 else None)
+        shortened = {**arguments, **{key: argument_pointer(arguments[key], path) for key in long}}
+        serialized = json.dumps(shortened, sort_keys=True, ensure_ascii=False)  # as shape_assistant_message does
+        new_calls.append({**call, "function": {**function, "arguments": serialized}})
+        files.append((path, raw))
+    if not files:
+        return None
+    pointer_tokens = counter.message({**entry.message, "tool_calls": new_calls})
+    if pointer_tokens >= entry.tokens:
+        return None
+    for path, raw in files:
+        save(path, raw)
+    return canonical_json(new_calls), pointer_tokens
+
+
+def argument_pointer(value: str, path: str) -> str:
+    """What stands for one long argument value of an old tool call."""
+    return f"[{byte_size(value)} bytes; the original arguments are in {path}{_POINTER_END}"
 
 
 # `pointer_path` reads the path back from this ending, so the two change together.
 _POINTER_END = "; read it with file_read]"
 _POINTER_PATH = re.compile(r" in (\S+)" + re.escape(_POINTER_END))
+_ARGUMENTS_PATH = re.compile(r"the original arguments are in (\S+)" + re.escape(_POINTER_END))
 
 
 def pointer_text(entry: Entry, path: str) -> str:
@@ -190,29 +265,38 @@ def error_lines(text: str) -> list[str]:
     return [_cut(line, MAX_ERROR_LINE_CHARS) for line in matching[:MAX_ERROR_LINES]]
 
 
-def _oldest_span(
-    entries: list[Entry],
-    recent: set[str],
-    tokens: dict[str, int],
-    cfg: ContextConfig,
-    fits: Callable[[int], bool],
-) -> list[Entry]:
-    """The oldest whole turns whose replacement by a summary makes the history fit.
-
-    A turn is a message with the tool results that answer it, so an assistant's tool call is never
-    parted from its results. The most recent turns are never taken: `cfg.keep_recent_turns` of them,
-    and at least those holding the results the pointer pass kept whole. If no span is enough, it is
-    every turn that may be taken; if those are no bigger than a summary would be, it is none, so a
-    lone earlier summary is not summarized again at every step.
-    """
+def _turns(entries: list[Entry]) -> list[list[Entry]]:
+    """The history cut into turns: a message with the tool results that answer it."""
     turns: list[list[Entry]] = []
     for entry in entries:
         if entry.kind == "tool" and turns:
             turns[-1].append(entry)
         else:
             turns.append([entry])
+    return turns
+
+
+def _protected_turns(turns: list[list[Entry]], recent: set[str], cfg: ContextConfig) -> int:
+    """How many of the last turns stay whole: `cfg.keep_recent_turns`, and at least those holding
+    the results the pointer pass keeps whole (so a recent result keeps its call's arguments)."""
     first_recent = next((i for i, turn in enumerate(turns) if any(e.id in recent for e in turn)), len(turns))
-    protected = max(cfg.keep_recent_turns, len(turns) - first_recent)
+    return max(cfg.keep_recent_turns, len(turns) - first_recent)
+
+
+def _oldest_span(
+    turns: list[list[Entry]],
+    protected: int,
+    tokens: dict[str, int],
+    cfg: ContextConfig,
+    fits: Callable[[int], bool],
+) -> list[Entry]:
+    """The oldest whole turns whose replacement by a summary makes the history fit.
+
+    Whole turns, so an assistant's tool call is never parted from its results; the last
+    `protected` turns are never taken. If no span is enough, it is every turn that may be taken;
+    if those are no bigger than a summary would be, it is none, so a lone earlier summary is not
+    summarized again at every step.
+    """
     remaining = sum(tokens.values()) + cfg.summary_tokens
     span: list[Entry] = []
     for turn in turns[: max(0, len(turns) - protected)]:
@@ -247,8 +331,8 @@ def summary_file(number: int, step: int, text: str, span: list[Entry], replaced:
         "## Saved outputs of these steps",
         "",
     ]
-    saved = [(entry, _saved_path(entry, message)) for entry, message in zip(span, replaced)]
-    parts += [f"- step {entry.step}, {entry.tool}: {path}" for entry, path in saved if path] or ["- none"]
+    saved = [(entry, path) for entry, message in zip(span, replaced) for path in _saved_paths(entry, message)]
+    parts += [f"- step {entry.step}, {entry.tool or 'tool call'}: {path}" for entry, path in saved] or ["- none"]
     parts += ["", "## The replaced messages, as they were in the context", ""]
     for entry, message in zip(span, replaced):
         label = entry.kind + (f" {entry.tool}" if entry.tool else "") + (", failed" if entry.error else "")
@@ -260,11 +344,15 @@ def summary_file(number: int, step: int, text: str, span: list[Entry], replaced:
     return "\n".join(parts)
 
 
-def _saved_path(entry: Entry, message: dict[str, Any]) -> str | None:
-    """Where the text of a span's tool result is, if in a file."""
-    if entry.kind != "tool":
-        return None
-    return entry.offloaded_to or pointer_path(str(message.get("content") or ""))
+def _saved_paths(entry: Entry, message: dict[str, Any]) -> list[str]:
+    """Where the text of a span's tool result, or the arguments of a span's tool calls, are in files."""
+    if entry.kind == "tool":
+        path = entry.offloaded_to or pointer_path(str(message.get("content") or ""))
+        return [path] if path else []
+    if entry.kind == "assistant":
+        arguments = [str((call.get("function") or {}).get("arguments")) for call in message.get("tool_calls") or []]
+        return sorted({path for text in arguments for path in _ARGUMENTS_PATH.findall(text)})
+    return []
 
 
 def _with_content(entry: Entry, content: str) -> dict[str, Any]:

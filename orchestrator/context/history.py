@@ -8,6 +8,7 @@ so a history rebuilt from the events after a resume is byte for byte the history
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
@@ -19,6 +20,9 @@ from orchestrator.store.events import Compaction
 Kind = Literal["assistant", "tool", "user", "summary"]
 
 _KIND_OF_ROLE: dict[str, Kind] = {"assistant": "assistant", "tool": "tool", "user": "user"}
+
+# Values that need no copy: a message shares them with its copies without any risk.
+_ATOMIC = frozenset({str, int, float, bool, type(None)})
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ class History:
         """Add a message at the end. It is copied, so the caller's dict can change without harm."""
         if id in self._index:
             raise ValueError(f"history already has a message with id {id!r}")
-        message = copy.deepcopy(message)
+        message = _copy_message(message)
         kind = kind or _KIND_OF_ROLE.get(message.get("role", ""))
         if kind is None:
             raise ValueError(f"message {id!r} has role {message.get('role')!r}; the history holds no such role")
@@ -89,18 +93,26 @@ class History:
 
         Applying an event twice changes nothing the second time, so the loop may both let `compact`
         apply it and send it through the same path as every recorded event.
+
+        `event.replacements` maps a history id to its replacement, read by the kind of the entry
+        (`replaced_message`): for a tool result, the new `content`; for an assistant message, the
+        canonical JSON of its new `tool_calls` list (old arguments turned into pointers). The
+        event's schema predates the second case and a plain string carries it exactly, so both go
+        in the one field and old event logs replay unchanged.
         """
-        for id, content in sorted(event.replacements.items(), key=lambda item: self._position(item[0])):
+        for id, value in sorted(event.replacements.items(), key=lambda item: self._position(item[0])):
             entry = self._entries[self._position(id)]
-            if entry.kind != "tool":
-                raise ValueError(f"compaction replaces {id!r}, a {entry.kind} message; only tool results move")
-            self._put(self._position(id), replace(entry, message={**entry.message, "content": content}, pointer=True))
+            self._put(self._position(id), replace(entry, message=replaced_message(entry, value), pointer=True))
         if event.kind == "summary":
             self._replace_span(event)
 
     def messages(self) -> list[dict[str, Any]]:
-        """Copies of the messages, in order: whatever a caller does to them, the history is unchanged."""
-        return [copy.deepcopy(entry.message) for entry in self._entries]
+        """Copies of the messages, in order: whatever a caller does to them, the history is unchanged.
+
+        Built every step for every message, so it copies only as deep as history messages go
+        (`_copy_message`): a deepcopy of each made this the one cost that grew with the history.
+        """
+        return [_copy_message(entry.message) for entry in self._entries]
 
     def tokens(self) -> int:
         """Raw tokens of all messages (see `TokenCounter.ratio` for what the provider will count)."""
@@ -146,6 +158,46 @@ class History:
             return self._index[id]
         except KeyError:
             raise ValueError(f"the history has no message with id {id!r}") from None
+
+
+def replaced_message(entry: Entry, value: str) -> dict[str, Any]:
+    """`entry`'s message with a compaction's replacement `value` put in (see `History.apply`)."""
+    if entry.kind == "tool":
+        return {**entry.message, "content": value}
+    if entry.kind == "assistant":
+        calls = json.loads(value)
+        if not isinstance(calls, list):
+            raise ValueError(f"compaction replaces the tool calls of {entry.id!r} with {type(calls).__name__}")
+        return {**entry.message, "tool_calls": calls}
+    raise ValueError(f"compaction replaces {entry.id!r}, a {entry.kind} message; only tool results and calls move")
+
+
+def _copy_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A copy that shares no mutable part with `message`: the message and call dicts are copied,
+    strings are shared (immutable), and anything unusual (content as a list of parts) is deepcopied."""
+    copied = dict(message)
+    for key, value in message.items():
+        if type(value) in _ATOMIC:
+            continue
+        if key == "tool_calls" and type(value) is list:
+            copied[key] = [_copy_call(call) for call in value]
+        else:
+            copied[key] = copy.deepcopy(value)
+    return copied
+
+
+def _copy_call(call: Any) -> Any:
+    if type(call) is not dict:
+        return copy.deepcopy(call)
+    copied = dict(call)
+    for key, value in call.items():
+        if type(value) in _ATOMIC:
+            continue
+        if key == "function" and type(value) is dict and all(type(v) in _ATOMIC for v in value.values()):
+            copied[key] = dict(value)
+        else:
+            copied[key] = copy.deepcopy(value)
+    return copied
 
 
 def summary_id(summary_path: str) -> str:

@@ -141,20 +141,35 @@ def shape_write_arguments(
     return {**arguments, "content": note}
 
 
+TODO_TOOL = "todo_write"
+
+
+def todo_note(content: str) -> str:
+    """What the history keeps of a `todo_write`'s content: its size, and where its text is shown."""
+    return (
+        f"[todo.md rewritten: {count_lines(content)} lines, {byte_size(content)} bytes; "
+        "its current text is shown at the end of every request]"
+    )
+
+
 def shape_assistant_message(
     message: dict[str, Any], threshold_tokens: int, count: Callable[[str], int]
 ) -> dict[str, Any]:
     """An assistant message with `shape_write_arguments` applied to each of its tool calls.
 
-    Arguments that are not a JSON object stay exactly as the model wrote them: the failure is part
-    of the history. Shaped arguments are re-serialized with sorted keys, so the bytes are stable.
+    A `todo_write`'s content is always kept as a `todo_note`: the tail recites the current todo.md
+    every request, so old versions in the history would only repeat it (and it is the one argument
+    an agent rewrites all run long). Arguments that are not a JSON object stay exactly as the model
+    wrote them: the failure is part of the history. Shaped arguments are re-serialized with sorted
+    keys, so the bytes are stable.
     """
     calls = message.get("tool_calls")
     if not calls:
         return message
     shaped_calls = []
     for call in calls:
-        raw = call.get("function", {}).get("arguments")
+        function = call.get("function", {})
+        raw = function.get("arguments")
         try:
             arguments = json.loads(raw) if isinstance(raw, str) else None
         except json.JSONDecodeError:
@@ -162,11 +177,14 @@ def shape_assistant_message(
         if not isinstance(arguments, dict):
             shaped_calls.append(call)
             continue
-        shaped = shape_write_arguments(arguments, threshold_tokens, count)
+        if function.get("name") == TODO_TOOL and isinstance(arguments.get("content"), str):
+            shaped = {**arguments, "content": todo_note(arguments["content"])}
+        else:
+            shaped = shape_write_arguments(arguments, threshold_tokens, count)
         if shaped is arguments:
             shaped_calls.append(call)
             continue
-        function = {**call["function"], "arguments": json.dumps(shaped, sort_keys=True, ensure_ascii=False)}
+        function = {**function, "arguments": json.dumps(shaped, sort_keys=True, ensure_ascii=False)}
         shaped_calls.append({**call, "function": function})
     return {**message, "tool_calls": shaped_calls}
 
