@@ -70,12 +70,13 @@ def test_streaming_tool_calls_are_assembled_with_exact_arguments(scripted):
     ]
     llm = scripted([{"content": "Looking.", "tool_calls": calls}])
     reply = llm.complete([SYSTEM, TASK], TOOLS)
+    prefix = llm.scripted.id_prefix
     assert [(c.id, c.name, c.arguments) for c in reply.tool_calls] == [
-        ("call_0_0", "shell_exec", json.dumps(calls[0]["arguments"], sort_keys=True)),
-        ("call_0_1", "file_read", json.dumps(calls[1]["arguments"], sort_keys=True)),
+        (f"call_{prefix}_0_0", "shell_exec", json.dumps(calls[0]["arguments"], sort_keys=True)),
+        (f"call_{prefix}_0_1", "file_read", json.dumps(calls[1]["arguments"], sort_keys=True)),
     ]
     assert reply.message["tool_calls"][1] == {
-        "id": "call_0_1",
+        "id": f"call_{prefix}_0_1",
         "type": "function",
         "function": {"name": "file_read", "arguments": json.dumps(calls[1]["arguments"], sort_keys=True)},
     }

@@ -12,6 +12,7 @@ and never under 1,024 tokens, that the request shares with an earlier answered r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
@@ -110,6 +111,8 @@ class ScriptedServer:
         self._stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self.url: str | None = None
+        # Call ids differ between scripts, so a run resumed with a new script never reuses an id.
+        self.id_prefix = hashlib.sha256(json.dumps(script, sort_keys=True).encode()).hexdigest()[:6]
 
     def start(self) -> str:
         """Serve on a free loopback port in a daemon thread; returns the base URL (…/v1)."""
@@ -159,7 +162,7 @@ class ScriptedServer:
                 return _failure(fail, turn)
             cached = self._cache.lookup(tokens)
             self._cache.store(tokens)
-        content, tool_calls = _answer(index, turn)
+        content, tool_calls = _answer(f"{self.id_prefix}_{index}", turn)
         usage = {
             "prompt_tokens": len(tokens),
             "completion_tokens": _count_answer(content, tool_calls),
@@ -188,14 +191,14 @@ def _log_request(body: dict) -> None:
             f.write(json.dumps(body, sort_keys=True) + "\n")
 
 
-def _answer(index: int, turn: dict) -> tuple[str, list[dict]]:
-    """The turn's text and its tool calls in OpenAI format, with ids `call_<turn>_<n>`."""
+def _answer(turn_id: str, turn: dict) -> tuple[str, list[dict]]:
+    """The turn's text and its tool calls in OpenAI format, with ids `call_<script>_<turn>_<n>`."""
     if turn.get("fail") == "malformed":
         calls = [(turn.get("name", "shell_exec"), MALFORMED_ARGUMENTS)]
     else:
         calls = [(c["name"], json.dumps(c.get("arguments", {}), sort_keys=True)) for c in turn.get("tool_calls", [])]
     tool_calls = [
-        {"id": f"call_{index}_{n}", "type": "function", "function": {"name": name, "arguments": arguments}}
+        {"id": f"call_{turn_id}_{n}", "type": "function", "function": {"name": name, "arguments": arguments}}
         for n, (name, arguments) in enumerate(calls)
     ]
     return turn.get("content") or "", tool_calls
