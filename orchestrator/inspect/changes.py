@@ -1,0 +1,90 @@
+"""What a run changed in its workspace, read from its checkpoints: `cairn diff` and `cairn files`.
+
+Reads only `state/checkpoints.git` (never the live workspace), and imports no model library.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.errors import UsageError
+from orchestrator.store.checkpoints import BRANCH, Checkpoints, make_git, step_of_message
+from orchestrator.store.runs import RunDir
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's empty tree: the base of step 0
+
+
+def _checkpoints(run: RunDir) -> tuple[Checkpoints, dict[int, str]]:
+    cp = Checkpoints.of(run)
+    steps = cp.steps()
+    if not steps:
+        raise UsageError(f"run {run.id} has no checkpoints (it was made by a cairn without them)")
+    return cp, steps
+
+
+def diff(run: RunDir, step: int | None = None) -> str:
+    """A unified diff: what step `step` changed, or with no step the whole run (first to last
+    checkpoint). Binary files are named, not shown. Empty when nothing changed."""
+    cp, steps = _checkpoints(run)
+    if step is None:
+        before, after = steps[min(steps)], steps[max(steps)]
+    else:
+        if step < 0:
+            raise UsageError("a step is 0 or more")
+        after = cp.commit_at(step, steps)
+        if after is None:
+            raise UsageError(f"run {run.id} has no checkpoint at or before step {step}")
+        before = cp.commit_at(step - 1, steps) or EMPTY_TREE
+    if before == after:
+        return ""
+    return make_git(cp.git_dir).diff("--no-color", "--no-ext-diff", "--no-textconv", "--find-renames",
+                                     before, after, "--")
+
+
+def files(run: RunDir) -> dict[str, Any]:
+    """The files of the last checkpoint, each with its size and the step that last changed it, and the
+    paths that checkpoints skip (generated trees, files over 10 MiB, nested repositories)."""
+    cp, steps = _checkpoints(run)
+    g = make_git(cp.git_dir)
+    last_changed: dict[str, int] = {}
+    for chunk in g.log("-z", "--name-only", "--no-renames", "--root", "--format=%x01%s", BRANCH).split("\x01"):
+        if not chunk:
+            continue
+        subject, *paths = chunk.split("\0")
+        number = step_of_message(subject)
+        for path in paths:
+            path = path.lstrip("\n")
+            if path and number is not None:
+                last_changed.setdefault(path, number)  # newest first: the first sighting is the last change
+    rows = []
+    for entry in g.ls_tree("-r", "-l", "-z", "--full-tree", BRANCH).split("\0"):
+        if not entry:
+            continue
+        info, path = entry.split("\t", 1)
+        mode, kind, _sha, size = info.split()
+        rows.append({"path": path, "size": int(size) if size.isdigit() else None, "step": last_changed.get(path),
+                     "symlink": mode == "120000"})
+    skipped = [{"path": p, "reason": r} for p, r in sorted(cp.skipped().items())]
+    return {"id": run.id, "last_checkpoint_step": max(steps), "files": rows, "skipped": skipped}
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "K", "M", "G"):
+        if n < 1024 or unit == "G":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return str(n)
+
+
+def render_files(doc: dict[str, Any]) -> str:
+    lines = [f"{'step':>5} {'size':>8}  path"]
+    for row in doc["files"]:
+        step = "-" if row["step"] is None else str(row["step"])
+        lines.append(f"{step:>5} {_size(row['size']):>8}  {row['path']}" + ("  (symlink)" if row["symlink"] else ""))
+    for row in doc["skipped"]:
+        lines.append(f"{'-':>5} {'-':>8}  {row['path']}  (skipped: {row['reason']})")
+    lines.append(f"{len(doc['files'])} files as of step {doc['last_checkpoint_step']}"
+                 + (f"; {len(doc['skipped'])} skipped" if doc["skipped"] else ""))
+    return "\n".join(lines)
