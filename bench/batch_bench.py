@@ -1,0 +1,125 @@
+"""Throughput of `cairn batch`: the same scripted tasks run 1, 4 and 16 at a time.
+
+    python bench/batch_bench.py [--tasks 16] [--jobs 1,4,16]
+
+Each task is a short realistic run of 4 tool calls (write a Python file, run it, read its output,
+task_done), played by its own scripted model, in its own sandbox. Every setting runs in a fresh process
+(so the memory high-water mark is that setting's alone) and runs all `--tasks` tasks, `N` at a time,
+through `orchestrator.batch.Batch`, as `cairn batch --jobs N` does. Timing starts after litellm is
+imported and the image is found. Reported per setting: wall time, runs per minute, container starts per
+second and the median time of one sandbox start, and the process's RSS after imports and at its peak
+(ru_maxrss). The last line is machine-readable: `runs_per_min_16=<n> speedup_16_vs_1=<n>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+PROGRAM = "n = 2000\nprimes = [p for p in range(2, n) if all(p % d for d in range(2, int(p ** 0.5) + 1))]\nprint(len(primes), primes[-1])\n"
+
+
+def script(i: int) -> dict:
+    call = lambda name, **args: {"tool_calls": [{"name": name, "arguments": args}]}  # noqa: E731
+    return {"turns": [
+        call("file_write", path="primes.py", content=PROGRAM),
+        call("shell_exec", command="python3 primes.py > out.txt && echo ok"),
+        call("file_read", path="out.txt"),
+        call("task_done", summary=f"task {i}: counted the primes below 2000"),
+    ]}
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def one_setting(jobs: int, tasks: int) -> dict:
+    """Runs in its own process: `tasks` runs, `jobs` at a time."""
+    from orchestrator.batch import Batch
+    from orchestrator.llm import client  # noqa: F401 - litellm, imported before the clock starts
+    from orchestrator.sandbox import Sandbox
+    from orchestrator.sandbox.image import ensure_image
+
+    ensure_image()
+    starts: list[float] = []
+    lock = threading.Lock()
+    original = Sandbox.start
+
+    def timed_start(self) -> None:  # noqa: ANN001
+        began = time.perf_counter()
+        original(self)
+        with lock:
+            starts.append(time.perf_counter() - began)
+
+    Sandbox.start = timed_start
+    baseline = rss_mb()
+    with tempfile.TemporaryDirectory(prefix="cairn-batch-bench-") as tmp:
+        lines = []
+        for i in range(tasks):
+            path = Path(tmp, f"script-{i}.json")  # one script each: a scripted server plays one script's turns
+            path.write_text(json.dumps(script(i)))
+            lines.append(json.dumps({"task": f"count primes ({i})", "model": f"scripted:{path}", "max_steps": 10}))
+        batch_file = Path(tmp, "tasks.jsonl")
+        batch_file.write_text("\n".join(lines) + "\n")
+        batch = Batch(batch_file, Path(tmp, "runs"), jobs=jobs)
+        began = time.perf_counter()
+        rows = batch.run()
+        wall = time.perf_counter() - began
+    statuses = [r.status for r in rows]
+    return {
+        "jobs": jobs, "tasks": tasks, "done": statuses.count("done"), "wall_s": round(wall, 2),
+        "runs_per_min": round(tasks / wall * 60, 1), "container_starts_per_s": round(len(starts) / wall, 2),
+        "sandbox_start_median_s": round(statistics.median(starts), 2) if starts else None,
+        "rss_after_imports_mb": round(baseline, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "steps_per_run": round(statistics.mean(r.step for r in rows), 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=16, help="runs in each setting (default 16)")
+    parser.add_argument("--jobs", default="1,4,16", help="the settings of N, comma-separated")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the child process of one setting
+    options = parser.parse_args()
+    if options.one:
+        print(json.dumps(one_setting(options.one, options.tasks)))
+        return
+    results = {}
+    print(f"{os.cpu_count()} cores; {options.tasks} tasks of 4 tool calls each per setting", flush=True)
+    print(f"{'N':>3} {'wall s':>8} {'runs/min':>9} {'starts/s':>9} {'start med s':>12} {'RSS base MB':>12} "
+          f"{'RSS peak MB':>12} {'done':>5}", flush=True)
+    for jobs in (int(n) for n in options.jobs.split(",")):
+        out = subprocess.run([sys.executable, __file__, "--one", str(jobs), "--tasks", str(options.tasks)],
+                             capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            sys.stderr.write(out.stderr[-3000:])
+            raise SystemExit(f"the setting N={jobs} failed (exit {out.returncode})")
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        results[jobs] = r
+        print(f"{jobs:>3} {r['wall_s']:>8} {r['runs_per_min']:>9} {r['container_starts_per_s']:>9} "
+              f"{r['sandbox_start_median_s']:>12} {r['rss_after_imports_mb']:>12} {r['peak_rss_mb']:>12} "
+              f"{r['done']:>3}/{r['tasks']}", flush=True)
+    top, one = results.get(16), results.get(1)
+    speedup = round(top["runs_per_min"] / one["runs_per_min"], 2) if top and one else None
+    print(f"runs_per_min_16={top['runs_per_min'] if top else None} speedup_16_vs_1={speedup}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,449 @@
+"""`cairn batch FILE.jsonl`: many runs at once, each in its own sandbox, resumable as a whole.
+
+One JSON object a line: `task` (required), `model`, `template`, `max_steps`, `max_cost` (CONTRACTS.md).
+Blank lines are ignored. Every line is checked before anything starts; a bad one is a usage error that
+names its line number.
+
+Runs go N at a time in worker threads of this process: the loop waits on the model and on the
+sandbox, so threads are enough, and they share one litellm import (~185 MB of RSS and 3-20 s a process,
+measured by bench/batch_bench.py).
+
+A batch manifest, `<runs-dir>/batches/<hash of the file's path>.json`, maps each line to its run, keyed
+by a hash of the line's content (and its occurrence, for repeated lines). Running the same file again:
+- a `done` run is skipped;
+- an `interrupted` run (Ctrl-C) or a crashed one (`running` with no live process) is resumed;
+- a run that ended otherwise (`failed`, `stopped`, `waiting`, `budget`, `looping`) is left as it is and
+  reported: it needs a person (`cairn resume RUN ...`);
+- a line that is new or changed gets a new run.
+
+Ctrl-C stops every run between actions (each becomes `interrupted`, resumable by running the batch
+again) and starts no new ones; a second Ctrl-C stops at once (runs are left crashed, also resumable).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from orchestrator.config import RunConfig
+from orchestrator.errors import CairnError, SandboxError, UsageError
+from orchestrator.store import events as ev
+from orchestrator.store.runs import RunDir
+
+LINE_KEYS = {"task", "model", "template", "max_steps", "max_cost"}
+DEFAULT_MODEL = "scripted:demo"  # as `cairn run`
+DEFAULT_MAX_STEPS = 100
+RESUMABLE = ("interrupted",)  # and `running` runs whose process is gone (crashed)
+
+
+@dataclass
+class Job:
+    line: int  # 1-based line number in the file
+    key: str  # hash of the line's content, with its occurrence
+    task: str
+    cfg: RunConfig
+
+
+@dataclass
+class Row:
+    """One run of the batch, as the live table and the summary show it."""
+
+    line: int
+    task: str
+    id: str | None = None
+    action: str = "pending"  # started, resumed, skipped, left (ended otherwise), pending (never started)
+    status: str = "pending"
+    step: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = 0.0
+    result: str | None = None
+    error: str | None = None
+    seconds: float | None = None
+
+    def doc(self) -> dict[str, Any]:
+        return {"line": self.line, "id": self.id, "task": self.task, "action": self.action, "status": self.status,
+                "steps": self.step, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "tokens": self.prompt_tokens + self.completion_tokens, "cost_usd": self.cost_usd,
+                "result": self.result, "error": self.error, "seconds": self.seconds}
+
+
+# -- the file ---------------------------------------------------------------------------------------
+
+
+def parse_file(path: Path) -> list[Job]:
+    """Every line checked; raises UsageError naming the first bad line. Nothing is started here."""
+    from orchestrator.runner import template_dir
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the batch file {path}: {exc}") from None
+    jobs: list[Job] = []
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        where = f"{path.name} line {number}"
+        try:
+            item = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(item, dict):
+            raise UsageError(f"{where}: must be a JSON object, like {{\"task\": \"...\"}}")
+        unknown = sorted(set(item) - LINE_KEYS)
+        if unknown:
+            raise UsageError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(LINE_KEYS))})")
+        task = item.get("task")
+        if not isinstance(task, str) or not task.strip():
+            raise UsageError(f"{where}: \"task\" is required and must be a non-empty string")
+        model = item.get("model", DEFAULT_MODEL)
+        if isinstance(model, str) and model.startswith("scripted:"):
+            model = _scripted_model(model, path.parent, where)
+        try:
+            cfg = RunConfig.model_validate({
+                "model": {"model": model},
+                "limits": {"max_steps": item.get("max_steps", DEFAULT_MAX_STEPS), "max_cost": item.get("max_cost")},
+                "template": item.get("template", "default"),
+            })
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise UsageError(f"{where}: invalid {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+        try:
+            template_dir(cfg.template)
+        except UsageError as exc:
+            raise UsageError(f"{where}: {exc.message}") from None
+        digest = hashlib.sha256(json.dumps(item, sort_keys=True).encode()).hexdigest()[:16]
+        seen[digest] = seen.get(digest, 0) + 1
+        jobs.append(Job(number, f"{digest}#{seen[digest]}", task, cfg))
+    if not jobs:
+        raise UsageError(f"the batch file {path} has no tasks")
+    return jobs
+
+
+def _scripted_model(model: str, base: Path, where: str) -> str:
+    """A relative script path is relative to the batch file; the run stores it absolute, for resume."""
+    from orchestrator.llm.scripted import load_script
+
+    spec = model[len("scripted:"):]
+    beside = base / spec
+    if not Path(spec).is_absolute() and beside.is_file():
+        spec = str(beside.resolve())
+    try:
+        load_script(spec)
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc.message}") from None
+    return f"scripted:{spec}"
+
+
+# -- the manifest -----------------------------------------------------------------------------------
+
+
+class Manifest:
+    """`<runs-dir>/batches/<hash>.json`: line key → run id, written atomically after every change."""
+
+    def __init__(self, runs_dir: Path, batch_file: Path) -> None:
+        resolved = str(batch_file.resolve())
+        self.id = hashlib.sha256(resolved.encode()).hexdigest()[:16]
+        self.path = runs_dir / "batches" / f"{self.id}.json"
+        self.lock = threading.Lock()
+        self.doc: dict[str, Any] = {"file": resolved, "runs": {}}
+        if self.path.is_file():
+            try:
+                self.doc = json.loads(self.path.read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                raise UsageError(f"the batch manifest {self.path} is unreadable ({exc})") from None
+
+    def run_of(self, key: str) -> str | None:
+        return self.doc["runs"].get(key, {}).get("id")
+
+    def record(self, key: str, line: int, run_id: str) -> None:
+        with self.lock:
+            self.doc["runs"][key] = {"id": run_id, "line": line}
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(self.doc, indent=2, sort_keys=True))
+            os.replace(tmp, self.path)
+
+
+# -- running ----------------------------------------------------------------------------------------
+
+
+class RowDisplay:
+    """The Display of one run's Agent: keeps that run's row up to date (read by the live table)."""
+
+    def __init__(self, row: Row) -> None:
+        self.row = row
+
+    def event(self, event: ev.Event, state: Any) -> None:
+        t = state.totals
+        self.row.step = state.step
+        self.row.prompt_tokens, self.row.completion_tokens = t.prompt_tokens, t.completion_tokens
+        self.row.cost_usd = t.cost_usd if t.cost_known else None
+        if isinstance(event, ev.StatusChanged):
+            self.row.status = event.status
+        elif isinstance(event, ev.ToolStarted):
+            self.row.status = f"running: {event.name}"
+        elif isinstance(event, ev.ToolFinished):
+            self.row.status = "running"
+
+    def close(self) -> None:
+        pass
+
+
+class Batch:
+    def __init__(self, batch_file: Path, runs_dir: Path, jobs: int = 4,
+                 on_end: Callable[[Row], None] | None = None) -> None:
+        # Absolute: the checkpoints' git is run from elsewhere, and a relative path would break it.
+        self.file, self.runs_dir, self.jobs = batch_file, runs_dir.resolve(), max(1, jobs)
+        self.todo = parse_file(batch_file)  # raises UsageError before anything starts
+        self.manifest = Manifest(runs_dir, batch_file)
+        self.rows = [Row(j.line, j.task) for j in self.todo]
+        self.on_end = on_end or (lambda row: None)
+        self.sessions: dict[int, Any] = {}  # row index → live Session
+        self.stopping = threading.Event()
+        self.interrupted = False
+        self._sigints = 0
+
+    # The plan: what each line needs
+
+    def plan(self) -> list[tuple[int, RunDir | None]]:
+        """(row index, existing run to resume or None for a new one) for each line that has work to do;
+        rows of lines that need none are filled in as skipped or left."""
+        from orchestrator.runner import run_is_live
+
+        work: list[tuple[int, RunDir | None]] = []
+        for i, job in enumerate(self.todo):
+            run_id = self.manifest.run_of(job.key)
+            run = RunDir(self.runs_dir / run_id) if run_id else None
+            if run is None or not run.meta_path.is_file():
+                work.append((i, None))
+                continue
+            meta = run.read_meta()
+            status = meta.get("status", "running")
+            row = self.rows[i]
+            row.id = run.id
+            if status == "running" and run_is_live(run):
+                self._fill(row, run, "skipped")
+                row.status = "running"
+                row.error = "running in another process"
+            elif status in RESUMABLE or status == "running":
+                work.append((i, run))
+            else:
+                self._fill(row, run, "skipped" if status == "done" else "left")
+        return work
+
+    def run(self) -> list[Row]:
+        work = self.plan()
+        if work:
+            from orchestrator.llm import client  # noqa: F401 - litellm imported once, here, not in N threads
+            from orchestrator.sandbox.image import ensure_image
+
+            ensure_image()  # built once, before the workers, which then find it
+        pending: queue.Queue = queue.Queue()
+        for item in work:
+            pending.put(item)
+        workers = [threading.Thread(target=self._worker, args=(pending,), daemon=True, name=f"cairn-batch-{n}")
+                   for n in range(min(self.jobs, len(work)))]
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, self._on_sigint) if main else None
+        try:
+            for w in workers:
+                w.start()
+            for w in workers:
+                while w.is_alive():
+                    w.join(0.2)  # a timeout, so that Ctrl-C is handled promptly
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
+        return self.rows
+
+    def _worker(self, pending: queue.Queue) -> None:
+        while not self.stopping.is_set():
+            try:
+                index, run = pending.get_nowait()
+            except queue.Empty:
+                return
+            self._one(index, run)
+
+    def _one(self, index: int, run: RunDir | None) -> None:
+        from orchestrator.runner import Session, create_run, load_config, mark_failed
+
+        job, row = self.todo[index], self.rows[index]
+        started = time.monotonic()
+        try:
+            if run is None:
+                run = create_run(self.runs_dir, job.task, job.cfg)
+                self.manifest.record(job.key, job.line, run.id)
+                row.action, cfg = "started", job.cfg
+            else:
+                row.action, cfg = "resumed", load_config(run)
+            row.id, row.status = run.id, "starting"
+            with Session(run, cfg, RowDisplay(row), resumed=row.action == "resumed") as session:
+                self.sessions[index] = session
+                if self.stopping.is_set():
+                    session.agent.stop_requested = True
+                session.go()
+                if session.agent.error is not None:
+                    row.error = session.agent.error.message
+        except Exception as exc:  # noqa: BLE001 - one run failing must not stop the others
+            row.error = exc.message if isinstance(exc, CairnError) else f"{type(exc).__name__}: {exc}"
+            if run is not None:
+                try:
+                    mark_failed(run, row.error)
+                except Exception:  # noqa: BLE001 - the state dir itself may be the problem
+                    pass
+            if not isinstance(exc, (CairnError, SandboxError)):
+                import traceback
+
+                traceback.print_exc(file=sys.stderr)
+        finally:
+            self.sessions.pop(index, None)
+            row.seconds = round(time.monotonic() - started, 2)
+        if run is not None:
+            self._fill(row, run, row.action)
+        self.on_end(row)
+
+    def _fill(self, row: Row, run: RunDir, action: str) -> None:
+        """The row from the run's own record (run.json), as `cairn ls` reads it."""
+        meta = run.read_meta()
+        usage = meta.get("usage") or {}
+        row.action, row.id = action, run.id
+        row.status = meta.get("status", "running")
+        row.step = meta.get("steps", row.step)
+        row.prompt_tokens = usage.get("prompt_tokens", row.prompt_tokens)
+        row.completion_tokens = usage.get("completion_tokens", row.completion_tokens)
+        row.cost_usd = usage.get("cost_usd", row.cost_usd) if usage else row.cost_usd
+        row.result = meta.get("result")
+        if row.status == "failed" and not row.error:
+            row.error = row.result or _failure_reason(run)
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self._sigints += 1
+        self.interrupted = True
+        self.stopping.set()
+        if self._sigints == 1:
+            for session in list(self.sessions.values()):
+                session.agent.stop_requested = True  # the loop checks it after the current action
+            sys.stderr.write("cairn: Ctrl-C: stopping every run after its current action "
+                             "(Ctrl-C again to stop at once)\n")
+            return
+        for session in list(self.sessions.values()):  # at once: the runs are left crashed (resumable)
+            try:
+                session.sandbox.stop()
+            except Exception:  # noqa: BLE001
+                pass
+        raise KeyboardInterrupt
+
+
+def _failure_reason(run: RunDir) -> str | None:
+    for event in reversed(run.events.read()[0]):
+        if isinstance(event, ev.StatusChanged) and event.status == "failed":
+            return event.reason
+    return None
+
+
+# -- what a person sees -----------------------------------------------------------------------------
+
+
+def summary_doc(batch: Batch) -> dict[str, Any]:
+    rows = [r.doc() for r in batch.rows]
+    costs = [r["cost_usd"] for r in rows]
+    return {
+        "file": str(batch.file.resolve()),
+        "batch": batch.manifest.id,
+        "runs": rows,
+        "totals": {
+            "runs": len(rows),
+            "done": sum(r["status"] == "done" for r in rows),
+            "steps": sum(r["steps"] for r in rows),
+            "tokens": sum(r["tokens"] for r in rows),
+            "cost_usd": None if any(c is None for c in costs) else round(sum(costs), 6),
+        },
+        "interrupted": batch.interrupted,
+        "exit_code": exit_code(batch),
+    }
+
+
+def exit_code(batch: Batch) -> int:
+    """0 when every run is done, 130 when Ctrl-C stopped the batch, else 1."""
+    if batch.interrupted:
+        return 130
+    return 0 if all(r.status == "done" for r in batch.rows) else 1
+
+
+def _money(cost: float | None) -> str:
+    return f"${cost:.4f}" if cost is not None else "unknown"
+
+
+def table(rows: list[Row], title: str | None = None):  # noqa: ANN201 - rich.table.Table
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", expand=False)
+    for name, justify in (("#", "right"), ("id", "left"), ("task", "left"), ("status", "left"),
+                          ("steps", "right"), ("tokens", "right"), ("cost", "right"), ("", "left")):
+        t.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis",
+                     min_width=22 if name == "id" else None, max_width={"task": 40, "": 40}.get(name))
+    for r in rows:
+        note = r.action if r.action in ("skipped", "resumed", "left") else ""
+        if r.error:
+            note = (note + ": " if note else "") + " ".join(r.error.split())[:60]
+        t.add_row(str(r.line), r.id or "-", " ".join(r.task.split())[:40], r.status, str(r.step),
+                  f"{r.prompt_tokens + r.completion_tokens:,}", _money(r.cost_usd), note)
+    return t
+
+
+def render_summary(rows: list[Row]) -> str:
+    """The summary as plain text, one line a run (like `cairn ls`), whatever the width of the output."""
+    lines = [f"{'LINE':>4}  {'ID':<23} {'STATUS':<11} {'STEPS':>5} {'TOKENS':>9} {'COST':>9}  {'':<8} TASK"]
+    for r in rows:
+        note = r.action if r.action in ("skipped", "resumed", "left") else ""
+        lines.append(f"{r.line:>4}  {r.id or '-':<23} {r.status:<11} {r.step:>5} "
+                     f"{r.prompt_tokens + r.completion_tokens:>9,} {_money(r.cost_usd):>9}  {note:<8} "
+                     f"{' '.join(r.task.split())[:60]}")
+        if r.error:
+            lines.append(f"{'':>6}error: {' '.join(r.error.split())[:200]}")
+    return "\n".join(lines)
+
+
+def run_batch(batch_file: Path, runs_dir: Path, jobs: int, json_output: bool) -> int:
+    """The `cairn batch` command: returns its exit code."""
+    from rich.console import Console
+    from rich.live import Live
+
+    err = Console(stderr=True)
+    live_table = not json_output and err.is_terminal
+
+    def ended(row: Row) -> None:
+        if not json_output and not live_table:
+            err.print(f"line {row.line}: run {row.id} {row.status}" + (f" ({row.error})" if row.error else ""),
+                      highlight=False, markup=False)
+
+    batch = Batch(batch_file, runs_dir, jobs, on_end=ended)
+    if live_table:
+        with Live(get_renderable=lambda: table(batch.rows, f"batch {batch_file.name} · {jobs} at a time"),
+                  console=err, refresh_per_second=4, transient=True):
+            batch.run()
+    else:
+        batch.run()
+    doc = summary_doc(batch)
+    if json_output:
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    else:
+        t = doc["totals"]
+        sys.stdout.write(render_summary(batch.rows) + "\n")
+        sys.stdout.write(f"{t['done']}/{t['runs']} done · {t['steps']} steps · {t['tokens']:,} tokens · "
+                         f"{_money(t['cost_usd'])}"
+                         + (" · interrupted: run the batch again to resume" if batch.interrupted else "") + "\n")
+    return doc["exit_code"]

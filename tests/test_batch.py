@@ -1,0 +1,226 @@
+"""`cairn batch`: many runs at once, a failing one not stopping the others, resuming a batch, DOCKER_HOST."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from orchestrator.batch import Batch
+from orchestrator.config import RunConfig
+from orchestrator.store.runs import RunDir
+from tests.test_cli import cairn
+
+
+def write_script(path: Path, *turns: dict) -> Path:
+    path.write_text(json.dumps({"turns": list(turns)}))
+    return path
+
+
+def tool(name: str, **arguments) -> dict:
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+def ok_script(path: Path, summary: str = "printed hi") -> Path:
+    return write_script(path, tool("file_write", path="hello.py", content="print('hi')\n"),
+                        tool("shell_exec", command="python3 hello.py"), tool("task_done", summary=summary))
+
+
+def write_batch(path: Path, *lines: dict | str) -> Path:
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return path
+
+
+def test_a_bad_line_is_a_usage_error_naming_its_number_and_nothing_starts(tmp_path, runs_dir):
+    batch = write_batch(tmp_path / "b.jsonl", {"task": "fine"}, "", {"model": "scripted:demo"}, {"task": "late"})
+    out = cairn("batch", str(batch), runs_dir=runs_dir)
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[0] == 'cairn: error: b.jsonl line 3: "task" is required and must be a non-empty string'
+    assert not runs_dir.exists() or not list(runs_dir.iterdir())
+
+    for bad, says in (("{not json", "line 1: not JSON"), ('{"task": "t", "max_steps": 0}', "line 1: invalid limits.max_steps"),
+                      ('{"task": "t", "colour": "red"}', "line 1: unknown key 'colour'"),
+                      ('{"task": "t", "template": "nope"}', "line 1: no workspace template 'nope'"),
+                      ('{"task": "t", "model": "scripted:missing.json"}', "line 1: no script file")):
+        (tmp_path / "one.jsonl").write_text(bad + "\n")
+        out = cairn("batch", str(tmp_path / "one.jsonl"), runs_dir=runs_dir)
+        assert out.returncode == 2 and says in out.stderr, (bad, out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_what_a_second_pass_does_with_each_status(tmp_path):
+    """done: skipped; interrupted and crashed (running, no live process): resumed; the rest: left as is."""
+    runs = tmp_path / "runs"
+    statuses = ["done", "interrupted", "running", "failed", "budget", "waiting", "stopped"]
+    batch_file = write_batch(tmp_path / "b.jsonl", *({"task": f"task {s}"} for s in statuses))
+    first = Batch(batch_file, runs)
+    for job, status in zip(first.todo, statuses):
+        run = RunDir.create(first.runs_dir, {"task": job.task, "status": status,
+                                             "config": RunConfig().model_dump(mode="json")})
+        (run.state / "pid").write_text(json.dumps({"pid": 2**22 + 1}))  # a process that is gone
+        first.manifest.record(job.key, job.line, run.id)
+    again = Batch(batch_file, runs)
+    work = again.plan()
+    assert [again.todo[i].task for i, run in work] == ["task interrupted", "task running"]
+    assert all(run is not None for _, run in work)
+    actions = {r.task: (r.action, r.status) for r in again.rows}
+    assert actions["task done"] == ("skipped", "done")
+    assert actions["task failed"] == ("left", "failed") and actions["task budget"] == ("left", "budget")
+
+
+@pytest.mark.docker
+def test_a_batch_with_a_failing_task_and_its_second_pass(tmp_path, runs_dir, sandbox_image):
+    ok_script(tmp_path / "a.json")
+    write_script(tmp_path / "b.json", {"fail": 401})
+    ok_script(tmp_path / "c.json")
+    batch = write_batch(tmp_path / "tasks.jsonl",
+                        {"task": "write and run hello.py", "model": "scripted:a.json"},  # beside the batch file
+                        {"task": "this one's model refuses", "model": f"scripted:{tmp_path / 'b.json'}"},
+                        {"task": "the same again", "model": "scripted:c.json", "max_steps": 10})
+    out = cairn("batch", str(batch), "--jobs", "3", "--json", runs_dir=runs_dir)
+    assert out.returncode == 1, out.stderr[-3000:]
+    doc = json.loads(out.stdout)
+    a, b, c = doc["runs"]
+    assert [r["line"] for r in doc["runs"]] == [1, 2, 3]
+    assert (a["status"], b["status"], c["status"]) == ("done", "failed", "done")
+    assert a["action"] == b["action"] == c["action"] == "started"
+    assert a["steps"] == c["steps"] == 3 and a["result"] == "printed hi"
+    assert a["tokens"] == a["prompt_tokens"] + a["completion_tokens"] > 0
+    assert "401" in b["error"] and b["steps"] == 0
+    assert doc["totals"] == {"runs": 3, "done": 2, "steps": 6, "tokens": a["tokens"] + b["tokens"] + c["tokens"],
+                             "cost_usd": None}  # the scripted model has no price
+    assert doc["exit_code"] == 1 and doc["interrupted"] is False
+    assert (runs_dir / a["id"] / "workspace" / "hello.py").is_file()
+    assert json.loads(cairn("show", c["id"], "--json", runs_dir=runs_dir).stdout)["steps"][1]["tool_calls"][0][
+        "result"].startswith("hi")
+
+    # C crashes during its second model call: its log ends at step 1, run.json still says running, and
+    # the pid file names a process that is gone.
+    run_c = RunDir(runs_dir / c["id"])
+    lines = run_c.events.path.read_text().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if '"type":"checkpoint"' in line.replace(" ", "")
+               and json.loads(line)["step"] == 1)
+    run_c.events.path.write_text("".join(lines[: cut + 1]))
+    run_c.update_meta(status="running")
+    (run_c.state / "pid").write_text(json.dumps({"pid": 2**22 + 1}))
+    write_script(tmp_path / "c.json", tool("task_done", summary="finished after the crash"))
+    a_log = (runs_dir / a["id"] / "state" / "events.jsonl").read_bytes()
+
+    out = cairn("batch", str(batch), "--jobs", "3", "--json", runs_dir=runs_dir)
+    assert out.returncode == 1, out.stderr[-3000:]
+    a2, b2, c2 = json.loads(out.stdout)["runs"]
+    assert (a2["id"], b2["id"], c2["id"]) == (a["id"], b["id"], c["id"])  # no new runs
+    assert (a2["action"], a2["status"]) == ("skipped", "done")
+    assert (b2["action"], b2["status"]) == ("left", "failed") and "401" in b2["error"]
+    assert (c2["action"], c2["status"], c2["result"]) == ("resumed", "done", "finished after the crash")
+    assert c2["steps"] == 2
+    assert (runs_dir / a["id"] / "state" / "events.jsonl").read_bytes() == a_log  # the done run was not touched
+    assert len([p for p in runs_dir.iterdir() if (p / "state").is_dir()]) == 3
+
+    out = cairn("batch", str(batch), runs_dir=runs_dir)  # the summary table, for a person
+    assert out.returncode == 1
+    assert "2/3 done" in out.stdout and "skipped" in out.stdout and "401" in out.stdout
+
+
+class EngineProxy:
+    """A second address of the local Docker engine: tcp://127.0.0.1:PORT forwarded to its unix socket.
+    Counts the connections and keeps what clients sent, to show requests went through it."""
+
+    def __init__(self, target: str = "/var/run/docker.sock") -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections = 0
+        self.sent = bytearray()
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            engine = socket.socket(socket.AF_UNIX)
+            engine.connect(self.target)
+            with self.lock:
+                self.connections += 1
+            threading.Thread(target=self._pipe, args=(client, engine, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(engine, client, False), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, record: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if record:
+                    with self.lock:
+                        self.sent += data[:4096]
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.docker
+def test_docker_host_names_the_engine_the_sandboxes_run_on(tmp_path, runs_dir, sandbox_image):
+    if not Path("/var/run/docker.sock").exists():
+        pytest.skip("the engine has no local unix socket to forward to")
+    proxy = EngineProxy()
+    try:
+        ok_script(tmp_path / "a.json")
+        batch = write_batch(tmp_path / "one.jsonl", {"task": "hello through another address", "model": "scripted:a.json"})
+        out = cairn("batch", str(batch), "--json", runs_dir=runs_dir,
+                    env={"DOCKER_HOST": f"tcp://127.0.0.1:{proxy.port}"})
+        assert out.returncode == 0, out.stderr[-3000:]
+        [row] = json.loads(out.stdout)["runs"]
+        assert row["status"] == "done" and row["steps"] == 3
+        sent = bytes(proxy.sent)
+        assert proxy.connections >= 1
+        assert b"POST /v" in sent and b"/containers/create?name=cairn-" + row["id"].encode() in sent
+        assert b"/exec" in sent  # the toolbox's stream went through the proxy too
+    finally:
+        proxy.close()
+
+
+@pytest.mark.docker
+def test_ctrl_c_stops_every_run_between_actions_and_the_next_pass_resumes_them(tmp_path, runs_dir, sandbox_image):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    for name in ("s1.json", "s2.json"):
+        write_script(tmp_path / name, tool("shell_exec", command="sleep 4"), tool("task_done", summary="ok"))
+    batch = write_batch(tmp_path / "b.jsonl", {"task": "a", "model": "scripted:s1.json"},
+                        {"task": "b", "model": "scripted:s2.json"})
+    import os
+
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "batch", str(batch), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)})
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:  # both runs are inside their `sleep 4`
+        logs = [p.read_text() for p in runs_dir.glob("*/state/events.jsonl")]
+        if len(logs) == 2 and all('"tool_started"' in log for log in logs):
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    doc = json.loads(out)
+    assert [r["status"] for r in doc["runs"]] == ["interrupted", "interrupted"] and doc["interrupted"] is True
+    assert all(r["steps"] == 1 for r in doc["runs"])  # the sleep finished: stopped between actions
+    again = cairn("batch", str(batch), "--json", runs_dir=runs_dir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rows = json.loads(again.stdout)["runs"]
+    assert [(r["action"], r["status"], r["id"]) for r in rows] == [("resumed", "done", r["id"]) for r in doc["runs"]]
