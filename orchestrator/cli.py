@@ -385,6 +385,33 @@ def import_cmd(
     typer.echo(f"  resume it with: cairn resume {run_dir.id}", err=True)
 
 
+@app.command("shell")
+def shell_cmd(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
+    """An interactive shell in a fresh sandbox on that run's workspace (hardened like the run's own)."""
+    import shutil
+    import subprocess
+
+    from orchestrator.runner import load_config
+    from orchestrator.sandbox import Sandbox
+    from orchestrator.sandbox.image import ensure_image
+
+    run_dir = _find(runs_dir, run_ref)
+    run_dir.check_workspace()
+    docker_cli = shutil.which("docker")
+    if docker_cli is None:  # docker-py has no interactive terminal; the client does
+        raise UsageError("cairn shell needs the docker command line client on PATH")
+    cfg = load_config(run_dir)
+    sandbox = Sandbox(f"{run_dir.id}-shell", run_dir.workspace, cfg.sandbox, image=cfg.sandbox.image or ensure_image(),
+                      cairn_mount=run_dir.cairn_dir if run_dir.external_workspace else None)
+    sandbox.start()
+    try:
+        tty = ["-t"] if sys.stdin.isatty() and sys.stdout.isatty() else []
+        code = subprocess.call([docker_cli, "exec", "-i", *tty, "-w", "/workspace", sandbox.container.name, "bash"])
+    finally:
+        sandbox.stop()
+    raise typer.Exit(code)
+
+
 @image_app.command("build")
 def image_build(
     force: bool = typer.Option(False, "--force", help="Build even if an image with this tag exists."),
@@ -410,14 +437,15 @@ def doctor() -> None:
 
 @app.command()
 def gc(runs_dir: Optional[Path] = RunsDir) -> None:
-    """Remove sandbox containers whose run is not live."""
+    """Remove sandbox containers whose run is not live (a run of another runs dir: only when idle)."""
     from orchestrator.runner import run_is_live
     from orchestrator.sandbox.container import gc as gc_containers
     from orchestrator.sandbox.engine import connect
     from orchestrator.store.runs import RunDir
 
-    live = {r.id for r in RunDir.all(_runs_dir(runs_dir)) if run_is_live(r)}
-    removed = gc_containers(connect(), live)
+    runs = RunDir.all(_runs_dir(runs_dir))
+    live = {r.id for r in runs if run_is_live(r)}
+    removed = gc_containers(connect(), live, known_run_ids={r.id for r in runs})
     typer.echo(f"removed {len(removed)} container(s)" + (": " + ", ".join(removed) if removed else ""))
 
 

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_serializer, field_validator
 
 
 class Settings(BaseModel):
@@ -29,6 +29,10 @@ class SandboxConfig(Settings):
     pids_limit: int = Field(256, ge=16)
     tmp_size: str = Field("512m", description="Size of the writable tmpfs at /tmp.")
     home_size: str = Field("512m", description="Size of the writable tmpfs home of the sandbox user.")
+    user: str | None = Field(
+        None, pattern=r"^[0-9]+:[0-9]+$",
+        description="UID:GID the agent runs as (never 0). None: the host user's (1000:1000 when cairn runs as "
+                    "root), or with --workspace DIR the owner of DIR.")
     env: dict[str, str] = Field(default_factory=dict, description="Variables set in the container.")
     pass_env: list[str] = Field(
         default_factory=list, description="Names of host variables passed into the container. None by default."
@@ -47,6 +51,8 @@ class SandboxConfig(Settings):
 class ModelConfig(Settings):
     model: str = Field("scripted:demo", description="A litellm model string, or scripted:PATH.")
     api_base: str | None = None
+    # From an agent.json `apiKey` only: never stored (run.json, events); a resume reads the file again.
+    api_key: SecretStr | None = Field(None, exclude=True)
     temperature: float | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     context_window: int | None = Field(None, ge=1024, description="Override of litellm's input window.")
@@ -60,16 +66,20 @@ class LimitsConfig(Settings):
     max_cost: float | None = Field(None, ge=0, description="USD.")
     max_tokens: int | None = Field(None, ge=1, description="Prompt plus completion tokens over the run.")
     max_wall_seconds: float | None = Field(None, gt=0)
+    child_max_steps: int = Field(30, ge=1, description="Step budget of a sub-agent (agent_delegate); its "
+                                 "max_steps argument can only lower it.")
+    delegate_depth: int = Field(1, ge=0, description="How deep sub-agents nest: 1 lets the agent delegate but not "
+                                "its sub-agents; 0 turns agent_delegate off (the tool stays listed).")
 
 
 class ContextConfig(Settings):
     offload_tokens: int = Field(2000, ge=64, description="A tool result above this goes to .cairn/obs/.")
-    preview_lines: int = Field(20, ge=1, description="Lines of head and of tail kept in an offload preview.")
+    preview_lines: int = Field(10, ge=1, description="Lines of head and of tail kept in an offload preview.")
     high_water: float = Field(0.75, gt=0, lt=1)
     low_water: float = Field(0.40, gt=0, lt=1)
     keep_recent_results: int = Field(6, ge=0, description="Tool results never turned into pointers.")
     preview_chars: int = Field(
-        3000, ge=200, description="Characters of head and of tail kept in a preview: one huge line cannot blow it up."
+        1500, ge=200, description="Characters of head and of tail kept in a preview: one huge line cannot blow it up."
     )
     keep_recent_turns: int = Field(4, ge=1, description="Most recent turns a written summary never replaces.")
     summary_tokens: int = Field(2000, ge=100, description="Room kept for a written summary when choosing its span.")
@@ -84,6 +94,42 @@ class ContextConfig(Settings):
         return low
 
 
+REDACTED = "<redacted>"
+
+
+class McpServerConfig(Settings):
+    """One MCP server of an agent.json (orchestrator/agent_folder.py). stdio servers run in the sandbox;
+    http and sse servers are reached from the host. `env` and `headers` values may be secrets: they are
+    written out as "<redacted>" (run.json), so a resume takes them from the agent.json again."""
+
+    name: str = Field(description="Prefix of its tools when two servers offer the same tool name.")
+    type: Literal["stdio", "http", "sse"]
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    allowed_tools: list[str] | None = None
+
+    @field_serializer("env", "headers")
+    def _redact(self, values: dict[str, str]) -> dict[str, str]:
+        return {key: REDACTED for key in values}
+
+    @property
+    def redacted(self) -> bool:
+        """True when the values were read back from a redacted dump, not from the agent.json."""
+        return any(v == REDACTED for v in [*self.env.values(), *self.headers.values()])
+
+
+class McpConfig(Settings):
+    agent_file: str | None = Field(None, description="The agent.json given with --config (absolute path).")
+    servers: list[McpServerConfig] = Field(default_factory=list)
+    api_key_in_file: bool = Field(False, description="The agent.json sets apiKey: a resume must read it again.")
+    start_timeout: float = Field(120.0, gt=0, description="Seconds for a server to start and list its tools.")
+    call_timeout: float = Field(300.0, gt=0, description="Seconds for one MCP tool call.")
+
+
 class RunConfig(Settings):
     model: ModelConfig = Field(default_factory=ModelConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
@@ -91,6 +137,7 @@ class RunConfig(Settings):
     context: ContextConfig = Field(default_factory=ContextConfig)
     template: str = "default"
     system_prompt_extra: str = ""
+    mcp: McpConfig = Field(default_factory=McpConfig)
 
 
 def default_runs_dir() -> Path:

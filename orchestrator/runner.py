@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from orchestrator.errors import EXIT_BUDGET, EXIT_DONE, EXIT_FAILED, EXIT_INTERR
 from orchestrator.prompts import system_prompt
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
-from orchestrator.tools.specs import BUILTIN_TOOLS, canonical
+from orchestrator.tools.specs import BUILTIN_TOOLS, canonical, tool_names
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "workspace_templates"
 
@@ -36,12 +38,160 @@ def template_dir(name: str) -> Path:
     return path
 
 
-def create_run(runs_dir: Path, task: str, cfg: RunConfig) -> RunDir:
-    run = RunDir.create(runs_dir, {"task": task, "status": "running", "config": cfg.model_dump(mode="json")},
-                        template=template_dir(cfg.template))
-    run.events.append(ev.RunStarted(task=task, system_prompt=system_prompt(cfg.system_prompt_extra),
-                                    tools=canonical(BUILTIN_TOOLS)))
+def template_settings(name: str) -> dict[str, Any]:
+    """The template's own settings, `workspace_templates/<name>/cairn.json` (any RunConfig fields; the
+    file is never copied into a workspace). Checked alone, so that a bad one is named as the template's."""
+    path = template_dir(name) / "cairn.json"
+    if not path.is_file():
+        return {}
+    try:
+        settings = json.loads(path.read_text())
+        if not isinstance(settings, dict):
+            raise ValueError("not a JSON object")
+        settings.pop("template", None)
+        RunConfig.model_validate(settings)
+    except ValueError as exc:  # JSONDecodeError and pydantic's ValidationError are ValueErrors
+        first = str(exc).strip().splitlines()
+        raise UsageError(f"the settings of template {name!r} ({path}) are invalid: {' '.join(first[:3])}") from None
+    return settings
+
+
+def resolve_config(options: dict[str, Any], template: str | None = None) -> RunConfig:
+    """Built-in defaults < the template's cairn.json < `options`, the settings the user gave (a nested
+    dict like RunConfig's, holding only what was actually given: a None there is not a choice).
+    Raises pydantic's ValidationError for a bad option."""
+    name = template or options.get("template") or "default"
+    merged = _merge(template_settings(name), _drop_none(options))
+    merged["template"] = name
+    return RunConfig.model_validate(merged)
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            value = _drop_none(value)
+            if not value:
+                continue
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def check_workspace_dir(path: Path, runs_dir: Path) -> Path:
+    """The folder of `cairn run --workspace DIR`, resolved; a clear error for one cairn cannot work on."""
+    if not path.exists():
+        raise UsageError(f"--workspace {path}: no such folder")
+    if not path.is_dir():
+        raise UsageError(f"--workspace {path} is not a folder")
+    folder, runs = path.resolve(), runs_dir.expanduser().resolve()
+    if folder == runs or runs in folder.parents:
+        raise UsageError(f"--workspace {path} is inside the runs directory {runs}; give a folder of your own")
+    if folder in runs.parents:
+        raise UsageError(f"the runs directory {runs} is inside --workspace {path}: the folder's checkpoints "
+                         "would take in cairn's own runs", hint="use another --runs-dir, or another folder")
+    return folder
+
+
+def create_run(runs_dir: Path, task: str, cfg: RunConfig, workspace: Path | None = None,
+               from_git: str | None = None, ref: str | None = None) -> RunDir:
+    """A new run: its workspace is a copy of the template, or `workspace` (a user's folder, worked on in
+    place; the template's files are not added to it), or a clone of the git repository `from_git` at
+    `ref` (the template's files that the repository does not have are added)."""
+    if workspace is not None and from_git is not None:
+        raise UsageError("--workspace and --from-git do not go together")
+    meta: dict[str, Any] = {"task": task, "status": "running", "config": cfg.model_dump(mode="json")}
+    template = template_dir(cfg.template)
+    if workspace is not None:
+        workspace = check_workspace_dir(Path(workspace), runs_dir)
+        from orchestrator.sandbox.container import decide_user
+
+        decide_user(cfg.sandbox, workspace, external=True)  # a folder root owns is refused before a run exists
+    if from_git is not None:
+        meta["source"] = {"git": from_git, "ref": ref}
+    run = RunDir.create(runs_dir, meta, template=None if workspace or from_git else template,
+                        workspace=workspace)
+    if from_git is not None:
+        try:
+            clone(from_git, ref, run.workspace)
+        except BaseException:
+            shutil.rmtree(run.root, ignore_errors=True)  # a run that never started leaves nothing behind
+            raise
+        add_missing_files(template, run.workspace)
+    if not cfg.mcp.servers:  # with MCP servers, the Session starts the log once they listed their tools
+        start_log(run, task, cfg)
     return run
+
+
+def start_log(run: RunDir, task: str, cfg: RunConfig, extra_tools: list[dict[str, Any]] | None = None) -> None:
+    """The first events: RunStarted with the run's fixed tool list (built-in, then MCP), and step 0."""
+    run.events.append(ev.RunStarted(task=task, system_prompt=system_prompt(cfg.system_prompt_extra),
+                                    tools=canonical(BUILTIN_TOOLS + list(extra_tools or []))))
+    initial_checkpoint(run)
+
+
+def clone(url: str, ref: str | None, dest: Path) -> None:
+    """`git clone` on the host into the empty directory `dest`: shallow, of `ref` (a branch or a tag)
+    when given; a ref that is not a branch or tag (a commit) needs a whole clone and a checkout.
+    The user's own git config applies (credentials, proxies); git never prompts."""
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+
+    def git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                                  stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise CairnError("--from-git needs git on this machine, and there is none") from None
+
+    def failed(done: subprocess.CompletedProcess) -> CairnError:
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        return CairnError(f"cannot clone {url}: {lines[-1] if lines else f'git exited with {done.returncode}'}")
+
+    if ref is not None and (not ref or ref.startswith("-")):
+        raise UsageError(f"--ref {ref!r} is not a git ref")
+    shallow = ["clone", "--quiet", "--depth", "1", *(["--branch", ref] if ref else []), "--", url, str(dest)]
+    done = git(*shallow)
+    if done.returncode == 0:
+        return
+    if not ref:
+        raise failed(done)
+    for leftover in dest.iterdir() if dest.is_dir() else []:  # a failed clone may leave a .git behind
+        shutil.rmtree(leftover) if leftover.is_dir() and not leftover.is_symlink() else leftover.unlink()
+    done = git("clone", "--quiet", "--no-checkout", "--", url, str(dest))
+    if done.returncode != 0:
+        raise failed(done)
+    done = git("-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", ref, cwd=dest)
+    if done.returncode != 0:
+        raise failed(done)
+
+
+def add_missing_files(template: Path, workspace: Path) -> None:
+    """Copy the template's files that the workspace does not have (a cloned repository's files win)."""
+    for source in sorted(template.rglob("*")):
+        relative = source.relative_to(template)
+        target = workspace / relative
+        if relative == Path("cairn.json") or os.path.lexists(target):
+            continue
+        if source.is_dir():
+            target.mkdir(parents=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def initial_checkpoint(run: RunDir) -> None:
+    """Step 0: the workspace as the run starts, the base the diff of step 1 is taken against."""
+    from orchestrator.store.checkpoints import Checkpoints
+
+    done = Checkpoints.of(run).commit(0)
+    run.events.append(ev.Checkpoint(step=0, commit=done.commit, skipped=done.skipped))
 
 
 def load_config(run: RunDir) -> RunConfig:
@@ -57,11 +207,25 @@ class Session:
         from orchestrator.sandbox import Sandbox
         from orchestrator.sandbox.image import ensure_image
 
+        run.check_workspace()  # a run on a user's folder that is gone: say so before anything starts
         self.run, self.cfg, self.resumed = run, cfg, resumed
         self.aside = run.events.set_aside_torn_line() if resumed else None
+        if resumed and (cfg.mcp.servers or cfg.mcp.api_key_in_file):
+            from orchestrator.agent_folder import restore_secrets
+
+            cfg = self.cfg = restore_secrets(cfg)  # never stored: read from the run's agent.json again
         image = cfg.sandbox.image or ensure_image()
-        self.sandbox = Sandbox(run.id, run.workspace, cfg.sandbox, image=image)
-        self.agent = Agent(run, cfg, self.sandbox, LLM(cfg.model), display)
+        self.hub = None
+        if cfg.mcp.servers:
+            from orchestrator.tools.mcp import McpHub, image_for
+
+            image = image_for(image, cfg.mcp.servers, progress=_progress)  # uvx/pipx packages, installed
+            self.hub = McpHub(cfg.mcp.servers, start_timeout=cfg.mcp.start_timeout,
+                              call_timeout=cfg.mcp.call_timeout, reserved=set(tool_names(BUILTIN_TOOLS)))
+        self.sandbox = Sandbox(run.id, run.workspace, cfg.sandbox, image=image,
+                               cairn_mount=run.cairn_dir if run.external_workspace else None)
+        self.agent = Agent(run, cfg, self.sandbox, _model_client(LLM, cfg), display)
+        self.agent.tools.mcp = self.hub
 
     def _lock(self) -> None:
         """Marks the run as live: `ls` and `gc` tell a running run from a crashed one by this pid."""
@@ -74,6 +238,8 @@ class Session:
         self.sandbox.start()
         try:
             self._lock()
+            if self.hub is not None:
+                self._start_mcp()
             if self.aside is not None:
                 self.agent.emit(ev.Notice(step=self.agent.state.step,
                                           text=f"a torn last event line was set aside in {self.aside.name}"))
@@ -84,7 +250,28 @@ class Session:
             raise
         return self
 
+    def _start_mcp(self) -> None:
+        """Start the MCP servers; a fresh run's log starts with their tools, a resumed run keeps its list."""
+        self.hub.start(self.sandbox)
+        state = self.agent.state
+        builtin = set(tool_names(BUILTIN_TOOLS))
+        if not any(e.type == "run_started" for e in self.run.events.read()[0]):
+            start_log(self.run, self.run.read_meta().get("task", ""), self.cfg, self.hub.tools())
+            events, _torn = self.run.events.read()
+            for event in events[state.n_events:]:
+                state.apply(event)
+        else:
+            changes = self.hub.adopt([t for t in state.tools if t["function"]["name"] not in builtin])
+            if changes:
+                self.agent.emit(ev.Notice(step=state.step, text=(
+                    "the MCP servers' tools differ from this run's stored tool list, which is kept: "
+                    + "; ".join(changes))))
+        for warning in self.hub.warnings:
+            self.agent.emit(ev.Notice(step=state.step, text=warning))
+
     def __exit__(self, *exc: object) -> None:
+        if self.hub is not None:
+            self.hub.close()
         self.sandbox.stop()
         (self.run.state / "pid").unlink(missing_ok=True)
 
@@ -92,6 +279,29 @@ class Session:
         if message:
             self.agent.emit(ev.UserMessage(step=self.agent.state.step, text=message, source=source))
         return self.agent.run()
+
+
+def _progress(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def _model_client(llm_class: Any, cfg: RunConfig) -> Any:
+    """The LLM, told the API key of an agent.json (`apiKey`) when there is one; otherwise litellm reads
+    the provider's environment variables as always. The key stays in memory only."""
+    key = cfg.model.api_key
+    if key is None:
+        return llm_class(cfg.model)
+
+    class KeyedLLM(llm_class):  # type: ignore[misc, valid-type]
+        def _request(self, *args: Any, **kwargs: Any) -> dict:
+            request = super()._request(*args, **kwargs)
+            if self._script_spec is None:
+                request["api_key"] = key.get_secret_value()
+            return request
+
+    return KeyedLLM(cfg.model)
 
 
 def mark_failed(run: RunDir, reason: str) -> None:

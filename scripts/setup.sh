@@ -13,6 +13,15 @@ export LITELLM_LOCAL_MODEL_COST_MAP=True
 
 bash scripts/ensure-docker.sh
 
+# A headless Chromium, for the test that loads `cairn report` pages (Debian as root only; else skipped).
+if ! command -v chromium >/dev/null 2>&1 && [[ -f /etc/debian_version && "$(id -u)" == 0 ]]; then
+    echo "setup: installing chromium (for the report tests)"
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 ||
+      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1; }; } ||
+        echo "setup: could not install chromium; the report's browser test will be skipped" >&2
+fi
+
 if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
     echo "setup: cairn needs Python 3.11 or newer; python3 is $(python3 --version 2>&1)" >&2
     exit 1

@@ -210,7 +210,15 @@ def test_missing_image_is_a_clear_error(docker_client, tmp_path):
 
 def test_gc_removes_containers_of_runs_that_are_not_live(docker_client, sandbox_image, tmp_path):
     with Sandbox("test-gc-dead", tmp_path / "a", SandboxConfig(), sandbox_image, docker_client):
-        removed = gc(docker_client, live_run_ids={"test-shared"})
+        removed = gc(docker_client, live_run_ids={"test-shared"}, known_run_ids={"test-gc-dead", "test-shared"})
     assert "cairn-test-gc-dead" in removed and "cairn-test-shared" not in removed
     with pytest.raises(docker.errors.NotFound):
         docker_client.containers.get("cairn-test-gc-dead")
+
+
+def test_gc_leaves_a_busy_container_of_an_unknown_run_alone(docker_client, sandbox_image, tmp_path):
+    with Sandbox("test-gc-elsewhere", tmp_path / "b", SandboxConfig(), sandbox_image, docker_client) as box:
+        box.call("shell", command="true", timeout=5)
+        removed = gc(docker_client, live_run_ids=set())
+        assert "cairn-test-gc-elsewhere" not in removed
+        assert docker_client.containers.get("cairn-test-gc-elsewhere").status == "running"

@@ -6,7 +6,11 @@ main process only sleeps; all work happens in the toolbox, started in it with `d
 Hardening, and why:
 - The agent never runs as root. It runs as the host user's uid:gid, so the files it makes in the
   workspace belong to that user. When the host user is root, it runs as 1000:1000 instead, and the
-  workspace tree is chowned to 1000:1000 first so the agent can write it.
+  workspace tree is chowned to 1000:1000 first so the agent can write it. A user's own folder
+  (`cairn run --workspace DIR`) is never chowned: when cairn runs as root the agent runs as the folder's
+  owner, and a folder that root owns is refused. The setting `sandbox.user` ("UID:GID", never 0)
+  overrides all of this. Such a run's cairn files live outside DIR, in `<run>/cairn/`, mounted at
+  /workspace/.cairn (see `Sandbox`).
 - No capabilities, no-new-privileges (setuid binaries cannot raise it), a read-only root filesystem with
   tmpfs at /tmp and at the home, limits on pids, memory (no swap) and CPU, no network unless the run asks
   for `bridge`, and an init (PID 1) that reaps the orphans commands leave behind.
@@ -26,7 +30,7 @@ from docker.models.containers import Container
 
 import orchestrator
 from orchestrator.config import SandboxConfig
-from orchestrator.errors import SandboxError
+from orchestrator.errors import SandboxError, UsageError
 
 LABEL_MANAGED = "cairn.managed"
 LABEL_RUN = "cairn.run"
@@ -52,9 +56,34 @@ def sandbox_user() -> tuple[int, int]:
     return NON_ROOT if uid == 0 else (uid, os.getgid())
 
 
-def run_options(cfg: SandboxConfig, run_id: str, workspace: Path) -> dict:
-    """Keyword arguments of `client.containers.run(image, ...)` for this run's hardened container."""
-    uid, gid = sandbox_user()
+def decide_user(cfg: SandboxConfig, workspace: Path, external: bool = False) -> tuple[int, int]:
+    """The uid and gid the agent runs as, for this workspace. `external`: a user's own folder, which
+    cairn never chowns; as root, cairn runs the agent as its owner, and refuses a folder root owns."""
+    if cfg.user:
+        uid, gid = (int(part) for part in cfg.user.split(":"))
+        if uid == 0:
+            raise UsageError("sandbox.user must not be uid 0: the agent never runs as root")
+        return uid, gid
+    if not external or os.getuid() != 0:
+        return sandbox_user()
+    st = os.stat(workspace)
+    if st.st_uid == 0:
+        raise UsageError(f"{workspace} belongs to root, and the agent never runs as root; cairn does not "
+                         "chown your folder",
+                         hint=f"give it to a user (chown -R 1000:1000 {workspace}), or run the agent as a "
+                              "uid that can write it: --sandbox-user UID:GID")
+    return st.st_uid, st.st_gid
+
+
+def run_options(cfg: SandboxConfig, run_id: str, workspace: Path, user: tuple[int, int] | None = None,
+                cairn_mount: Path | None = None) -> dict:
+    """Keyword arguments of `client.containers.run(image, ...)` for this run's hardened container.
+
+    `cairn_mount`: a host directory mounted at /workspace/.cairn (a run on a user's own folder)."""
+    uid, gid = user or sandbox_user()
+    volumes = {str(Path(workspace).resolve()): {"bind": WORKSPACE, "mode": "rw"}}
+    if cairn_mount is not None:
+        volumes[str(Path(cairn_mount).resolve())] = {"bind": f"{WORKSPACE}/.cairn", "mode": "rw"}
     env = {"HOME": HOME}
     env.update({name: os.environ[name] for name in cfg.pass_env if name in os.environ})
     env.update(cfg.env)
@@ -69,7 +98,7 @@ def run_options(cfg: SandboxConfig, run_id: str, workspace: Path) -> dict:
         "user": f"{uid}:{gid}",
         "working_dir": WORKSPACE,
         "environment": env,
-        "volumes": {str(Path(workspace).resolve()): {"bind": WORKSPACE, "mode": "rw"}},
+        "volumes": volumes,
         "read_only": True,
         "tmpfs": {
             "/tmp": f"rw,nosuid,nodev,size={cfg.tmp_size},mode=1777",
@@ -86,15 +115,15 @@ def run_options(cfg: SandboxConfig, run_id: str, workspace: Path) -> dict:
     }
 
 
-def prepare_workspace(workspace: Path) -> None:
-    """Create the workspace, and when cairn runs as root, give its tree to the sandbox user.
+def prepare_workspace(workspace: Path, owner: tuple[int, int] | None = None) -> None:
+    """Create the workspace, and when cairn runs as root, give its tree to the sandbox user (`owner`).
 
     Symlinks are chowned themselves (lchown) and never followed: the agent may have made them.
     """
     workspace.mkdir(parents=True, exist_ok=True)
     if os.getuid() != 0:
         return
-    uid, gid = sandbox_user()
+    uid, gid = owner or sandbox_user()
     for directory, dirnames, filenames in os.walk(workspace):
         for name in [".", *dirnames, *filenames]:
             path = os.path.join(directory, name)
@@ -103,13 +132,17 @@ def prepare_workspace(workspace: Path) -> None:
                 os.lchown(path, uid, gid)
 
 
-def create(client: docker.DockerClient, cfg: SandboxConfig, run_id: str, workspace: Path, image: str) -> Container:
-    """Start the run's container, replacing one that a crashed earlier session may have left."""
-    prepare_workspace(workspace)
+def create(client: docker.DockerClient, cfg: SandboxConfig, run_id: str, workspace: Path, image: str,
+           user: tuple[int, int] | None = None, cairn_mount: Path | None = None) -> Container:
+    """Start the run's container, replacing one that a crashed earlier session may have left.
+
+    With `cairn_mount` the workspace is a user's own folder: it is not chowned, only that directory is."""
+    user = user or decide_user(cfg, workspace, external=cairn_mount is not None)
+    prepare_workspace(cairn_mount if cairn_mount is not None else workspace, user)
     try:
         client.api.inspect_image(image)  # checked first: `run` would try to pull it from a registry
         remove(client, container_name(run_id))
-        return client.containers.run(image, **run_options(cfg, run_id, workspace))
+        return client.containers.run(image, **run_options(cfg, run_id, workspace, user, cairn_mount))
     except docker.errors.ImageNotFound as exc:
         raise SandboxError(f"the sandbox image {image} is not in the Docker engine",
                            hint="build it with `cairn image build`, or name another with --image") from exc
@@ -127,7 +160,8 @@ def remove(client: docker.DockerClient, name_or_id: str) -> None:
         raise SandboxError(f"cannot remove the container {name_or_id}: {_explain(exc)}") from exc
 
 
-def toolbox_argv(container: Container, workspace: Path, image: str) -> list[str]:
+def toolbox_argv(container: Container, workspace: Path, image: str, cairn_mount: Path | None = None,
+                 owner: tuple[int, int] | None = None) -> list[str]:
     """The command that starts the toolbox in `container`.
 
     Images made by cairn have it at /opt/cairn/toolbox.py. For another image (a user's own) it is copied
@@ -144,19 +178,22 @@ def toolbox_argv(container: Container, workspace: Path, image: str) -> list[str]
         detail = output.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {code}"]
         raise SandboxError(f"the image {image} cannot run python3, which the toolbox needs ({detail[0][:200]})",
                            hint="use an image with python3 (3.9 or newer), or the default image")
-    install_toolbox(workspace)
+    install_toolbox(workspace, cairn_mount, owner)
     return ["python3", "/".join([WORKSPACE, *TOOLBOX_IN_WORKSPACE])]
 
 
-def install_toolbox(workspace: Path) -> None:
+def install_toolbox(workspace: Path, cairn_mount: Path | None = None, owner: tuple[int, int] | None = None) -> None:
     """Copy toolbox.py to workspace/.cairn/bin/, never following a symlink the agent may have planted.
+    With `cairn_mount` (the host directory mounted at /workspace/.cairn) it goes to cairn_mount/bin/.
 
     Each step opens the next directory relative to the previous one with O_NOFOLLOW, so a `.cairn` or
     `bin` that is a symlink is refused instead of leading the host's write elsewhere.
     """
     data = TOOLBOX_SOURCE.read_bytes()
     *directories, name = TOOLBOX_IN_WORKSPACE
-    owner = sandbox_user() if os.getuid() == 0 else None
+    if cairn_mount is not None:
+        workspace, directories = cairn_mount, directories[1:]
+    owner = (owner or sandbox_user()) if os.getuid() == 0 else None
     fds = [os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)]
     try:
         for directory in directories:
@@ -193,15 +230,32 @@ def _open_directory(parent_fd: int, name: str, workspace: Path, owner: tuple[int
     return fd
 
 
-def gc(client: docker.DockerClient, live_run_ids: set[str] | list[str]) -> list[str]:
-    """Remove cairn's containers whose run is not live; return their names."""
-    live = set(live_run_ids)
+def gc(client: docker.DockerClient, live_run_ids: set[str] | list[str],
+       known_run_ids: set[str] | list[str] = ()) -> list[str]:
+    """Remove cairn's containers whose run is not live; return their names.
+
+    A container of a run that is not among `known_run_ids` (a run of another runs directory, or of a
+    test) is removed only when no toolbox runs in it: another cairn process may be driving it.
+    """
+    live, known = set(live_run_ids), set(known_run_ids)
     removed = []
     for container in client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"}):
-        if container.labels.get(LABEL_RUN) not in live:
-            remove(client, container.id)
-            removed.append(container.name)
+        run = container.labels.get(LABEL_RUN)
+        if run in live or (run not in known and _toolbox_running(container)):
+            continue
+        remove(client, container.id)
+        removed.append(container.name)
     return removed
+
+
+def _toolbox_running(container: Container) -> bool:
+    if container.status != "running":
+        return False
+    try:
+        processes = container.top().get("Processes") or []
+    except ENGINE_ERRORS:
+        return False  # it went away meanwhile
+    return any("toolbox.py" in " ".join(process) for process in processes)
 
 
 def _explain(exc: BaseException) -> str:

@@ -24,6 +24,57 @@ STDERR = 2
 KEEP_STDERR = 8192  # bytes of the toolbox's stderr kept for error messages
 
 
+class Demux:
+    """Sorts the bytes of a non-TTY exec's socket into stdout payload and a tail of stderr.
+
+    Shared by the toolbox client and the MCP stdio transport (orchestrator/tools/mcp.py): both speak to
+    one process in the container over one exec socket.
+    """
+
+    def __init__(self, keep_stderr: int = KEEP_STDERR) -> None:
+        self.keep_stderr = keep_stderr
+        self.stderr = bytearray()  # the last `keep_stderr` bytes the process wrote on stderr
+        self._frames = bytearray()  # received, not yet split into frames
+
+    def feed(self, data: bytes) -> bytes:
+        """Add bytes read from the socket; return the stdout payload of the frames they complete."""
+        frames = self._frames
+        frames += data
+        stdout = bytearray()
+        start = 0
+        while len(frames) - start >= HEADER.size:
+            stream, size = HEADER.unpack_from(frames, start)
+            if len(frames) - start - HEADER.size < size:
+                break
+            payload = frames[start + HEADER.size: start + HEADER.size + size]
+            start += HEADER.size + size
+            if stream == STDERR:
+                self.stderr += payload
+                del self.stderr[:-self.keep_stderr]
+            else:
+                stdout += payload
+        del frames[:start]
+        return bytes(stdout)
+
+    def stderr_lines(self, count: int = 1, width: int = 300) -> list[str]:
+        """The last `count` non-blank lines of stderr, each cut to `width` characters."""
+        lines = [line for line in bytes(self.stderr).decode("utf-8", "replace").splitlines() if line.strip()]
+        return [line[:width] for line in lines[-count:]]
+
+
+def open_exec(api: docker.APIClient, container_id: str, argv: list[str], *,
+              environment: dict[str, str] | None = None, workdir: str | None = None) -> tuple[str, object, socket.socket]:
+    """Start `argv` in the container with stdin attached and no TTY; return (exec id, the response
+    object that must be kept alive, the raw socket to read and write)."""
+    exec_id = api.exec_create(container_id, argv, stdin=True, stdout=True, stderr=True, tty=False,
+                              environment=environment, workdir=workdir)["Id"]
+    stream = api.exec_start(exec_id, socket=True)
+    # docker-py hands out a SocketIO over a unix socket (or the socket itself); we want the socket.
+    sock = getattr(stream, "_sock", stream)
+    sock.settimeout(None)  # deadlines are kept by the callers
+    return exec_id, stream, sock
+
+
 class ToolboxDied(SandboxError):
     """The toolbox is gone or stuck: its stream ended, a write failed, or no answer came in time."""
 
@@ -36,21 +87,15 @@ class ToolboxClient:
         self.exec_id: str | None = None
         self.ready: dict = {}
         self._sock: socket.socket | None = None
-        self._frames = bytearray()  # received, not yet split into frames
+        self._demux = Demux()
         self._stdout = bytearray()  # stdout payload, not yet split into lines
-        self._stderr = bytearray()
         self._next_id = 0
         self._dead: str | None = None
 
     def start(self, timeout: float) -> dict:
         """Start the toolbox and wait for its ready line; return the ready result (pid, uid, version)."""
-        self.exec_id = self.api.exec_create(
-            self.container_id, self.argv, stdin=True, stdout=True, stderr=True, tty=False)["Id"]
-        stream = self.api.exec_start(self.exec_id, socket=True)
-        self._stream = stream  # holds the HTTP response, which would close the socket if collected
-        # docker-py hands out a SocketIO over a unix socket (or the socket itself); we want the socket.
-        self._sock = getattr(stream, "_sock", stream)
-        self._sock.settimeout(None)  # deadlines are kept with select, below
+        # self._stream holds the HTTP response, which would close the socket if collected.
+        self.exec_id, self._stream, self._sock = open_exec(self.api, self.container_id, self.argv)
         message = self._read_message(time.monotonic() + timeout, "the ready line")
         if message.get("id") != 0 or not message.get("ok"):
             raise ToolboxDied(f"the toolbox's first line is not its ready line: {message!r:.200}")
@@ -93,8 +138,8 @@ class ToolboxClient:
     @property
     def diagnostics(self) -> str:
         """The last line the toolbox wrote on stderr, if any."""
-        lines = bytes(self._stderr).decode("utf-8", "replace").strip().splitlines()
-        return lines[-1][:300] if lines else ""
+        lines = self._demux.stderr_lines(1)
+        return lines[-1] if lines else ""
 
     def close(self) -> None:
         """Close the stream; the toolbox sees EOF on stdin and exits."""
@@ -131,21 +176,7 @@ class ToolboxClient:
             self._die(f"the toolbox stream broke ({exc.strerror or exc})")
         if not data:
             self._die("the toolbox exited")
-        frames = self._frames
-        frames += data
-        start = 0
-        while len(frames) - start >= HEADER.size:
-            stream, size = HEADER.unpack_from(frames, start)
-            if len(frames) - start - HEADER.size < size:
-                break
-            payload = frames[start + HEADER.size: start + HEADER.size + size]
-            start += HEADER.size + size
-            if stream == STDERR:
-                self._stderr += payload
-                del self._stderr[:-KEEP_STDERR]
-            else:
-                self._stdout += payload
-        del frames[:start]
+        self._stdout += self._demux.feed(data)
 
     def _die(self, reason: str) -> None:
         """Mark the toolbox dead and raise ToolboxDied, with its exit code and last words when known."""

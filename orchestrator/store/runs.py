@@ -24,23 +24,65 @@ def new_run_id(now: float | None = None) -> str:
 
 class RunDir:
     def __init__(self, root: Path) -> None:
-        self.root = root
+        self.root = root.absolute()  # git and the engine resolve paths from other working directories
         self.id = root.name
-        self.workspace = root / "workspace"
-        self.state = root / "state"
+        self.state = self.root / "state"
         self.events = EventLog(self.state / "events.jsonl")
         self.meta_path = self.state / "run.json"
+        self._external: Path | None | bool = False  # False: not read yet; None: the run's own workspace/
+
+    # A run made with `cairn run --workspace DIR` works on DIR in place: run.json holds its absolute
+    # path under "workspace", and everything (sandbox, checkpoints, inspection, resume) uses it. cairn's
+    # own files of such a run (.cairn/obs, .cairn/web, summaries) live in `<run>/cairn/`, mounted at
+    # /workspace/.cairn, so that they never land in the user's folder.
+
+    @property
+    def external_workspace(self) -> Path | None:
+        """The user's folder this run works on in place, or None for a run with its own workspace/."""
+        if self._external is False:
+            try:
+                path = json.loads(self.meta_path.read_text()).get("workspace")
+            except (OSError, json.JSONDecodeError, AttributeError):
+                path = None
+            self._external = Path(path) if path else None
+        return self._external
+
+    @property
+    def workspace(self) -> Path:
+        return self.external_workspace or self.root / "workspace"
+
+    @property
+    def cairn_dir(self) -> Path:
+        """Where the sandbox's /workspace/.cairn is, on the host."""
+        return self.root / "cairn" if self.external_workspace else self.workspace / ".cairn"
+
+    def check_workspace(self) -> None:
+        """A clear error when the folder an in-place run works on is gone (before a sandbox starts)."""
+        path = self.external_workspace
+        if path is not None and not path.is_dir():
+            raise UsageError(f"run {self.id} works on {path}, which is not there any more",
+                             hint="put the folder back at that path to resume the run")
 
     @classmethod
-    def create(cls, runs_dir: Path, meta: dict[str, Any], template: Path | None = None) -> "RunDir":
+    def create(cls, runs_dir: Path, meta: dict[str, Any], template: Path | None = None,
+               workspace: Path | None = None) -> "RunDir":
+        """A new run directory. With `workspace` (an existing folder), the run works on it in place:
+        nothing is copied, and its cairn files go to `<run>/cairn/` instead."""
         runs_dir.mkdir(parents=True, exist_ok=True)
         run = cls(runs_dir / new_run_id())
         run.state.mkdir(parents=True)
-        if template is not None:
-            shutil.copytree(template, run.workspace, ignore=shutil.ignore_patterns("cairn.json"))
+        # Only an explicit `workspace` makes an in-place run: a "workspace" copied along in `meta` (a fork
+        # of one) must never point a new run at the user's folder.
+        meta = {k: v for k, v in meta.items() if k != "workspace"}
+        if workspace is not None:
+            meta = {**meta, "workspace": str(Path(workspace).resolve())}
+            (run.root / "cairn").mkdir()
+        elif template is not None:
+            shutil.copytree(template, run.root / "workspace", ignore=shutil.ignore_patterns("cairn.json"))
         else:
-            run.workspace.mkdir()
+            (run.root / "workspace").mkdir()
         run.write_meta({"id": run.id, "created": time.time(), **meta})
+        run._external = False  # read again from run.json
         return run
 
     @classmethod

@@ -8,6 +8,7 @@ tools, non-zero exits, timeouts and refused paths all come back as text with `er
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,6 +28,7 @@ class Observation:
     footer: str = ""  # facts about the result (exit code, time), kept in context after any preview
     saved_path: str | None = None  # the toolbox already saved the full output here
     note: str | None = None  # e.g. the sandbox was restarted
+    child: dict[str, Any] | None = None  # agent_delegate: the sub-agent's id, log path, status, paths
 
 
 class TaskDone(Exception):
@@ -54,20 +56,23 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "todo_write": ("content",),
     "task_done": ("summary",),
     "ask_user": ("question",),
+    "agent_delegate": ("task",),  # run by the loop itself (orchestrator/delegate.py), not by ToolRunner
 }
 
 
-def parse_arguments(name: str, raw: str) -> dict[str, Any]:
-    """The call's arguments as a dict, or BadCall saying exactly what is wrong with them."""
-    if name not in _REQUIRED:
-        raise BadCall(f"unknown tool {name!r}; the tools are: {', '.join(_REQUIRED)}")
+def parse_arguments(name: str, raw: str, extra: Collection[str] = ()) -> dict[str, Any]:
+    """The call's arguments as a dict, or BadCall saying exactly what is wrong with them.
+
+    `extra` names the run's other tools (MCP): their arguments are checked by their server."""
+    if name not in _REQUIRED and name not in extra:
+        raise BadCall(f"unknown tool {name!r}; the tools are: {', '.join([*_REQUIRED, *sorted(extra)])}")
     try:
         args = json.loads(raw or "{}")
     except json.JSONDecodeError as exc:
         raise BadCall(f"the arguments of {name} are not valid JSON ({exc}); they were: {raw[:500]}") from None
     if not isinstance(args, dict):
         raise BadCall(f"the arguments of {name} must be a JSON object, not {type(args).__name__}")
-    missing = [key for key in _REQUIRED[name] if not isinstance(args.get(key), str)]
+    missing = [key for key in _REQUIRED.get(name, ()) if not isinstance(args.get(key), str)]
     if missing:
         raise BadCall(f"{name} needs the string argument(s): {', '.join(missing)}")
     return args
@@ -76,12 +81,22 @@ def parse_arguments(name: str, raw: str) -> dict[str, Any]:
 class ToolRunner:
     """Runs the built-in tools against one sandbox."""
 
-    def __init__(self, sandbox: SandboxLike, cfg: SandboxConfig) -> None:
+    def __init__(self, sandbox: SandboxLike, cfg: SandboxConfig, mcp: Any = None) -> None:
         self.sandbox = sandbox
         self.cfg = cfg
+        self.mcp = mcp  # tools.mcp.McpHub of the run's MCP servers, if it has any
+
+    @property
+    def extra_names(self) -> Collection[str]:
+        """The names of the run's MCP tools (those of its stored list, also when one has vanished)."""
+        return self.mcp.known if self.mcp is not None else ()
 
     def run(self, name: str, args: dict[str, Any], obs_path: str) -> Observation:
         """`obs_path` is where a big output of this call is saved (`.cairn/obs/<step>-<tool>.txt`)."""
+        if name not in _REQUIRED and self.mcp is not None:
+            # Offload of a big result and the error flag are the loop's, as for the built-in tools.
+            text, is_error = self.mcp.call(name, args)
+            return Observation(text, error=is_error)
         if name == "task_done":
             raise TaskDone(args["summary"])
         if name == "ask_user":
@@ -141,6 +156,9 @@ class ToolRunner:
             f"[{r['status']} {r['content_type']}, {r['bytes']} bytes, saved as text to {r['path']}]\n{r['text']}",
             error=not 200 <= int(r["status"]) < 400,
         )
+
+    def _agent_delegate(self, args: dict[str, Any], obs_path: str) -> Observation:
+        raise BadCall("agent_delegate is run by the agent loop, not by the tool runner")
 
     def _todo_write(self, args: dict[str, Any], obs_path: str) -> Observation:
         r = self.sandbox.call("write", path="todo.md", content=args["content"])
