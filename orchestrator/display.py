@@ -38,6 +38,8 @@ def event_line(event: ev.Event) -> str | None:
         return f"      ⟲ compaction ({event.kind}): {event.tokens_before:,} → {event.tokens_after:,} tokens"
     if isinstance(event, ev.Notice):
         return f"      ! {event.text}"
+    if isinstance(event, ev.StatusChanged) and event.status == "waiting":
+        return f"the agent asks: {event.result}"
     if isinstance(event, ev.StatusChanged) and event.status != "running":
         return f"status: {event.status}" + (f" ({event.reason})" if event.reason else "")
     return None
@@ -81,7 +83,8 @@ class LiveDisplay:
         self.state = state
         line = self._line(event)
         if line is not None:
-            self.console.print(line, highlight=False, markup=False)
+            # emoji=False: no lazy import of rich._emoji_codes that a Ctrl-C handler printing mid-import could break
+            self.console.print(line, highlight=False, markup=False, emoji=False)
 
     def _line(self, event: ev.Event) -> str | None:
         if isinstance(event, ev.ToolStarted):

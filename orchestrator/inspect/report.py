@@ -1,0 +1,407 @@
+"""`cairn report RUN -o FILE.html`: one self-contained HTML page of a run.
+
+The page needs no network: its CSS and JS are inline, its chart is inline SVG. Everything that comes
+from the run (the task, the model's text, tool arguments and results, file names) is untrusted and goes
+through `html.escape`; on top of that, the page's Content-Security-Policy allows only its own script
+(by hash), so even a slip in escaping could not run anything.
+
+Files changed per step come from the workspace checkpoints (`state/checkpoints.git`, one commit per
+step, `git diff-tree` between consecutive ones) when the run has them, else from the tool calls that
+write files (file_write, file_edit, todo_write; what a shell command changed is not seen then).
+
+Reads only the state directory; imports no model library.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.inspect.timeline import timeline
+from orchestrator.store import events as ev
+from orchestrator.store.runs import RunDir
+
+RESULT_PREVIEW = 4000  # characters of a tool result shown in the page
+WRITING_TOOLS = {"file_write": "w", "file_edit": "e"}
+
+
+def esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _clip(text: str | None, width: int) -> str:
+    text = text or ""
+    return text if len(text) <= width else text[:width] + f"\n… ({len(text) - width:,} more characters)"
+
+
+def _pretty_arguments(raw: str) -> str:
+    try:
+        return json.dumps(json.loads(raw), indent=2, ensure_ascii=False)
+    except (ValueError, TypeError):
+        return raw
+
+
+# -- the data -------------------------------------------------------------------------------------
+
+
+def report_data(run: RunDir) -> dict[str, Any]:
+    """Everything the page shows, from the event log (and the checkpoints, when there are some)."""
+    doc = timeline(run)
+    events, _torn = run.events.read()
+    steps: dict[int, dict[str, Any]] = {}
+    calls: dict[str, dict[str, Any]] = {}
+    todos: list[dict[str, Any]] = []
+    compactions: list[dict[str, Any]] = []
+
+    def step_of(n: int) -> dict[str, Any]:
+        return steps.setdefault(n, {"index": n, "text": None, "messages": [], "notices": [], "calls": [],
+                                    "usage": {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0,
+                                              "cost_usd": None, "requests": 0},
+                                    "files": []})
+
+    for e in events:
+        if isinstance(e, ev.ModelRequest):
+            u, got = step_of(e.step)["usage"], e.usage
+            u["requests"] += 1
+            for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+                u[key] += got.get(key, 0) or 0
+            if got.get("cost_usd") is not None:
+                u["cost_usd"] = (u["cost_usd"] or 0.0) + got["cost_usd"]
+        elif isinstance(e, ev.AssistantMessage):
+            step_of(e.step)["text"] = e.message.get("content")
+        elif isinstance(e, ev.UserMessage):
+            step_of(e.step)["messages"].append({"source": e.source, "text": e.text})
+        elif isinstance(e, ev.ToolStarted):
+            call = {"id": e.call_id, "name": e.name, "arguments": _pretty_arguments(e.arguments), "raw": e.arguments,
+                    "result": None, "error": False, "offloaded_to": None, "finished": False, "duration_ms": None}
+            calls[e.call_id] = call
+            step_of(e.step)["calls"].append(call)
+            if e.name == "todo_write":
+                try:
+                    content = json.loads(e.arguments).get("content")
+                except (ValueError, AttributeError):
+                    content = None
+                if isinstance(content, str):
+                    todos.append({"step": e.step, "content": content})
+        elif isinstance(e, ev.ToolFinished) and e.call_id in calls:
+            calls[e.call_id].update(result=e.output or e.content, error=e.error, offloaded_to=e.offloaded_to,
+                                    finished=True, duration_ms=e.duration_ms)
+        elif isinstance(e, ev.Compaction):
+            compactions.append({"step": e.step, "kind": e.kind, "tokens_before": e.tokens_before,
+                                "tokens_after": e.tokens_after, "summary_path": e.summary_path})
+        elif isinstance(e, ev.Notice):
+            step_of(e.step)["notices"].append(e.text)
+
+    files_source = "checkpoints"
+    changes = _checkpoint_changes(run, events)
+    if changes is None:
+        files_source = "tool calls"
+        changes = _tool_call_changes(steps)
+    for n, files in changes.items():
+        step_of(n)["files"] = files
+    return {**doc, "steps": [steps[n] for n in sorted(steps) if n > 0], "preamble": steps.get(0),
+            "todos": todos, "compactions": compactions, "files_source": files_source}
+
+
+def _checkpoint_changes(run: RunDir, events: list[Any]) -> dict[int, list[tuple[str, str]]] | None:
+    """Files changed per step, from consecutive checkpoint commits; None when the run has none."""
+    git_dir = run.state / "checkpoints.git"
+    commits = [(e.step, e.commit) for e in events if isinstance(e, ev.Checkpoint) and e.commit]
+    if not git_dir.is_dir() or not commits:
+        return None
+    out: dict[int, list[tuple[str, str]]] = {}
+    previous = None
+    for step, commit in commits:
+        argv = ["git", "-c", "safe.directory=*", f"--git-dir={git_dir}", "diff-tree", "-r", "--no-commit-id",
+                "--name-status", "--no-renames", "-z"]
+        argv += [previous, commit] if previous else ["--root", commit]
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode != 0:
+            return None
+        fields = done.stdout.decode(errors="replace").split("\0")
+        pairs = [(fields[i], fields[i + 1]) for i in range(0, len(fields) - 1, 2) if fields[i]]
+        if pairs:
+            out.setdefault(step, []).extend(pairs)
+        previous = commit
+    return out
+
+
+def _tool_call_changes(steps: dict[int, dict[str, Any]]) -> dict[int, list[tuple[str, str]]]:
+    out: dict[int, list[tuple[str, str]]] = {}
+    for n, step in steps.items():
+        seen: list[tuple[str, str]] = []
+        for call in step["calls"]:
+            if call["error"] or not call["finished"]:
+                continue
+            if call["name"] == "todo_write":
+                path = "todo.md"
+                mark = "w"
+            elif call["name"] in WRITING_TOOLS:
+                try:
+                    path = json.loads(call["raw"]).get("path")
+                except (ValueError, AttributeError):
+                    continue
+                mark = WRITING_TOOLS[call["name"]]
+            else:
+                continue
+            if isinstance(path, str) and (mark, path) not in seen:
+                seen.append((mark, path))
+        if seen:
+            out[n] = seen
+    return out
+
+
+# -- the page -------------------------------------------------------------------------------------
+
+CSS = """
+:root { --fg:#1d2330; --dim:#667085; --line:#e4e7ec; --bg:#fff; --soft:#f6f7f9; --err:#c0362c; --ok:#1a7f37;
+        --blue:#2f6fdf; --green:#2e9b5b; --orange:#e08a00; --red:#d03b3b; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--fg); background: var(--bg);
+       margin: 0 auto; max-width: 1100px; padding: 24px; }
+h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 28px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
+.meta { color: var(--dim); font-size: 13px; } .meta span { margin-right: 14px; }
+pre { background: var(--soft); border: 1px solid var(--line); border-radius: 6px; padding: 8px 10px; margin: 6px 0;
+      white-space: pre-wrap; word-break: break-word; font: 12.5px/1.4 ui-monospace, SFMono-Regular, Menlo, monospace;
+      max-height: 420px; overflow: auto; }
+.badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600; background: var(--soft); border: 1px solid var(--line); }
+.badge.done { color: var(--ok); border-color: var(--ok); } .badge.failed, .badge.looping, .badge.budget { color: var(--err); border-color: var(--err); }
+details.step { border: 1px solid var(--line); border-radius: 6px; margin: 6px 0; }
+details.step > summary { cursor: pointer; padding: 6px 10px; list-style: none; display: flex; gap: 10px; align-items: baseline; }
+details.step > summary::-webkit-details-marker { display: none; }
+details.step[open] > summary { border-bottom: 1px solid var(--line); background: var(--soft); }
+details.step .body { padding: 6px 12px 10px; }
+.idx { font-weight: 700; min-width: 44px; } .tools { flex: 1; } .tok { color: var(--dim); font-size: 12px; white-space: nowrap; }
+.tool-name { font-family: ui-monospace, monospace; font-weight: 600; }
+.mark-err { color: var(--err); font-weight: 700; } .mark-off { color: var(--orange); font-weight: 700; }
+.call { border-left: 3px solid var(--line); padding-left: 10px; margin: 10px 0; } .call.error { border-left-color: var(--err); }
+.label { color: var(--dim); font-size: 12px; text-transform: uppercase; letter-spacing: .03em; }
+.msg { border-left: 3px solid var(--blue); padding-left: 10px; } .notice { color: var(--orange); }
+table { border-collapse: collapse; width: 100%; font-size: 13px; } td, th { text-align: left; padding: 3px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
+td.path { font-family: ui-monospace, monospace; }
+.controls button { font: inherit; font-size: 12px; margin-right: 6px; padding: 2px 10px; border: 1px solid var(--line); border-radius: 4px; background: var(--soft); cursor: pointer; }
+.controls label { font-size: 12px; color: var(--dim); }
+body.errors-only details.step:not(.has-error) { display: none; }
+svg text { font: 11px system-ui, sans-serif; fill: var(--dim); }
+.legend span { margin-right: 14px; font-size: 12px; } .legend i { display: inline-block; width: 18px; height: 3px; vertical-align: middle; margin-right: 4px; }
+"""
+
+# The page's only script. Its hash is in the Content-Security-Policy, so nothing else can run.
+JS = """
+(function () {
+  var errors = [];
+  function note(message) { errors.push(String(message)); document.body.dataset.errors = errors.join(" | "); }
+  window.addEventListener("error", function (e) { note(e.message || e); });
+  try {
+    var steps = document.querySelectorAll("details.step");
+    document.getElementById("n-steps").textContent = String(steps.length);
+    document.body.dataset.steps = String(steps.length);
+    function setAll(open) { for (var i = 0; i < steps.length; i++) { steps[i].open = open; } }
+    document.getElementById("expand-all").addEventListener("click", function () { setAll(true); });
+    document.getElementById("collapse-all").addEventListener("click", function () { setAll(false); });
+    document.getElementById("errors-only").addEventListener("change", function (e) {
+      document.body.classList.toggle("errors-only", e.target.checked);
+    });
+    function openHash() {
+      var target = location.hash ? document.getElementById(location.hash.slice(1)) : null;
+      if (target && target.tagName === "DETAILS") { target.open = true; }
+    }
+    window.addEventListener("hashchange", openHash);
+    openHash();
+  } catch (e) {
+    note(e && e.message ? e.message : e);
+  }
+  document.body.dataset.ready = "1";
+})();
+"""
+
+
+def render_report(run: RunDir) -> str:
+    data = report_data(run)
+    u = data["usage"]
+    cost = f"${u['cost_usd']:.4f}" if u["cost_usd"] is not None else "cost unknown"
+    script_hash = base64.b64encode(hashlib.sha256(JS.encode()).digest()).decode()
+    csp = f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{script_hash}'"
+    created = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(data["created"])) if data.get("created") else "?"
+    result = data["result"]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{esc(csp)}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>cairn run {esc(data['id'])}</title>",
+        f"<style>{CSS}</style></head>",
+        f'<body data-run="{esc(data["id"])}" data-status="{esc(data["status"])}">',
+        f"<h1>cairn run {esc(data['id'])} "
+        f'<span class="badge {esc(data["status"])}" id="status">{esc(data["status"])}</span></h1>',
+        '<div class="meta">'
+        f"<span>model {esc(data['model'])}</span><span>started {esc(created)}</span>"
+        f'<span><b id="n-steps">{len(data["steps"])}</b> steps</span>'
+        f"<span>{u['prompt_tokens']:,} prompt tokens ({u['cache_hit_ratio']:.0%} cached)</span>"
+        f"<span>{u['completion_tokens']:,} completion tokens</span><span>{esc(cost)}</span></div>",
+        "<h2>Task</h2>",
+        f'<pre id="task">{esc(data["task"])}</pre>',
+        "<h2>Result</h2>",
+        f'<pre id="result">{esc(result)}</pre>' if result else '<p class="meta" id="result">(no result)</p>',
+        "<h2>Tokens and cost per step</h2>",
+        _chart(data["steps"], data["compactions"]),
+        "<h2>Timeline</h2>",
+        '<div class="controls"><button type="button" id="expand-all">expand all</button>'
+        '<button type="button" id="collapse-all">collapse all</button>'
+        '<label><input type="checkbox" id="errors-only"> only steps with errors</label></div>',
+        '<div id="timeline">',
+        *(_step(s) for s in data["steps"]),
+        "</div>" if data["steps"] else '<p class="meta">(no steps yet)</p></div>',
+        "<h2>Todo as it changed</h2>",
+        _todos(data["todos"]),
+        "<h2>Files changed per step</h2>",
+        _files(data["steps"], data["files_source"]),
+    ]
+    if data.get("torn_last_line"):
+        parts += ["<h2>Torn last line of the event log</h2>", f"<pre>{esc(data['torn_last_line'])}</pre>"]
+    parts += [f"<script>{JS}</script>", "</body></html>"]
+    return "\n".join(parts) + "\n"
+
+
+def write_report(run: RunDir, out: Path) -> Path:
+    out.write_text(render_report(run), encoding="utf-8")
+    return out
+
+
+def _step(step: dict[str, Any]) -> str:
+    u = step["usage"]
+    errors = any(c["error"] for c in step["calls"])
+    names = " ".join(
+        f'<span class="tool-name">{esc(c["name"])}</span>'
+        + ('<span class="mark-err" title="error"> ✗</span>' if c["error"] else "")
+        + ('<span class="mark-off" title="offloaded"> ⇢</span>' if c["offloaded_to"] else "")
+        for c in step["calls"]
+    ) or '<span class="meta">(text only)</span>'
+    if step["messages"]:
+        names = '<span title="message from the person">✉</span> ' + names
+    cost = f" · ${u['cost_usd']:.4f}" if u["cost_usd"] is not None else ""
+    classes = "step has-error" if errors else "step"
+    out = [f'<details class="{classes}" id="step-{step["index"]}" data-step="{step["index"]}">',
+           f'<summary><span class="idx">#{step["index"]}</span><span class="tools">{names}</span>'
+           f'<span class="tok">{u["prompt_tokens"]:,} prompt · {u["cached_tokens"]:,} cached{esc(cost)}</span></summary>',
+           '<div class="body">']
+    for m in step["messages"]:
+        out.append(f'<div class="msg"><div class="label">message ({esc(m["source"])})</div><pre>{esc(m["text"])}</pre></div>')
+    for n in step["notices"]:
+        out.append(f'<p class="notice">! {esc(n)}</p>')
+    if step["text"]:
+        out.append(f'<div class="label">assistant</div><pre class="assistant">{esc(step["text"])}</pre>')
+    for c in step["calls"]:
+        marks = []
+        if c["error"]:
+            marks.append('<span class="mark-err">✗ error</span>')
+        if c["offloaded_to"]:
+            marks.append(f'<span class="mark-off">⇢ offloaded to {esc(c["offloaded_to"])}</span>')
+        if not c["finished"]:
+            marks.append('<span class="mark-err">… never finished</span>')
+        took = f' <span class="meta">{c["duration_ms"] / 1000:.2f}s</span>' if c["duration_ms"] is not None else ""
+        out.append(
+            f'<div class="call{" error" if c["error"] else ""}" data-tool="{esc(c["name"])}">'
+            f'<span class="tool-name">{esc(c["name"])}</span>{took} {" ".join(marks)}'
+            f'<div class="label">arguments</div><pre>{esc(_clip(c["arguments"], RESULT_PREVIEW))}</pre>'
+            f'<div class="label">result</div><pre class="result">{esc(_clip(c["result"], RESULT_PREVIEW))}</pre></div>'
+        )
+    if step["files"]:
+        out.append('<div class="label">files changed</div><pre>'
+                   + esc("\n".join(f"{mark} {path}" for mark, path in step["files"])) + "</pre>")
+    out.append(f'<p class="meta">usage: {u["prompt_tokens"]:,} prompt, {u["cached_tokens"]:,} cached, '
+               f'{u["completion_tokens"]:,} completion tokens; {u["requests"]} model request(s){esc(cost)}</p>')
+    out.append("</div></details>")
+    return "\n".join(out)
+
+
+def _todos(todos: list[dict[str, Any]]) -> str:
+    if not todos:
+        return '<p class="meta">(the agent wrote no todo)</p>'
+    return "\n".join(f'<div class="todo" data-step="{t["step"]}"><div class="label">'
+                     f'<a href="#step-{t["step"]}">step {t["step"]}</a></div><pre>{esc(t["content"])}</pre></div>'
+                     for t in todos)
+
+
+def _files(steps: list[dict[str, Any]], source: str) -> str:
+    rows = [(s["index"], mark, path) for s in steps for mark, path in s["files"]]
+    note = ("from the workspace checkpoints (git)" if source == "checkpoints" else
+            "from the tool calls that write files (file_write, file_edit, todo_write); "
+            "files changed by shell commands are not seen here")
+    if not rows:
+        return f'<p class="meta">(no files changed; {esc(note)})</p>'
+    body = "\n".join(f'<tr><td><a href="#step-{n}">#{n}</a></td><td>{esc(mark)}</td><td class="path">{esc(path)}</td></tr>'
+                     for n, mark, path in rows)
+    return (f'<p class="meta">{esc(note)}</p><table id="files"><thead><tr><th>step</th><th>change</th>'
+            f"<th>path</th></tr></thead><tbody>{body}</tbody></table>")
+
+
+def _chart(steps: list[dict[str, Any]], compactions: list[dict[str, Any]]) -> str:
+    """Prompt and cached tokens (lines, left axis) and cost (bars, right axis) per step; compactions
+    as dashed lines. Plain inline SVG."""
+    if not steps:
+        return '<p class="meta">(no model calls yet)</p>'
+    width, height, left, right, top, bottom = 1000, 260, 64, 64, 14, 30
+    plot_w, plot_h = width - left - right, height - top - bottom
+    n = len(steps)
+    max_tok = max(max(s["usage"]["prompt_tokens"] for s in steps), 1)
+    costs = [s["usage"]["cost_usd"] for s in steps]
+    max_cost = max((c for c in costs if c is not None), default=0.0) or 0.0
+
+    def x(i: int) -> float:
+        return left + (plot_w * (i + 0.5) / n)
+
+    def y_tok(v: float) -> float:
+        return top + plot_h - plot_h * v / max_tok
+
+    out = [f'<svg id="chart" viewBox="0 0 {width} {height}" width="100%" role="img" '
+           f'aria-label="prompt tokens, cached tokens and cost per step">']
+    for k in range(5):  # grid and left axis labels
+        v = max_tok * k / 4
+        yy = y_tok(v)
+        out.append(f'<line x1="{left}" x2="{width - right}" y1="{yy:.1f}" y2="{yy:.1f}" stroke="#eef0f3"/>')
+        out.append(f'<text x="{left - 6}" y="{yy + 4:.1f}" text-anchor="end">{v:,.0f}</text>')
+        if max_cost:
+            out.append(f'<text x="{width - right + 6}" y="{yy + 4:.1f}">${max_cost * k / 4:.3g}</text>')
+    bar_w = max(plot_w / n * 0.5, 1.0)
+    for i, (s, c) in enumerate(zip(steps, costs)):
+        if c is not None and max_cost:
+            h = plot_h * c / max_cost
+            out.append(f'<rect class="cost" x="{x(i) - bar_w / 2:.1f}" y="{top + plot_h - h:.1f}" width="{bar_w:.1f}" '
+                       f'height="{h:.1f}" fill="#e08a00" fill-opacity="0.35"><title>step {s["index"]}: ${c:.5f}</title></rect>')
+    for key, colour in (("prompt_tokens", "#2f6fdf"), ("cached_tokens", "#2e9b5b")):
+        points = " ".join(f"{x(i):.1f},{y_tok(s['usage'][key]):.1f}" for i, s in enumerate(steps))
+        out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>')
+        for i, s in enumerate(steps):
+            out.append(f'<a href="#step-{s["index"]}"><circle cx="{x(i):.1f}" cy="{y_tok(s["usage"][key]):.1f}" r="3" '
+                       f'fill="{colour}"><title>step {s["index"]}: {s["usage"][key]:,} {key.replace("_", " ")}'
+                       f"</title></circle></a>")
+    index_of = {s["index"]: i for i, s in enumerate(steps)}
+    for c in compactions:
+        i = index_of.get(c["step"])
+        if i is None:
+            i = min(range(n), key=lambda j: abs(steps[j]["index"] - c["step"]))
+        xx = x(i) - plot_w / n / 2
+        out.append(f'<line class="compaction" x1="{xx:.1f}" x2="{xx:.1f}" y1="{top}" y2="{top + plot_h}" '
+                   f'stroke="#d03b3b" stroke-dasharray="4 3"><title>compaction before step {c["step"]} '
+                   f'({esc(c["kind"])}): {c["tokens_before"]:,} → {c["tokens_after"]:,} tokens</title></line>')
+        out.append(f'<text x="{xx + 3:.1f}" y="{top + 10}" style="fill:#d03b3b">⟲</text>')
+    every = max(1, n // 20)
+    for i, s in enumerate(steps):
+        if i % every == 0 or i == n - 1:
+            out.append(f'<text x="{x(i):.1f}" y="{height - 10}" text-anchor="middle">{s["index"]}</text>')
+    out.append("</svg>")
+    out.append('<div class="legend"><span><i style="background:#2f6fdf"></i>prompt tokens</span>'
+               '<span><i style="background:#2e9b5b"></i>cached tokens</span>'
+               '<span><i style="background:#e08a00;opacity:.5;height:9px"></i>cost (right axis)</span>'
+               '<span><i style="background:#d03b3b"></i>compaction</span></div>')
+    return "\n".join(out)
