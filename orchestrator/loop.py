@@ -7,6 +7,7 @@ is only ever changed by applying those same events (`emit`), so a resumed run is
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from typing import Any, Callable, Protocol
 
@@ -15,11 +16,13 @@ from orchestrator.errors import CairnError
 from orchestrator.context import CannotCompact, TokenCounter, build_request, compact, needs_compaction
 from orchestrator.context import render_tail, shape_result
 from orchestrator.context.offload import obs_path
+from orchestrator.delegate import delegate
 from orchestrator.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
 from orchestrator.llm.client import ContextOverflow
 from orchestrator.llm.types import Reply, ToolCall
 from orchestrator.sandbox import ToolError
 from orchestrator.store import events as ev
+from orchestrator.store import inbox
 from orchestrator.store.replay import RunState
 from orchestrator.store.runs import RunDir
 from orchestrator.tools.dispatch import AskUser, BadCall, Observation, TaskDone, ToolRunner, parse_arguments
@@ -38,6 +41,8 @@ class Display(Protocol):
 
 
 class Agent:
+    tag = ""  # a sub-agent's mark in the names of the files it saves (see delegate.py)
+
     def __init__(self, run: RunDir, cfg: RunConfig, sandbox: Any, model: ModelLike, display: Display) -> None:
         self.run_dir, self.cfg, self.sandbox, self.model, self.display = run, cfg, sandbox, model, display
         self.counter = TokenCounter()
@@ -50,6 +55,9 @@ class Agent:
         events, _torn = run.events.read()
         for event in events:
             self.state.apply(event)
+        self.inbox_offset = inbox.delivered_offset(events)  # where the undelivered `cairn say` lines start
+        self.inbox_watcher: inbox.InboxWatcher | None = None
+        self.checkpoints: Any = None  # store.checkpoints.Checkpoints, made at the first checkpoint
 
     def emit(self, event: ev._Event) -> None:
         self.run_dir.events.append(event)
@@ -61,7 +69,11 @@ class Agent:
     def run(self) -> str:
         """Steps until the run ends; returns its status. Ctrl-C stops between actions."""
         self.emit(ev.StatusChanged(step=self.state.step, status="running"))
-        previous = signal.signal(signal.SIGINT, self._on_sigint)
+        # signal.signal works in the main thread only; a batch runs agents in worker threads and stops
+        # them itself on Ctrl-C by setting `stop_requested` (orchestrator/batch.py).
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, self._on_sigint) if main else None
+        self.inbox_watcher = inbox.InboxWatcher(self.run_dir.workspace).start()
         try:
             while True:
                 self.step()
@@ -73,13 +85,17 @@ class Agent:
             self.error = exc
             end = Finished("failed", exc.message)
         finally:
-            signal.signal(signal.SIGINT, previous)
+            if main:
+                signal.signal(signal.SIGINT, previous)
+            self.inbox_watcher.stop()
+            self.inbox_watcher = None
         self.emit(ev.StatusChanged(step=self.state.step, status=end.status, reason=end.reason, result=end.result))
         self._save_meta()
         return self.state.status
 
     def step(self) -> None:
         step = self.state.step + 1
+        self.take_messages(step)
         check_budget(self.cfg.limits, self.state.totals, step)
         reply = self.ask_model(step)
         self.emit(ev.AssistantMessage(step=step, message=reply.message))
@@ -96,6 +112,7 @@ class Agent:
             else:
                 self.finish(call, step, Observation("not executed: an earlier call in this step ended the run", error=True))
         if ending is not None:
+            self.checkpoint(step)  # the last step's work is kept too
             raise ending
         warning = self.guard.check(self.state.signatures)
         if warning:
@@ -153,6 +170,7 @@ class Agent:
                 save=self.save_file, summarize=self.summarize, step=step,
                 next_summary_number=self.state.summaries + 1,
                 overhead_tokens=self.counter.overhead(request), counter=self.counter,
+                summary_prefix=f"{self.tag}-" if self.tag else "",
             )
         except CannotCompact as exc:
             raise Finished("failed", str(exc)) from exc
@@ -177,8 +195,11 @@ class Agent:
         started = time.monotonic()
         ending = None
         try:
-            args = parse_arguments(call.name, call.arguments)
-            observation = self.tools.run(call.name, args, obs_path(step, call.name, label))
+            args = parse_arguments(call.name, call.arguments, self.tools.extra_names)
+            if call.name == "agent_delegate":  # a sub-agent on the same sandbox (orchestrator/delegate.py)
+                observation = delegate(self, call, step, args)
+            else:
+                observation = self.tools.run(call.name, args, obs_path(step, call.name, label))
         except TaskDone as done:
             observation, ending = Observation("task reported done"), Finished("done", "task_done", done.summary)
         except AskUser as ask:
@@ -201,11 +222,36 @@ class Agent:
         self.emit(ev.ToolFinished(
             step=step, call_id=call.id, name=call.name, content=content, error=observation.error,
             offloaded_to=shaped.offloaded_to, duration_ms=duration_ms, output=whole if whole != content else None,
+            **({"child": observation.child} if observation.child is not None else {}),
         ))
 
     def save_file(self, path: str, text: str) -> None:
         """Cairn's own files in the workspace are written inside the sandbox, like the agent's."""
         self.sandbox.call("write", path=path, content=text)
+
+    def take_messages(self, step: int) -> None:
+        """Messages from outside the run (`cairn say`, workspace/INBOX.md) reach the model at this step."""
+        for text, offset in inbox.pending(self.run_dir.state, self.inbox_offset):
+            self.emit(ev.UserMessage(step=step, text=text, source="say", inbox_offset=offset))
+            self.inbox_offset = offset
+        if self.inbox_watcher is not None and not self.inbox_watcher.take():
+            return
+        try:  # read through the sandbox: the host never follows a path inside the workspace
+            text = self.sandbox.call("read", path=inbox.INBOX_FILE)["content"]
+        except ToolError:
+            return
+        if not text.strip():
+            return  # still being written, or empty: look again when it changes
+        moved = f".cairn/inbox/{step}.md"
+        self.emit(ev.UserMessage(step=step, text=text, source="inbox", moved_to=moved))
+        try:  # moved inside the sandbox, so it is handled once
+            moving = self.sandbox.call("shell", timeout=30, command=f"mkdir -p /workspace/.cairn/inbox && "
+                                       f"mv -f /workspace/{inbox.INBOX_FILE} /workspace/{moved}")
+            problem = f"exit code {moving.get('exit_code')}" if moving.get("exit_code") else None
+        except ToolError as exc:
+            problem = str(exc)
+        if problem:
+            self.emit(ev.Notice(step=step, text=f"could not move {inbox.INBOX_FILE} to {moved}: {problem}"))
 
     def read_todo(self) -> str | None:
         try:
@@ -214,7 +260,20 @@ class Agent:
             return None
 
     def checkpoint(self, step: int) -> None:
-        """The hook where the workspace is committed after every step (see store/checkpoints)."""
+        """Commits the workspace after a step (store/checkpoints); the event names the commit and what was
+        newly skipped, and is written only when there is one or the other. A failed checkpoint is a
+        notice, never the end of the run."""
+        try:
+            if self.checkpoints is None:
+                from orchestrator.store.checkpoints import Checkpoints
+
+                self.checkpoints = Checkpoints.of(self.run_dir)
+            done = self.checkpoints.commit(step)
+        except Exception as exc:  # noqa: BLE001 - git failing must not stop the agent
+            self.emit(ev.Notice(step=step, text=f"checkpoint of step {step} failed: {exc}"))
+            return
+        if done.commit or done.skipped:
+            self.emit(ev.Checkpoint(step=step, commit=done.commit, skipped=done.skipped))
 
     def recover(self) -> None:
         """After a stop or a crash: calls that started and never finished are closed, never re-run."""

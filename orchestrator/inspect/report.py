@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.inspect.timeline import timeline
+from orchestrator.inspect.timeline import step_lines, timeline
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
 
@@ -105,6 +105,10 @@ def report_data(run: RunDir) -> dict[str, Any]:
         changes = _tool_call_changes(steps)
     for n, files in changes.items():
         step_of(n)["files"] = files
+    for step in doc["steps"]:  # a sub-agent's steps, nested under its agent_delegate call (orchestrator/delegate.py)
+        for c in step["tool_calls"]:
+            if c.get("child") and c["id"] in calls:
+                calls[c["id"]]["child"] = c["child"]
     return {**doc, "steps": [steps[n] for n in sorted(steps) if n > 0], "preamble": steps.get(0),
             "todos": todos, "compactions": compactions, "files_source": files_source}
 
@@ -315,6 +319,10 @@ def _step(step: dict[str, Any]) -> str:
             f'<div class="label">arguments</div><pre>{esc(_clip(c["arguments"], RESULT_PREVIEW))}</pre>'
             f'<div class="label">result</div><pre class="result">{esc(_clip(c["result"], RESULT_PREVIEW))}</pre></div>'
         )
+        if c.get("child"):
+            child = c["child"]
+            out.append(f'<div class="label">sub-agent {esc(child["id"])} [{esc(child["status"])}]</div>'
+                       f'<pre class="child">{esc(chr(10).join(step_lines(child)))}</pre>')
     if step["files"]:
         out.append('<div class="label">files changed</div><pre>'
                    + esc("\n".join(f"{mark} {path}" for mark, path in step["files"])) + "</pre>")

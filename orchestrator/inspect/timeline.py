@@ -41,7 +41,8 @@ def timeline(run: RunDir) -> dict[str, Any]:
         if isinstance(e, ev.RunStarted):
             task = e.task
         elif isinstance(e, ev.ModelRequest):
-            step_of(e.step)["usage"] = e.usage
+            if getattr(e, "child", None) is None:  # a sub-agent's summed usage counts in the totals only
+                step_of(e.step)["usage"] = e.usage
             for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
                 usage[key] += e.usage.get(key, 0)
             if e.usage.get("cost_usd") is None:
@@ -58,6 +59,8 @@ def timeline(run: RunDir) -> dict[str, Any]:
         elif isinstance(e, ev.ToolFinished) and e.call_id in calls:
             calls[e.call_id].update(result=_preview(e.output or e.content), error=e.error,
                                     offloaded_to=e.offloaded_to, finished=True, duration_ms=e.duration_ms)
+            if getattr(e, "child", None) is not None:
+                calls[e.call_id]["child"] = e.child
         elif isinstance(e, ev.Compaction):
             compactions.append({"step": e.step, "kind": e.kind, "tokens_before": e.tokens_before,
                                 "tokens_after": e.tokens_after, "summary_path": e.summary_path})
@@ -66,6 +69,11 @@ def timeline(run: RunDir) -> dict[str, Any]:
         elif isinstance(e, ev.StatusChanged):
             status, result = e.status, e.result if e.result is not None else result
 
+    for call in calls.values():
+        if call["name"] == "agent_delegate":
+            child = _child(run, call["id"], call.get("child"))
+            if child is not None or "child" in call:
+                call["child"] = child
     usage["cost_usd"] = round(usage["cost_usd"], 6) if cost_known else None
     usage["cache_hit_ratio"] = round(usage["cached_tokens"] / usage["prompt_tokens"], 4) if usage["prompt_tokens"] else 0.0
     return {
@@ -83,17 +91,36 @@ def timeline(run: RunDir) -> dict[str, Any]:
     }
 
 
-def step_lines(doc: dict[str, Any]) -> list[str]:
-    """One line a tool call: step, tool, arguments in short, result in short, error and offload marks."""
+def _child(run: RunDir, call_id: str, info: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The sub-agent run of an agent_delegate call (orchestrator/delegate.py), as a nested timeline."""
+    from orchestrator.delegate import open_child
+
+    child = open_child(run, call_id, info if isinstance(info, dict) else None)
+    if child is None:
+        return None
+    doc = timeline(child)
+    return {"id": child.id, "path": child.path, "status": doc["status"], "task": doc["task"],
+            "result": doc["result"], "steps": doc["steps"], "usage": doc["usage"],
+            "paths": (info or {}).get("paths") if isinstance(info, dict) else None}
+
+
+def step_lines(doc: dict[str, Any], indent: str = "") -> list[str]:
+    """One line a tool call: step, tool, arguments in short, result in short, error and offload marks.
+    A sub-agent's steps follow its agent_delegate call, indented."""
     lines = []
     for step in doc["steps"]:
         tokens = (step["usage"] or {}).get("prompt_tokens", 0)
         if step["text"] and not step["tool_calls"]:
-            lines.append(f"{step['index']:>4}  {'(text)':<12} {_preview(step['text'], 90)}")
+            lines.append(f"{indent}{step['index']:>4}  {'(text)':<12} {_preview(step['text'], 90)}")
         for call in step["tool_calls"]:
             mark = "✗" if call["error"] else ("…" if not call["finished"] else " ")
             args = call["arguments"] if isinstance(call["arguments"], str) else json.dumps(call["arguments"])
             saved = f"  ⇢ {call['offloaded_to']}" if call["offloaded_to"] else ""
-            lines.append(f"{step['index']:>4} {mark}{call['name']:<12} {_preview(args, 50):<50} "
+            lines.append(f"{indent}{step['index']:>4} {mark}{call['name']:<12} {_preview(args, 50):<50} "
                          f"→ {_preview(call['result'], 50)}{saved}  [{tokens:,} tok]")
+            child = call.get("child")
+            if child:
+                inner = indent + "     ┆ "
+                lines.append(f"{inner}sub-agent {child['id']} [{child['status']}]: {_preview(child['task'], 70)}")
+                lines += step_lines(child, inner)
     return lines

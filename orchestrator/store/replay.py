@@ -61,7 +61,8 @@ class RunState:
             t.cost_known = False
         else:
             t.cost_usd += u["cost_usd"]
-        self.last_estimate = e.estimated_prompt_tokens
+        if getattr(e, "child", None) is None:  # a sub-agent's summed usage (orchestrator/delegate.py) is no request
+            self.last_estimate = e.estimated_prompt_tokens
 
     def _on_assistant_message(self, e: ev.AssistantMessage) -> None:
         self.step = e.step

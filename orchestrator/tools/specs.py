@@ -1,7 +1,7 @@
 """The built-in tools the model sees (names and arguments are a contract: CONTRACTS.md).
 
 The list is fixed for the whole run and serialized with sorted keys, so it is part of the stable,
-cached prefix. Names carry group prefixes (`shell_`, `file_`, `web_`, `todo_`, `task_`) so that a group
+cached prefix. Names carry group prefixes (`shell_`, `file_`, `web_`, `todo_`, `task_`, `agent_`) so that a group
 can be forced or masked through `tool_choice` without ever changing the list.
 """
 
@@ -83,6 +83,17 @@ BUILTIN_TOOLS: list[dict[str, Any]] = [
         "Stop and ask the person a question; the run waits for the answer.",
         {"question": _STR},
         ["question"],
+    ),
+    _tool(
+        "agent_delegate",
+        "Hand a self-contained sub-task to a sub-agent: it starts with a fresh context (your task text only), "
+        "works in the same /workspace with the same tools, and you wait for it. You get back its summary and "
+        "the paths it wrote. Good for a well-defined piece of work whose details you do not need to see.",
+        {
+            "task": {**_STR, "description": "The sub-task, complete: what to do, where, and what to report."},
+            "max_steps": {"type": "integer", "description": "Step budget of the sub-agent (optional; capped)."},
+        },
+        ["task"],
     ),
 ]
 
