@@ -261,6 +261,7 @@ def run_compact(
     files: Files | None = None,
     summarize: Callable[[list[dict]], str] = no_summary,
     number: int = 1,
+    summary_prefix: str = "",
 ) -> Compaction:
     """`compact` with a window the history fills to 80% unless told, and the workspace in `files`."""
     return compact(
@@ -271,6 +272,7 @@ def run_compact(
         summarize=summarize,
         step=100,
         next_summary_number=number,
+        summary_prefix=summary_prefix,
     )
 
 
@@ -438,7 +440,7 @@ def test_compaction_turns_old_long_call_arguments_into_pointers_to_the_saved_arg
     for id in event.replacements:
         entry = history.get(id)
         arguments = json.loads(entry.message["tool_calls"][0]["function"]["arguments"])
-        path = f".cairn/obs/{entry.step}-file_write-args.txt"
+        path = f".cairn/obs/{entry.step}-file_write-args-call_{entry.step}.txt"
         assert arguments["path"] == f"m{entry.step}.py"  # short arguments stay
         assert arguments["content"].endswith(f"the original arguments are in {path}; read it with file_read]")
         assert files.saved[path] == originals[id]
@@ -461,8 +463,17 @@ def test_summary_file_lists_the_saved_arguments_of_its_span() -> None:
     cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
     run_compact(history, cfg, window=int(history.tokens() / 0.99) // 3, files=files, summarize=lambda m: "S.")
     summary = files.saved[".cairn/summaries/001.md"]
-    assert "step 0, tool call: .cairn/obs/0-file_write-args.txt" in summary
-    assert ".cairn/obs/0-file_write-args.txt" in files.saved
+    assert "step 0, tool call: .cairn/obs/0-file_write-args-call_0.txt" in summary
+    assert ".cairn/obs/0-file_write-args-call_0.txt" in files.saved
+
+
+def test_a_summary_prefix_names_the_summary_file() -> None:
+    history = make_write_history(12)
+    files = Files()
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    event = run_compact(history, cfg, window=int(history.tokens() / 0.99) // 3, files=files,
+                        summarize=lambda m: "S.", summary_prefix="sub-x-")
+    assert event.summary_path == ".cairn/summaries/sub-x-001.md" and event.summary_path in files.saved
 
 
 def test_history_copies_share_no_mutable_part_even_with_list_content() -> None:

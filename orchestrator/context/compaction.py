@@ -72,6 +72,7 @@ def compact(
     next_summary_number: int,
     overhead_tokens: int = 0,
     counter: TokenCounter | None = None,
+    summary_prefix: str = "",
 ) -> Compaction:
     """Bring the history down to `cfg.low_water × window`, apply that to it, and return the event.
 
@@ -113,7 +114,8 @@ def compact(
             for entry in span
         ]
         text = summarize(replaced).strip()
-        summary_path = f"{SUMMARY_DIR}/{next_summary_number:03d}.md"
+        # A sub-agent shares the workspace: its prefix keeps its summaries from overwriting the parent's.
+        summary_path = f"{SUMMARY_DIR}/{summary_prefix}{next_summary_number:03d}.md"
         save(summary_path, summary_file(next_summary_number, step, text, span, replaced))
         summary = summary_message(next_summary_number, summary_path, span, text)
         total += counter.message({"role": "user", "content": summary})
@@ -190,8 +192,7 @@ def _argument_pointers(entry: Entry, counter: TokenCounter, save: Save) -> tuple
     """One assistant message's tool calls with every long argument value turned into a pointer.
 
     Each call so shortened has its arguments, as the history held them, saved whole to
-    `.cairn/obs/<step>-<tool>-args[-<call id>].txt` (the call id only when the message calls that
-    tool twice). Returns the canonical JSON of the new `tool_calls` and the message's new tokens,
+    `.cairn/obs/<step>-<tool>-args-<call id>.txt`. Returns the canonical JSON of the new `tool_calls` and the message's new tokens,
     or None when no argument is long. Unparsable arguments stay as the model wrote them.
     """
     calls = entry.message.get("tool_calls") or []
@@ -213,7 +214,8 @@ def _argument_pointers(entry: Entry, counter: TokenCounter, save: Save) -> tuple
             new_calls.append(call)
             continue
         tool = name if isinstance(name, str) else "tool"
-        path = obs_path(entry.step, f"{tool}-args", call.get("id") if names.count(name) > 1 else None)
+        # The call id keeps two runs on one workspace (a parent and its sub-agent) from sharing a file.
+        path = obs_path(entry.step, f"{tool}-args", call.get("id"))
         shortened = {**arguments, **{key: argument_pointer(arguments[key], path) for key in long}}
         serialized = json.dumps(shortened, sort_keys=True, ensure_ascii=False)  # as shape_assistant_message does
         new_calls.append({**call, "function": {**function, "arguments": serialized}})
