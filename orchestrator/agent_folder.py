@@ -42,7 +42,7 @@ from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
-from orchestrator.config import McpServerConfig, RunConfig
+from orchestrator.config import McpServerConfig, ModelConfig, RunConfig, default_model
 from orchestrator.errors import UsageError
 
 FILENAME = "agent.json"
@@ -253,7 +253,9 @@ def apply_agent(cfg: RunConfig, folder: AgentFolder, resolved: Resolved, *, cli_
     elif model:
         cfg.model.model = model
         say(f"cairn: model {model} (from {folder.file})")
-    else:  # the template's model, else cairn's default
+    else:  # the template's model, else $CAIRN_MODEL
+        if cfg.model.model == ModelConfig().model:
+            cfg.model.model = default_model()
         say(f"cairn: {folder.file} names no model and --model was not given: using {cfg.model.model}")
     if cli_api_base:
         cfg.model.api_base = cli_api_base

@@ -36,13 +36,12 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from orchestrator.config import RunConfig
+from orchestrator.config import RunConfig, default_model
 from orchestrator.errors import CairnError, SandboxError, UsageError
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
 
 LINE_KEYS = {"task", "model", "template", "max_steps", "max_cost"}
-DEFAULT_MODEL = "scripted:demo"  # as `cairn run`
 DEFAULT_MAX_STEPS = 100
 RESUMABLE = ("interrupted",)  # and `running` runs whose process is gone (crashed)
 
@@ -108,7 +107,7 @@ def parse_file(path: Path) -> list[Job]:
         task = item.get("task")
         if not isinstance(task, str) or not task.strip():
             raise UsageError(f"{where}: \"task\" is required and must be a non-empty string")
-        model = item.get("model", DEFAULT_MODEL)
+        model = item.get("model") or _default_model(where)
         if isinstance(model, str) and model.startswith("scripted:"):
             model = _scripted_model(model, path.parent, where)
         try:
@@ -130,6 +129,13 @@ def parse_file(path: Path) -> list[Job]:
     if not jobs:
         raise UsageError(f"the batch file {path} has no tasks")
     return jobs
+
+
+def _default_model(where: str) -> str:
+    try:
+        return default_model()
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc.message}", hint=exc.hint) from None
 
 
 def _scripted_model(model: str, base: Path, where: str) -> str:

@@ -42,7 +42,7 @@ def _print_json(doc: Any) -> None:
 @app.command()
 def run(
     task: Optional[str] = typer.Argument(None, help="The task. Without one, an interactive session."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="A litellm model string, or scripted:PATH (default scripted:demo)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="A litellm model string, or scripted:PATH (default: the template's, else $CAIRN_MODEL)."),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="An OpenAI-compatible endpoint (vLLM, llama.cpp, Ollama)."),
     runs_dir: Optional[Path] = RunsDir,
     template: Optional[str] = typer.Option(None, "--template", help="Starter workspace from workspace_templates/ (default, coding, research); default: default."),
@@ -72,7 +72,7 @@ def run(
             "model": {"model": model, "api_base": api_base},
             "limits": {"max_steps": max_steps, "max_cost": max_cost, "max_tokens": max_tokens},
             "sandbox": {"network": network, "image": image, "user": sandbox_user},
-        }, template=template)
+        }, template=template, model_elsewhere=config is not None)
     except ValidationError as exc:
         raise UsageError(_one_line(exc)) from None
     if config is not None:  # the agent folder: its model unless --model, its prompt, its MCP servers

@@ -143,3 +143,15 @@ class RunConfig(Settings):
 def default_runs_dir() -> Path:
     """`$CAIRN_RUNS_DIR`, else `~/.cairn/runs` (CONTRACTS.md)."""
     return Path(os.environ.get("CAIRN_RUNS_DIR") or Path.home() / ".cairn" / "runs")
+
+
+def default_model() -> str:
+    """`$CAIRN_MODEL`, for runs that name no model: the model is never a silent default."""
+    from orchestrator.errors import UsageError
+
+    model = os.environ.get("CAIRN_MODEL")
+    if not model:
+        raise UsageError("no model given: pass --model M (a litellm model string such as "
+                         "anthropic/claude-sonnet-4-5, or scripted:PATH) or set CAIRN_MODEL",
+                         hint="cairn demo runs offline on a built-in scripted model")
+    return model

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import RunConfig
+from orchestrator.config import RunConfig, default_model
 from orchestrator.errors import EXIT_BUDGET, EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED, CairnError, UsageError
 from orchestrator.prompts import system_prompt
 from orchestrator.store import events as ev
@@ -56,13 +56,18 @@ def template_settings(name: str) -> dict[str, Any]:
     return settings
 
 
-def resolve_config(options: dict[str, Any], template: str | None = None) -> RunConfig:
+def resolve_config(options: dict[str, Any], template: str | None = None, model_elsewhere: bool = False) -> RunConfig:
     """Built-in defaults < the template's cairn.json < `options`, the settings the user gave (a nested
     dict like RunConfig's, holding only what was actually given: a None there is not a choice).
+
+    The model is never a silent default: it comes from the options, the template, `$CAIRN_MODEL`, or
+    (`model_elsewhere`) an agent folder that is applied afterwards; else this is a UsageError.
     Raises pydantic's ValidationError for a bad option."""
     name = template or options.get("template") or "default"
     merged = _merge(template_settings(name), _drop_none(options))
     merged["template"] = name
+    if not merged.get("model", {}).get("model") and not model_elsewhere:
+        merged.setdefault("model", {})["model"] = default_model()
     return RunConfig.model_validate(merged)
 
 

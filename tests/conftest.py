@@ -18,6 +18,12 @@ def sandbox_image() -> str:
     return ensure_image()
 
 
+@pytest.fixture(autouse=True)
+def a_default_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs name no model unless a test says otherwise; in tests that is the offline demo script."""
+    monkeypatch.setenv("CAIRN_MODEL", "scripted:demo")
+
+
 @pytest.fixture
 def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "runs"

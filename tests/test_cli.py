@@ -15,7 +15,7 @@ def cairn(*args: str, runs_dir: Path, env: dict[str, str] | None = None, timeout
     return subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", *args],
         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-        env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir), **(env or {})},
+        env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir), "CAIRN_MODEL": "scripted:demo", **(env or {})},
     )
 
 
@@ -39,6 +39,13 @@ def test_a_bad_option_value_is_a_one_line_usage_error(runs_dir):
     assert out.returncode == 2
     assert "sandbox.network" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert not list(runs_dir.glob("*"))  # nothing was created for a run that could not start
+
+
+def test_a_run_without_any_model_is_a_usage_error_and_nothing_starts(runs_dir):
+    out = cairn("run", "task", runs_dir=runs_dir, env={"CAIRN_MODEL": ""})
+    assert out.returncode == 2
+    assert out.stderr.startswith("cairn: error: no model given: pass --model M")
+    assert not runs_dir.exists() or not list(runs_dir.iterdir())
 
 
 def test_no_task_and_no_terminal_is_a_usage_error(runs_dir):
