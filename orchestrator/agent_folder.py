@@ -325,7 +325,7 @@ def _server_name(server: StdioServer | HttpServer) -> str:
     if server.name:
         raw = server.name
     elif isinstance(server, StdioServer):
-        from orchestrator.tools.mcp import package_of  # the same rule that installs it
+        from orchestrator.tools.mcp_packages import package_of  # the same rule that installs it
 
         found = package_of(server.command, server.args)
         raw = found.name if found else _command_name(server.command, server.args)

@@ -222,7 +222,8 @@ class Session:
         image = cfg.sandbox.image or ensure_image()
         self.hub = None
         if cfg.mcp.servers:
-            from orchestrator.tools.mcp import McpHub, image_for
+            from orchestrator.tools.mcp import McpHub
+            from orchestrator.tools.mcp_packages import image_for
 
             image = image_for(image, cfg.mcp.servers, progress=_progress)  # uvx/pipx packages, installed
             self.hub = McpHub(cfg.mcp.servers, start_timeout=cfg.mcp.start_timeout,

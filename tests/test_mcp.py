@@ -13,7 +13,7 @@ import pytest
 from orchestrator.agent_folder import load_agent, load_config, resolve, restore_secrets
 from orchestrator.config import RunConfig
 from orchestrator.errors import SandboxError, UsageError
-from orchestrator.tools.mcp import package_of
+from orchestrator.tools.mcp_packages import package_of
 from orchestrator.tools.specs import BUILTIN_TOOLS, tool_names
 from tests.loop_helpers import _go, call, done, tool_messages, turn
 
@@ -208,7 +208,7 @@ def test_a_stdio_server_that_fails_to_start_is_named_with_its_stderr(tmp_path, s
 class HttpMcp:
     """A small streamable-HTTP MCP server (the SDK's MCPServer, FastMCP in 1.x) on 127.0.0.1."""
 
-    def __init__(self, tools: list[str], port: int | None = None) -> None:
+    def __init__(self, tools: list[str], port: int | None = None, transport: str = "http") -> None:
         import uvicorn
 
         try:
@@ -231,7 +231,7 @@ class HttpMcp:
             def shell_exec(command: str) -> str:
                 """A tool whose name is a built-in's."""
                 return "not a real shell"
-        app = server.streamable_http_app()
+        app = server.sse_app() if transport == "sse" else server.streamable_http_app()
         self.headers: list[dict[str, str]] = []
 
         async def recording(scope, receive, send):  # noqa: ANN001 - ASGI
@@ -247,7 +247,7 @@ class HttpMcp:
             if self.server.started:
                 break
             time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.url = f"http://127.0.0.1:{self.port}/{'sse' if transport == 'sse' else 'mcp'}"
 
     def stop(self) -> None:
         self.server.should_exit = True
@@ -300,3 +300,15 @@ def test_an_http_server_on_the_host_with_a_secret_header_and_a_resume_that_lost_
     assert again.requests[0]["tools"] == out.requests[0]["tools"]
     assert "no longer offered" in tool_messages(again.requests[1])[-1]["content"]
     assert any("echo is gone" in n.text for n in again.events("notice"))
+
+
+@pytest.mark.docker
+def test_an_sse_server_on_the_host_is_reached_from_the_host(tmp_path, sandbox_image):
+    server = HttpMcp(["echo"], transport="sse")
+    try:
+        cfg = config_of({"servers": [{"type": "sse", "url": server.url}]}, tmp_path)
+        out = play_config(tmp_path, cfg, [turn(call("echo", text="over sse")), done()])
+    finally:
+        server.stop()
+    assert out.status == "done"
+    assert tool_messages(out.requests[1])[0]["content"] == "echo: over sse"

@@ -27,7 +27,7 @@ KEEP_STDERR = 8192  # bytes of the toolbox's stderr kept for error messages
 class Demux:
     """Sorts the bytes of a non-TTY exec's socket into stdout payload and a tail of stderr.
 
-    Shared by the toolbox client and the MCP stdio transport (orchestrator/tools/mcp.py): both speak to
+    Shared by the toolbox client and the MCP stdio transport (orchestrator/tools/mcp_transport.py): both speak to
     one process in the container over one exec socket.
     """
 

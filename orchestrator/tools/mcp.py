@@ -21,348 +21,36 @@ order and then by tool name. A tool keeps its own name unless another server (or
 the same one; then it becomes `<server>__<tool>`. Names are cut to `^[a-zA-Z0-9_-]{1,64}$`.
 `allowed_tools` of a server keeps only the tools it names.
 
-Packages (the uvx rule): the sandbox has no network, so a server that tiny-agents would fetch at start
-is installed into a derived image instead, built once and cached by a hash:
-- `uvx [--from SPEC] [--with REQ]… PKG[@VERSION] ARGS…` (and `uv tool run …`) and
-  `pipx run [--spec SPEC] PKG[==VERSION] ARGS…`: cairn builds `cairn-tools:<hash>` FROM the sandbox image,
-  with `RUN python3 -m venv /opt/cairn-tools/<PKG> && pip install SPEC`, and runs
-  `/opt/cairn-tools/<PKG>/bin/<PKG>` (or the command named after `--from`) with ARGS instead.
-  `@latest` means no pin. Options that need a network at run time (`--refresh`, `--index-url`…) are
-  honoured at build time where pip has an equivalent, and ignored otherwise.
-- `npx …` needs Node.js, which cairn's image does not have: such a server runs unchanged, so it works
-  only with an --image that has node and, for a package not yet in the image, --network bridge.
-- any other command runs as it is.
+Packages (the uvx rule, `mcp_packages.py`): servers that tiny-agents would fetch at start (`uvx`,
+`uv tool run`, `pipx run`) are installed into a derived image `cairn-tools:<hash>`, since the sandbox
+has no network. The stdio transport over a docker exec is in `mcp_transport.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import hashlib
 import json
 import re
 import shlex
-import socket
-import tempfile
 import threading
 from collections import Counter
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import anyio
 
 from orchestrator.config import McpServerConfig
-from orchestrator.errors import SandboxError, UsageError
-from orchestrator.sandbox.toolbox_client import Demux, open_exec
+from orchestrator.errors import SandboxError
+from orchestrator.tools.mcp_packages import server_argv
+from orchestrator.tools.mcp_transport import ExecProcess, exec_stdio_client, http_client
 
-TOOLS_ROOT = "/opt/cairn-tools"
-TOOLS_REPOSITORY = "cairn-tools"
+
 NAME_LIMIT = 64
 _BAD_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
-STDERR_TAIL_LINES = 5
 CLOSE_SECONDS = 5.0
-
-# -- packages: the uvx rule ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Package:
-    name: str  # the distribution, as written (also the folder under /opt/cairn-tools)
-    requirements: tuple[str, ...]  # what pip installs: the package spec, then --with ones
-    entry: str  # the console script to run
-    launcher: str  # "uvx", "pipx run"
-    args: tuple[str, ...] = ()  # the server's own arguments
-
-    @property
-    def argv(self) -> list[str]:
-        return [f"{TOOLS_ROOT}/{self.folder}/bin/{self.entry}", *self.args]
-
-    @property
-    def folder(self) -> str:
-        return _BAD_NAME_CHARS.sub("_", self.name.lower())
-
-
-_UVX_FLAGS = {"-q", "--quiet", "-v", "--verbose", "--refresh", "--isolated", "--offline", "-n", "--no-cache",
-              "--no-progress", "--native-tls", "--no-config", "--no-python-downloads", "--prerelease=allow"}
-_UVX_VALUED = {"--python", "-p", "--index-url", "--default-index", "--index", "--extra-index-url",
-               "--cache-dir", "--directory", "--with-requirements", "--python-preference", "--env-file"}
-_PIP_INDEX = {"--index-url": "--index-url", "--default-index": "--index-url", "--index": "--extra-index-url",
-              "--extra-index-url": "--extra-index-url"}
-
-
-def package_of(command: str, args: list[str]) -> Package | None:
-    """The package a stdio server's command would fetch at start (uvx, uv tool run, pipx run), or None."""
-    base = Path(command).name
-    if base == "uvx":
-        return _parse_uvx(list(args), "uvx")
-    if base == "uv" and args[:2] == ["tool", "run"]:
-        return _parse_uvx(list(args[2:]), "uv tool run")
-    if base == "pipx" and args[:1] == ["run"]:
-        return _parse_pipx(list(args[1:]))
-    return None
-
-
-def _parse_uvx(args: list[str], launcher: str) -> Package:
-    source: str | None = None
-    extra: list[str] = []
-    index: list[str] = []
-    while args and args[0].startswith("-"):
-        option = args.pop(0)
-        key, _, inline = option.partition("=")
-        if option in _UVX_FLAGS or key in _UVX_FLAGS:
-            continue
-        if key in ("--from", "--with") or key in _UVX_VALUED:
-            value = inline or (args.pop(0) if args else "")
-            if not value:
-                raise UsageError(f"`{launcher} {option}` needs a value")
-            if key == "--from":
-                source = value
-            elif key == "--with":
-                extra += [v for v in value.split(",") if v]
-            elif key in _PIP_INDEX:
-                index += [_PIP_INDEX[key], value]
-            continue
-        raise UsageError(f"cairn cannot turn `{launcher} {option}` into an install in the sandbox image; "
-                         f"run the server another way, or write its command out")
-    if not args:
-        raise UsageError(f"`{launcher}` names no package to run")
-    command = args.pop(0)
-    if source:
-        requirement, name = _requirement(source)
-        entry = command
-    else:
-        requirement, name = _requirement(command)
-        entry = name
-    return Package(name=name, requirements=(requirement, *extra, *index), entry=entry, launcher=launcher,
-                   args=tuple(args))
-
-
-def _parse_pipx(args: list[str]) -> Package:
-    spec: str | None = None
-    while args and args[0].startswith("-"):
-        option = args.pop(0)
-        key, _, inline = option.partition("=")
-        if key == "--spec":
-            spec = inline or (args.pop(0) if args else "")
-        elif key in ("--python", "--pip-args", "--index-url"):
-            _ = inline or (args.pop(0) if args else "")
-        elif key in ("--no-cache", "--verbose", "-v", "--quiet", "-q", "--system-site-packages"):
-            continue
-        else:
-            raise UsageError(f"cairn cannot turn `pipx run {option}` into an install in the sandbox image")
-    if not args:
-        raise UsageError("`pipx run` names no package to run")
-    command = args.pop(0)
-    requirement, name = _requirement(spec or command)
-    entry = command if spec else name
-    return Package(name=name, requirements=(requirement,), entry=entry, launcher="pipx run", args=tuple(args))
-
-
-_REQ = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?(.*)$")
-
-
-def _requirement(text: str) -> tuple[str, str]:
-    """(pip requirement, distribution name) of `PKG`, `PKG@1.2`, `PKG@latest`, `PKG[x]==1.2`, `PKG>=1`."""
-    match = _REQ.match(text.strip())
-    if not match:
-        raise UsageError(f"{text!r} is not a package name cairn understands")
-    name, extras, rest = match.group(1), match.group(2) or "", match.group(3).strip()
-    if rest.startswith("@"):
-        version = rest[1:].strip()
-        rest = "" if version in ("", "latest") else f"=={version}"
-    return f"{name}{extras}{rest}", name
-
-
-def tools_image(base: str, packages: list[Package], progress: Callable[[str], None] | None = None) -> str:
-    """The image that is `base` plus a venv per package under /opt/cairn-tools: built once, then reused
-    (its tag is a hash of the base image's id, the packages and the host's CA certificates)."""
-    from orchestrator.sandbox import image as images
-    from orchestrator.sandbox.engine import connect
-
-    say = progress or (lambda _line: None)
-    client = connect()
-    try:
-        base_attrs = client.api.inspect_image(base)
-    except Exception as exc:  # noqa: BLE001 - ImageNotFound or an engine error: both are a clear SandboxError
-        raise SandboxError(f"cannot read the sandbox image {base} to add the MCP servers' packages to it: {exc}")
-    wanted = sorted({(p.folder, p.requirements, p.entry) for p in packages})
-    cas = sorted(images.HOST_CA_DIR.glob("*.crt")) if images.HOST_CA_DIR.is_dir() else []
-    digest = hashlib.sha256(json.dumps([base_attrs["Id"], wanted]).encode())
-    for path in cas:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    tag = f"{TOOLS_REPOSITORY}:{digest.hexdigest()[:12]}"
-    user = (base_attrs.get("Config") or {}).get("User") or "root"
-    lines = [f"FROM {base}", "USER root"]
-    if cas:  # the base may be a user's own image, without the proxy's CA: pip must trust it to fetch
-        lines += ["COPY extra-ca/ /usr/local/share/ca-certificates/",
-                  "RUN update-ca-certificates >/dev/null 2>&1 || true"]
-    for folder, requirements, entry in wanted:
-        venv = f"{TOOLS_ROOT}/{folder}"
-        pip_args = " ".join(shlex.quote(r) for r in requirements)
-        lines.append(
-            f"RUN set -eux; export PIP_CERT=${{PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}}; "
-            f"python3 -m venv {venv}; {venv}/bin/pip install --no-cache-dir --disable-pip-version-check "
-            f"{pip_args}; test -x {venv}/bin/{shlex.quote(entry)} || "
-            f"{{ echo 'the package installs no command named {entry}; its commands are:'; ls {venv}/bin; exit 1; }}")
-    lines += [f"USER {user}", f"LABEL org.cairn.tools={shlex.quote(json.dumps([list(w[1]) for w in wanted]))}"]
-    with images._build_lock():
-        if images._image_exists(client, tag):
-            return tag
-        say(f"building {tag}: {', '.join(r for w in wanted for r in w[1][:1])} on {base}")
-        with tempfile.TemporaryDirectory(prefix="cairn-tools-") as context:
-            (Path(context) / "Dockerfile").write_text("\n".join(lines) + "\n")
-            (Path(context) / "extra-ca").mkdir()
-            for path in cas:
-                (Path(context) / "extra-ca" / path.name).write_bytes(path.read_bytes())
-            try:
-                images._docker_build(client, Path(context), tag, {}, say)
-            except SandboxError as exc:
-                raise SandboxError(f"installing the MCP servers' packages failed: {exc.message}", hint=exc.hint) from exc
-    return tag
-
-
-def image_for(base: str, servers: list[McpServerConfig], progress: Callable[[str], None] | None = None) -> str:
-    """`base`, or the derived image with the packages the stdio servers fetch with uvx or pipx."""
-    packages = [p for s in servers if s.type == "stdio" and (p := package_of(s.command or "", s.args))]
-    return tools_image(base, packages, progress) if packages else base
-
-
-def server_argv(server: McpServerConfig) -> list[str]:
-    package = package_of(server.command or "", server.args)
-    return package.argv if package else [server.command or "", *server.args]
-
-
-# -- the stdio transport over a docker exec ------------------------------------------------------
-
-
-def _parse_message(line: str) -> Any:
-    """One JSON-RPC line as the SDK's SessionMessage, or the exception, for the session to surface."""
-    from mcp.shared.message import SessionMessage
-
-    try:
-        try:
-            import mcp_types  # mcp 2.x
-
-            message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-        except ImportError:  # mcp 1.x
-            from mcp.types import JSONRPCMessage
-
-            message = JSONRPCMessage.model_validate_json(line)
-    except ValueError as exc:
-        return exc
-    return SessionMessage(message)
-
-
-@dataclass
-class ExecProcess:
-    """What the host knows of a server process in the container."""
-
-    exec_id: str | None = None
-    demux: Demux = field(default_factory=Demux)
-    ended: bool = False
-
-    def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> str:
-        return " | ".join(self.demux.stderr_lines(lines, 200))
-
-
-@asynccontextmanager
-async def exec_stdio_client(api: Any, container_id: str, argv: list[str], env: dict[str, str] | None = None,
-                            cwd: str | None = None, process: ExecProcess | None = None) -> AsyncIterator[tuple]:
-    """Start `argv` in the container and yield the SDK's (read_stream, write_stream) pair for it.
-
-    Like the SDK's stdio_client, but the pipes are the exec's socket: stdout frames carry the JSON-RPC
-    lines, stderr frames are kept (a tail) in `process.demux` to explain a failure. Closing sends EOF on
-    the process's stdin; the process dies with the container at the latest.
-    """
-    from mcp.shared.message import SessionMessage
-
-    process = process if process is not None else ExecProcess()
-    exec_id, response, sock = await anyio.to_thread.run_sync(
-        lambda: open_exec(api, container_id, argv, environment=env or None, workdir=cwd))
-    process.exec_id = exec_id
-    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
-
-    async def reader() -> None:
-        buffer = b""
-        try:
-            async with read_writer:
-                while True:
-                    try:
-                        data = await anyio.to_thread.run_sync(sock.recv, 1 << 20, abandon_on_cancel=True)
-                    except OSError:
-                        break
-                    if not data:
-                        break
-                    buffer += process.demux.feed(data)
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
-                        if line.strip():
-                            message = _parse_message(line.decode("utf-8", "replace"))
-                            if isinstance(message, Exception):  # e.g. the engine's "executable file not found"
-                                process.demux.stderr += b"stdout: " + line.strip()[:500] + b"\n"
-                            await read_writer.send(message)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass
-        finally:
-            process.ended = True
-
-    async def writer() -> None:
-        try:
-            async with write_reader:
-                async for message in write_reader:
-                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                    await anyio.to_thread.run_sync(sock.sendall, data.encode("utf-8"))
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            await read_writer.aclose()  # the session sees the end instead of waiting forever
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(reader)
-        tg.start_soon(writer)
-        try:
-            yield read_stream, write_stream
-        finally:
-            with anyio.CancelScope(shield=True):
-                await write_stream.aclose()
-                try:
-                    sock.shutdown(socket.SHUT_WR)  # EOF on the server's stdin: MCP's way to ask it to exit
-                except OSError:
-                    pass
-                with anyio.move_on_after(2.0):  # it may exit on its own, ending the stream
-                    while not process.ended:
-                        await anyio.sleep(0.02)
-                for closing in (lambda: sock.shutdown(socket.SHUT_RDWR), sock.close, response.close):
-                    try:
-                        closing()
-                    except OSError:
-                        pass
-            tg.cancel_scope.cancel()
-
-
-@asynccontextmanager
-async def http_client(server: McpServerConfig) -> AsyncIterator[tuple]:
-    """The SDK's streamable HTTP or SSE transport, from the host."""
-    if server.type == "sse":
-        from mcp.client.sse import sse_client
-
-        async with sse_client(server.url, headers=server.headers or None) as (read, write, *_):
-            yield read, write
-        return
-    try:
-        from mcp.client.streamable_http import streamable_http_client  # mcp 2.x (and late 1.x)
-        from mcp.shared._httpx_utils import create_mcp_http_client
-    except ImportError:
-        from mcp.client.streamable_http import streamablehttp_client  # mcp 1.x
-
-        async with streamablehttp_client(server.url, headers=server.headers or None) as (read, write, *_):
-            yield read, write
-        return
-    async with create_mcp_http_client(headers=server.headers or None) as client:
-        async with streamable_http_client(server.url, http_client=client) as (read, write, *_):
-            yield read, write
-
 
 # -- the hub -------------------------------------------------------------------------------------
 
@@ -723,3 +411,4 @@ def _explain(exc: BaseException) -> str:
         return "timed out"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
+
