@@ -9,6 +9,8 @@ so it runs on any image that has python3 and bash.
 from __future__ import annotations
 
 import argparse
+import array
+import fcntl
 import hashlib
 import html.parser
 import inspect
@@ -20,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 import traceback
 import urllib.error
@@ -311,7 +314,13 @@ class Shell:
             now = time.monotonic()
             if now >= deadline:
                 return None
-            ready, _, _ = select.select([self.out, self.ctl], [], [], min(deadline, next_watch) - now)
+            ready, _, _ = select.select([self.out, self.ctl, HOST], [], [], min(deadline, next_watch) - now)
+            if HOST in ready and host_gone():
+                # cairn died or was killed: nobody will read this result, so the command must not go on
+                # changing the workspace behind the run's back (a resume would not know of it).
+                self.proc.kill()  # bash first: it would run the rest of the command line
+                self._kill_new(before)
+                os._exit(0)
             if self.out in ready:
                 self._read_output(capture, once=True)
             if self.ctl in ready:
@@ -630,6 +639,19 @@ class Toolbox:
         _atomic_write(real, data)
         return {"url": final_url, "status": status, "content_type": ctype, "path": self.ws.rel(real),
                 "bytes": len(data), "text": text[:PREVIEW_CHARS]}
+
+
+HOST = 0  # stdin: requests come from the host, one at a time; between them it is silent
+
+
+def host_gone() -> bool:
+    """stdin is readable with nothing to read: the host closed it (end of file)."""
+    waiting = array.array("i", [0])
+    try:
+        fcntl.ioctl(HOST, termios.FIONREAD, waiting)
+    except OSError:
+        return False
+    return waiting[0] == 0
 
 
 def main(argv: list | None = None) -> None:

@@ -222,3 +222,49 @@ def test_gc_leaves_a_busy_container_of_an_unknown_run_alone(docker_client, sandb
         removed = gc(docker_client, live_run_ids=set())
         assert "cairn-test-gc-elsewhere" not in removed
         assert docker_client.containers.get("cairn-test-gc-elsewhere").status == "running"
+
+
+HOST_SCRIPT = """
+import sys
+from pathlib import Path
+from orchestrator.config import SandboxConfig
+from orchestrator.sandbox import Sandbox
+box = Sandbox(sys.argv[1], Path(sys.argv[2]), SandboxConfig(), sys.argv[3])
+box.start()
+print("started", flush=True)
+box.call("shell", command="touch started.txt; sleep 30; touch late.txt", timeout=60)
+"""
+
+
+def test_a_command_dies_with_the_cairn_process_that_ran_it(docker_client, sandbox_image, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    host = subprocess.Popen([sys.executable, "-c", HOST_SCRIPT, "test-orphan", str(workspace), sandbox_image],
+                            stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+    try:
+        assert host.stdout.readline().strip() == "started"
+        for _ in range(100):
+            if (workspace / "started.txt").exists():
+                break
+            time.sleep(0.1)
+        host.kill()  # SIGKILL: what a crash or `kill -9` of cairn does
+        host.wait()
+        container = docker_client.containers.get("cairn-test-orphan")
+        for _ in range(50):
+            commands = [process[-1] for process in container.top()["Processes"]]
+            if not any("sleep 30" in c or "toolbox" in c for c in commands):
+                break
+            time.sleep(0.1)
+        assert not any("sleep 30" in c or "toolbox" in c for c in commands), commands
+    finally:
+        host.kill()
+        try:
+            docker_client.containers.get("cairn-test-orphan").remove(force=True)
+        except docker.errors.NotFound:
+            pass
+    time.sleep(0.5)
+    assert not (workspace / "late.txt").exists()
