@@ -101,9 +101,21 @@ class Agent:
         self.emit(ev.AssistantMessage(step=step, message=reply.message))
         if not reply.tool_calls:
             raise Finished("stopped", "the model answered without a tool call", result=reply.message.get("content"))
+        ending = self.run_tools(reply.tool_calls, step)
+        self.checkpoint(step)  # before any ending: the last step's work is kept too
+        if ending is not None:
+            raise ending
+        warning = self.guard.check(self.state.signatures)
+        if warning:
+            self.notices.append(warning)
+        if self.stop_requested:
+            raise Finished("interrupted", "stopped by Ctrl-C")
+
+    def run_tools(self, calls: list[ToolCall], step: int) -> Finished | None:
+        """Runs the calls in order, each recorded before the next; returns how the run ends, if a call ends it."""
         ending: Finished | None = None
         seen: set[str] = set()
-        for call in reply.tool_calls:
+        for call in calls:
             # A second call of the same tool in one step names its saved output after its call id.
             label = call.id if call.name in seen else None
             seen.add(call.name)
@@ -111,15 +123,7 @@ class Agent:
                 ending = self.execute(call, step, label)
             else:
                 self.finish(call, step, Observation("not executed: an earlier call in this step ended the run", error=True))
-        if ending is not None:
-            self.checkpoint(step)  # the last step's work is kept too
-            raise ending
-        warning = self.guard.check(self.state.signatures)
-        if warning:
-            self.notices.append(warning)
-        self.checkpoint(step)
-        if self.stop_requested:
-            raise Finished("interrupted", "stopped by Ctrl-C")
+        return ending
 
     # -- the model --------------------------------------------------------------------------------
 
