@@ -106,6 +106,19 @@ def test_a_budget_stop_exits_3(runs_dir, sandbox_image, tmp_path):
 
 
 @pytest.mark.docker
+def test_a_run_stopped_by_its_budget_resumes_with_a_raised_one(runs_dir, sandbox_image, tmp_path):
+    first, rest = tmp_path / "first.json", tmp_path / "rest.json"
+    first.write_text(json.dumps({"turns": [{"tool_calls": [{"name": "shell_exec", "arguments": {"command": "true"}}]}] * 3}))
+    rest.write_text(json.dumps({"turns": [{"tool_calls": [{"name": "task_done", "arguments": {"summary": "ok"}}]}]}))
+    out = cairn("run", "loop", "--model", f"scripted:{first}", "--max-steps", "2", "--json", runs_dir=runs_dir)
+    run_id = json.loads(out.stdout)["id"]
+    again = cairn("resume", run_id, "--max-steps", "5", "--model", f"scripted:{rest}", "--json", runs_dir=runs_dir)
+    assert again.returncode == 0, again.stderr[-2000:]
+    doc = json.loads(again.stdout)
+    assert doc["status"] == "done" and len(doc["steps"]) == 3
+
+
+@pytest.mark.docker
 def test_interactive_mode_continues_the_same_run_with_each_message(runs_dir, sandbox_image, tmp_path):
     import pty
     import select
