@@ -230,7 +230,7 @@ class Session:
                               call_timeout=cfg.mcp.call_timeout, reserved=set(tool_names(BUILTIN_TOOLS)))
         self.sandbox = Sandbox(run.id, run.workspace, cfg.sandbox, image=image,
                                cairn_mount=run.cairn_dir if run.external_workspace else None)
-        self.agent = Agent(run, cfg, self.sandbox, _model_client(LLM, cfg), display)
+        self.agent = Agent(run, cfg, self.sandbox, LLM(cfg.model), display)
         self.agent.tools.mcp = self.hub
 
     def _lock(self) -> None:
@@ -291,23 +291,6 @@ def _progress(line: str) -> None:
     import sys
 
     print(line, file=sys.stderr, flush=True)
-
-
-def _model_client(llm_class: Any, cfg: RunConfig) -> Any:
-    """The LLM, told the API key of an agent.json (`apiKey`) when there is one; otherwise litellm reads
-    the provider's environment variables as always. The key stays in memory only."""
-    key = cfg.model.api_key
-    if key is None:
-        return llm_class(cfg.model)
-
-    class KeyedLLM(llm_class):  # type: ignore[misc, valid-type]
-        def _request(self, *args: Any, **kwargs: Any) -> dict:
-            request = super()._request(*args, **kwargs)
-            if self._script_spec is None:
-                request["api_key"] = key.get_secret_value()
-            return request
-
-    return KeyedLLM(cfg.model)
 
 
 def mark_failed(run: RunDir, reason: str) -> None:

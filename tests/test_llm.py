@@ -292,3 +292,11 @@ def test_cache_breakpoints_survive_litellms_translation_to_anthropic():
     assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
     blocks = [block for message in body["messages"] for block in message["content"]]
     assert [b["type"] for b in blocks if "cache_control" in b] == ["tool_use"]
+
+
+def test_an_agent_folders_api_key_goes_with_the_request_and_nowhere_else():
+    llm = LLM(ModelConfig(model="openai/gpt-4o-mini", api_key="sk-from-agent-json"))
+    request = llm._request([SYSTEM, TASK], TOOLS, "auto", None)
+    assert request["api_key"] == "sk-from-agent-json"
+    assert "sk-from-agent-json" not in ModelConfig(model="m", api_key="sk-from-agent-json").model_dump_json()
+    assert "api_key" not in LLM(ModelConfig(model="openai/gpt-4o-mini"))._request([SYSTEM, TASK], TOOLS, "auto", None)

@@ -187,7 +187,8 @@ class LLM:
     def _request(
         self, messages: list[dict], tools: list[dict], tool_choice: str | dict, history_end: int | None
     ) -> dict:
-        """litellm.completion's arguments. API keys are litellm's business: it reads the provider's env vars."""
+        """litellm.completion's arguments. API keys are litellm's business (it reads the provider's env
+        vars), except the apiKey of an agent.json, which only this request carries."""
         request: dict = {
             "model": self.cfg.model,
             "messages": messages,
@@ -207,6 +208,8 @@ class LLM:
             request["max_tokens"] = self.cfg.max_output_tokens
         if self.cfg.api_base:
             request["api_base"] = self.cfg.api_base
+        if self.cfg.api_key is not None:  # an agent.json's apiKey; else litellm reads the provider's variables
+            request["api_key"] = self.cfg.api_key.get_secret_value()
         if self._script_spec is not None:
             request.update(model="openai/scripted", api_base=self.scripted.url, api_key="scripted")
         elif is_anthropic(self.cfg.model):
