@@ -162,8 +162,12 @@ class Agent:
         reply = self.model.complete(request.messages, self.state.tools, tool_choice, history_end=request.history_end)
         self.counter.calibrate(reply.usage.prompt_tokens, estimated)
         self.notices = []  # they were shown
+        priced = self.state.totals.cost_known
         self.emit(ev.ModelRequest(step=step, model=self.cfg.model.model, usage=reply.usage.model_dump(),
                                   estimated_prompt_tokens=estimated, messages=len(request.messages)))
+        if priced and not self.state.totals.cost_known and self.cfg.limits.max_cost is not None:
+            self.emit(ev.Notice(step=step, text=f"litellm knows no price for {self.cfg.model.model}: the cost limit "
+                                                "cannot be enforced (a token limit, --max-tokens, can)"))
         return reply
 
     def compact(self, step: int, request: Any, window: int | None = None) -> None:

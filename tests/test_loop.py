@@ -155,3 +155,9 @@ def test_same_events_give_the_same_request_bytes_after_resume(tmp_path, sandbox_
     # The history before the stop is a byte-identical prefix of the first request after the resume.
     assert json.dumps(after[: len(before)], sort_keys=True) == json.dumps(before, sort_keys=True)
     assert json.dumps(out.requests[-1]["tools"], sort_keys=True) == json.dumps(again.requests[0]["tools"], sort_keys=True)
+
+
+def test_a_cost_limit_on_a_model_without_a_price_is_said_once(tmp_path, sandbox_image):
+    out = play(tmp_path, [turn(call("shell_exec", command="true")), done()], settings={"limits": {"max_cost": 1.0}})
+    assert out.status == "done"
+    assert len([n for n in out.events("notice") if "cost limit cannot be enforced" in n.text]) == 1
