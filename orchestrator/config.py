@@ -83,7 +83,6 @@ class ContextConfig(Settings):
     )
     keep_recent_turns: int = Field(4, ge=1, description="Most recent turns a written summary never replaces.")
     summary_tokens: int = Field(2000, ge=100, description="Room kept for a written summary when choosing its span.")
-    loop_window: int = Field(12, ge=4)
 
     @field_validator("low_water")
     @classmethod
