@@ -7,6 +7,7 @@ uses the same model, endpoint, limits and sandbox as the run had, unless told ot
 from __future__ import annotations
 
 import os
+import typing
 from pathlib import Path
 from typing import Literal
 
@@ -137,6 +138,38 @@ class RunConfig(Settings):
     template: str = "default"
     system_prompt_extra: str = ""
     mcp: McpConfig = Field(default_factory=McpConfig)
+
+
+def stored_config(data: dict) -> RunConfig:
+    """A run's config as stored in its run.json, by this or another version of cairn.
+
+    Settings are strict about unknown keys, so that a typo in a person's config is an error; a stored
+    config is not a person's input, and a setting an older or newer cairn had is dropped, not an error.
+    """
+    return RunConfig.model_validate(_known(RunConfig, data))
+
+
+def _known(model: type[BaseModel], data: dict) -> dict:
+    out = {}
+    for key, value in data.items():
+        field = model.model_fields.get(key)
+        if field is None:
+            continue
+        inner = _settings_type(field.annotation)
+        if inner is not None and isinstance(value, dict):
+            value = _known(inner, value)
+        elif inner is not None and isinstance(value, list):
+            value = [_known(inner, item) if isinstance(item, dict) else item for item in value]
+        out[key] = value
+    return out
+
+
+def _settings_type(annotation: object) -> type[BaseModel] | None:
+    """The settings model a field holds, directly or as the items of a list."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
 
 
 def default_runs_dir() -> Path:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import RunConfig, default_model
+from orchestrator.config import RunConfig, default_model, stored_config
 from orchestrator.errors import EXIT_BUDGET, EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED, CairnError, UsageError
 from orchestrator.prompts import system_prompt
 from orchestrator.store import events as ev
@@ -200,7 +200,7 @@ def initial_checkpoint(run: RunDir) -> None:
 
 
 def load_config(run: RunDir) -> RunConfig:
-    return RunConfig.model_validate(run.read_meta()["config"])
+    return stored_config(run.read_meta()["config"])
 
 
 class Session:

@@ -258,3 +258,18 @@ def test_a_failing_clone_is_one_line_and_leaves_no_run(runs_dir, tmp_path, bare_
 
 def test_templates_are_all_listed(tmp_path):
     assert {p.name for p in TEMPLATES_DIR.iterdir() if p.is_dir()} >= {"default", "coding", "research"}
+
+
+def test_a_stored_config_with_a_setting_this_version_does_not_know_still_loads(runs_dir):
+    from orchestrator.runner import create_run, load_config
+
+    run = create_run(runs_dir, "task", resolve_config({}))
+    meta = run.read_meta()
+    meta["config"]["context"]["a_setting_from_another_version"] = 1
+    meta["config"]["sandbox"]["gone_too"] = "x"
+    run.write_meta(meta)
+    assert load_config(run).context.offload_tokens == resolve_config({}).context.offload_tokens
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="ofload_tokens"):  # a person's config stays strict: a typo is an error
+        resolve_config({"context": {"ofload_tokens": 10}})
