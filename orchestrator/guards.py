@@ -22,7 +22,6 @@ class Finished(Exception):
 
 @dataclass
 class Totals:
-    steps: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0

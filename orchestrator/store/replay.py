@@ -31,7 +31,6 @@ class RunState:
         self.started: set[str] = set()  # of those, the ones that began to run
         self.signatures: list[str] = []
         self.summaries = 0
-        self.last_estimate = 0
         self.n_events = 0
 
     def apply(self, event: ev.Event) -> None:
@@ -53,7 +52,6 @@ class RunState:
     def _on_model_request(self, e: ev.ModelRequest) -> None:
         u = e.usage
         t = self.totals
-        t.steps = max(t.steps, e.step)
         t.prompt_tokens += u.get("prompt_tokens", 0)
         t.cached_tokens += u.get("cached_tokens", 0)
         t.completion_tokens += u.get("completion_tokens", 0)
@@ -61,8 +59,6 @@ class RunState:
             t.cost_known = False
         else:
             t.cost_usd += u["cost_usd"]
-        if getattr(e, "child", None) is None:  # a sub-agent's summed usage (orchestrator/delegate.py) is no request
-            self.last_estimate = e.estimated_prompt_tokens
 
     def _on_assistant_message(self, e: ev.AssistantMessage) -> None:
         self.step = e.step
