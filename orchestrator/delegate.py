@@ -40,11 +40,9 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import posixpath
 import re
 import shutil
-import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -310,48 +308,27 @@ def child_usage(events: list[Any]) -> dict[str, Any]:
 # -- what the child wrote ---------------------------------------------------------------------------
 
 class WorkspaceDiff:
-    """The workspace's git tree before and after the child, built in a scratch index (a copy of the
-    checkpoint index) in the run's checkpoint git dir; the run's own index and refs are not touched."""
+    """The workspace's git tree before and after the child, staged by the checkpoints' own code into a
+    scratch index (a copy of the checkpoint index); the run's own index and refs are not touched."""
 
     def __init__(self, top: RunDir, index: Path) -> None:
-        self.git_dir, self.workspace, self.index = top.state / "checkpoints.git", top.workspace, index
+        from orchestrator.store.checkpoints import Checkpoints
+
+        self.checkpoints = Checkpoints(top.state / "checkpoints.git", top.workspace, index=index)
+        self.index = index
         self.before: str | None = None
         self.error: str | None = None
 
-    def _git(self) -> Any:
-        from orchestrator.store.checkpoints import make_git
-
-        g = make_git(self.git_dir, self.workspace)
-        g.update_environment(GIT_INDEX_FILE=str(self.index))
-        return g
-
     def _tree(self) -> str:
-        from orchestrator.store.checkpoints import MAX_FILE_BYTES, _paths, _run_with_input, _split_z
-
-        g = self._git()
-        exclude = self.git_dir / "cairn-exclude"
-        listed = _split_z(g.ls_files("-z", "-o", "-m", "-d", *([f"--exclude-from={exclude}"] if exclude.is_file() else [])))
-        update = set()
-        for path in listed:
-            if path.endswith("/"):
-                continue  # a nested repository: checkpoints skip it too
-            try:
-                st = os.lstat(self.workspace / path)
-            except OSError:
-                update.add(path)  # deleted: --remove drops it
-                continue
-            if not (stat.S_ISREG(st.st_mode) and st.st_size > MAX_FILE_BYTES):
-                update.add(path)
-        if update:
-            _run_with_input(g, "update_index", ["--add", "--remove", "--replace", "-z", "--stdin"], _paths(update))
-        return g.write_tree()
+        self.checkpoints.stage()
+        return self.checkpoints.git.write_tree()
 
     def start(self) -> None:
         try:
-            if not (self.git_dir / "HEAD").is_file():
+            if not self.checkpoints.exists():
                 raise RuntimeError("the run has no checkpoint repository")
-            if (self.git_dir / "index").is_file():
-                shutil.copyfile(self.git_dir / "index", self.index)
+            if (self.checkpoints.git_dir / "index").is_file():
+                shutil.copyfile(self.checkpoints.git_dir / "index", self.index)
             self.before = self._tree()
         except Exception as exc:  # noqa: BLE001 - without a diff, the calls' paths still tell something
             self.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -359,13 +336,12 @@ class WorkspaceDiff:
 
     def finish(self) -> list[tuple[str, str]] | None:
         """(git status letter, path) of every path that changed, or None when the diff could not be taken."""
+        from orchestrator.store.checkpoints import tree_changes
+
         if self.before is None:
             return None
         try:
-            after = self._tree()
-            out = self._git().diff_tree("-r", "-z", "--name-status", self.before, after)
-            parts = [p for p in out.split("\0") if p]
-            return [(parts[i][:1], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+            return tree_changes(self.checkpoints.git, self.before, self._tree())
         except Exception as exc:  # noqa: BLE001
             self.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return None

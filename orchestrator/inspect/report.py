@@ -18,7 +18,6 @@ import base64
 import hashlib
 import html
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -115,24 +114,22 @@ def report_data(run: RunDir) -> dict[str, Any]:
 
 def _checkpoint_changes(run: RunDir, events: list[Any]) -> dict[int, list[tuple[str, str]]] | None:
     """Files changed per step, from consecutive checkpoint commits; None when the run has none."""
+    from git import GitCommandError
+
+    from orchestrator.store.checkpoints import make_git, tree_changes
+
     git_dir = run.state / "checkpoints.git"
     commits = [(e.step, e.commit) for e in events if isinstance(e, ev.Checkpoint) and e.commit]
     if not git_dir.is_dir() or not commits:
         return None
+    g = make_git(git_dir)
     out: dict[int, list[tuple[str, str]]] = {}
     previous = None
     for step, commit in commits:
-        argv = ["git", "-c", "safe.directory=*", f"--git-dir={git_dir}", "diff-tree", "-r", "--no-commit-id",
-                "--name-status", "--no-renames", "-z"]
-        argv += [previous, commit] if previous else ["--root", commit]
         try:
-            done = subprocess.run(argv, capture_output=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
+            pairs = tree_changes(g, previous, commit)
+        except GitCommandError:
             return None
-        if done.returncode != 0:
-            return None
-        fields = done.stdout.decode(errors="replace").split("\0")
-        pairs = [(fields[i], fields[i + 1]) for i in range(0, len(fields) - 1, 2) if fields[i]]
         if pairs:
             out.setdefault(step, []).extend(pairs)
         previous = commit

@@ -103,9 +103,18 @@ def _split_z(out: str) -> list[str]:
     return [p for p in out.split("\0") if p]
 
 
+def tree_changes(g: git.Git, before: str | None, after: str) -> list[tuple[str, str]]:
+    """(status letter, path) of every path that differs between two commits or trees; every path of
+    `after` when there is no `before`."""
+    args = [before, after] if before else ["--root", after]
+    parts = _split_z(g.diff_tree("-r", "-z", "--no-commit-id", "--name-status", "--no-renames", *args))
+    return [(parts[i][:1], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+
+
 class Checkpoints:
-    def __init__(self, git_dir: Path, workspace: Path) -> None:
-        self.git_dir, self.workspace = git_dir, workspace
+    def __init__(self, git_dir: Path, workspace: Path, index: Path | None = None) -> None:
+        """`index`: stage into this scratch index instead of the checkpoints' own (a sub-agent's diff)."""
+        self.git_dir, self.workspace, self.index = git_dir, workspace, index
         self.exclude = git_dir / "cairn-exclude"
         self.skipped_file = git_dir / "cairn-skipped.json"
         self._git: git.Git | None = None
@@ -122,6 +131,8 @@ class Checkpoints:
     def git(self) -> git.Git:
         if self._git is None:
             self._git = make_git(self.git_dir, self.workspace)
+            if self.index is not None:
+                self._git.update_environment(GIT_INDEX_FILE=str(self.index))
         return self._git
 
     def exists(self) -> bool:
@@ -146,6 +157,21 @@ class Checkpoints:
     def commit(self, step: int) -> Result:
         """Commits the workspace as the state after `step`, unless nothing changed since the last one."""
         self.init()
+        changed, skipped = self.stage()
+        new_skips = self._remember_skipped(skipped)
+        if self._head is None:
+            self._head = self.head()
+        if self._head is not None and not changed:
+            return Result(step, None, new_skips)
+        tree = self.git.write_tree()
+        if self._head is not None and tree == self._tree_of(self._head):
+            return Result(step, None, new_skips)
+        commit = self._write_commit(tree, self._head, step)
+        self._head, self._head_tree = commit, tree
+        return Result(step, commit, new_skips)
+
+    def stage(self) -> tuple[bool, dict[str, str]]:
+        """Brings the index up to the workspace; returns whether it changed, and what is skipped (why)."""
         g = self.git
         exclude = f"--exclude-from={self.exclude}"
         # The two scans are independent: run them side by side.
@@ -176,17 +202,7 @@ class Checkpoints:
             _run_with_input(g, "update_index", ["--add", "--remove", "--replace", "-z", "--stdin"], _paths(update))
         if drop:
             _run_with_input(g, "update_index", ["--force-remove", "-z", "--stdin"], _paths(drop))
-        new_skips = self._remember_skipped(skipped)
-        if self._head is None:
-            self._head = self.head()
-        if self._head is not None and not update and not drop:
-            return Result(step, None, new_skips)
-        tree = g.write_tree()
-        if self._head is not None and tree == self._tree_of(self._head):
-            return Result(step, None, new_skips)
-        commit = self._write_commit(tree, self._head, step)
-        self._head, self._head_tree = commit, tree
-        return Result(step, commit, new_skips)
+        return bool(update or drop), skipped
 
     def _write_commit(self, tree: str, parent: str | None, step: int) -> str:
         """The commit object and its two refs, written in process by gitpython's object database and
