@@ -14,7 +14,12 @@ producing the whole request (messages + tools) at every step:
    while the request is over the window: a sliding window, which rewrites the prefix every step
    once it is full.
 3. summarize@90%: everything verbatim; over 90% of the window the whole history is summarized into
-   one message (one extra request: all of it as uncached input, ~500 tokens out).
+   one message (one extra request, ~500 tokens out). `--summary-request` says how that request is
+   sent. `fresh` (the default): the history as text under a summarizing prompt, as OpenHands'
+   LLMSummarizingCondenser does; it shares no prefix with the agent's requests, so all of it is
+   uncached input. `appended`: the summarizing instruction appended to the agent's own request, as
+   Claude Code, Codex CLI and ml-intern do; the provider's cache serves its prefix, so the baseline
+   costs less.
 
 Every request is accounted like the scripted model does it (`canonical_prompt`, cl100k_base,
 `PrefixCache`: cached = longest shared prefix in 128-token blocks, none under 1,024). Prices:
@@ -500,7 +505,8 @@ class Ledger:
     peak_summarize: int = 0  # the largest summarize request
     summaries: int = 0
     compactions: int = 0
-    summarize_prompt: int = 0  # of `prompt` and `output`: what the summarize requests took
+    summarize_prompt: int = 0  # of `prompt`, `cached` and `output`: what the summarize requests took
+    summarize_cached: int = 0
     summarize_output: int = 0
 
     def account(self, tokens: list[int], output_tokens: int) -> int:
@@ -511,15 +517,19 @@ class Ledger:
         self.peak = max(self.peak, len(tokens))
         return len(tokens)
 
-    def account_summary(self, messages: list[Message], output_tokens: int) -> int:
-        """One summarize request: a different prompt, so all of it is uncached input."""
-        prompt = len(prompt_tokens_of(messages, []))
-        self._add(prompt, 0, output_tokens)
-        self.peak_summarize = max(self.peak_summarize, prompt)
+    def account_summary(self, messages: list[Message], output_tokens: int,
+                        tools: list[dict[str, Any]] | None = None, from_cache: bool = False) -> int:
+        """One summarize request. Its own prompt shares no prefix with the agent's requests, so all of
+        it is uncached input; one that extends the agent's request (`from_cache`) is looked up in the cache."""
+        tokens = prompt_tokens_of(messages, tools or [])
+        cached = self.cache.lookup(tokens) if from_cache else 0
+        self._add(len(tokens), cached, output_tokens)
+        self.peak_summarize = max(self.peak_summarize, len(tokens))
         self.summaries += 1
-        self.summarize_prompt += prompt
+        self.summarize_prompt += len(tokens)
+        self.summarize_cached += cached
         self.summarize_output += output_tokens
-        return prompt
+        return len(tokens)
 
     def _add(self, prompt: int, cached: int, output: int) -> None:
         self.requests += 1
@@ -545,7 +555,8 @@ class Ledger:
 
     @property
     def cost_summarize(self) -> float:
-        return self.summarize_prompt * PRICE_INPUT + self.summarize_output * PRICE_OUTPUT
+        uncached = self.summarize_prompt - self.summarize_cached
+        return uncached * PRICE_INPUT + self.summarize_cached * PRICE_CACHED + self.summarize_output * PRICE_OUTPUT
 
     @property
     def cost(self) -> float:
@@ -731,8 +742,11 @@ def baseline_summarize_request(history: list[Message]) -> list[Message]:
             {"role": "user", "content": "\n\n".join(canonical_json(m) for m in history)}]
 
 
-def run_summarize(turns: Sequence[Turn], window: int) -> Ledger:
-    """Everything verbatim; over 90% of the window, the whole history becomes one summary message."""
+def run_summarize(turns: Sequence[Turn], window: int, appended: bool = False) -> Ledger:
+    """Everything verbatim; over 90% of the window, the whole history becomes one summary message.
+
+    `appended`: the summarize request is the agent's request with the instruction appended (and so
+    mostly cached), not a prompt of its own (see the module's docstring)."""
     ledger = Ledger("summarize@90%")
     history: list[Message] = []
     for turn in turns:
@@ -740,7 +754,11 @@ def run_summarize(turns: Sequence[Turn], window: int) -> Ledger:
         tokens = prompt_tokens_of(messages, TOOLS)
         if len(tokens) > SUMMARIZE_AT * window and history:
             text = summary_text(history, BASELINE_SUMMARY_TOKENS, f"baseline-{ledger.summaries}")
-            ledger.account_summary(baseline_summarize_request(history), count_tokens(text))
+            if appended:
+                request = [*messages, {"role": "user", "content": BASELINE_SUMMARIZE_PROMPT}]
+                ledger.account_summary(request, count_tokens(text), TOOLS, from_cache=True)
+            else:
+                ledger.account_summary(baseline_summarize_request(history), count_tokens(text))
             history = [{"role": "user", "content": "Summary of the work so far:\n\n" + text}]
             messages = [messages[0], messages[1], *history]
             tokens = prompt_tokens_of(messages, TOOLS)
@@ -778,6 +796,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     defaults = ContextConfig()
     parser.add_argument("--high-water", type=float, default=defaults.high_water, help="cairn's compaction trigger")
     parser.add_argument("--low-water", type=float, default=defaults.low_water, help="where cairn's compaction stops")
+    parser.add_argument("--summary-request", choices=["fresh", "appended"], default="fresh",
+                        help="how summarize@90%% sends its summarize request: a prompt of its own (uncached), "
+                             "or appended to the agent's request (cached)")
     args = parser.parse_args(argv)
     cfg = ContextConfig(high_water=args.high_water, low_water=args.low_water)
 
@@ -786,14 +807,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     observed = sum(t.observation_tokens() for t in turns)
     todo_rewrites = sum(c.name == "todo_write" for t in turns for c in t.calls)
     print(f"workload: {args.steps} steps, seed {args.seed}, window {_fmt_int(args.window)} tokens "
-          f"(cairn compacts at {cfg.high_water:.0%} down to {cfg.low_water:.0%}); "
+          f"(cairn compacts at {cfg.high_water:.0%} down to {cfg.low_water:.0%}; "
+          f"summarize@90%'s summarize request: {args.summary_request}); "
           f"main observation per step: {kinds['small']} small, {kinds['medium']} medium, {kinds['large']} large, "
           f"{kinds['failure']} failures; {sum(len(t.calls) for t in turns)} tool calls, "
           f"{sum(c.error for t in turns for c in t.calls)} failed; "
           f"{_fmt_int(observed)} observation tokens; {todo_rewrites} todo rewrites")
 
     cairn, runs = measure_cairn(turns, args.window, max(1, args.repeats), cfg)
-    ledgers = [cairn, run_drop_oldest(turns, args.window), run_summarize(turns, args.window)]
+    summarize = run_summarize(turns, args.window, appended=args.summary_request == "appended")
+    ledgers = [cairn, run_drop_oldest(turns, args.window), summarize]
 
     rows: list[tuple[str, Callable[[Ledger], str]]] = [
         ("requests (incl. summarize)", lambda led: _fmt_int(led.requests)),

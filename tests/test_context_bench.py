@@ -43,3 +43,14 @@ def test_short_run_prints_parsable_summary_and_cairn_stays_under_the_window(
     compactions = re.search(r"^compactions / summaries\s+(\d+) /", out, re.MULTILINE)
     assert compactions and int(compactions[1]) >= 1, out
 
+
+
+def test_summarize_baseline_appended_request_is_served_from_the_cache() -> None:
+    bench = load_bench()
+    turns = bench.make_workload(40, seed=7)
+    fresh = bench.run_summarize(turns, 24_000)
+    appended = bench.run_summarize(turns, 24_000, appended=True)
+    assert fresh.summaries == appended.summaries >= 1
+    assert fresh.summarize_cached == 0
+    assert appended.summarize_cached > 0
+    assert appended.cost_summarize < fresh.cost_summarize
