@@ -12,7 +12,7 @@ import typer
 from pydantic import ValidationError
 
 from orchestrator.config import RunConfig, default_runs_dir
-from orchestrator.errors import CairnError, SandboxError, UsageError
+from orchestrator.errors import CairnError, UsageError
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # else importing litellm waits on the network
 
@@ -62,6 +62,7 @@ def run(
     json_output: bool = JsonOut,
 ) -> None:
     """Start a run. Settings: built-in defaults < the template's cairn.json < the options given here."""
+    from orchestrator.llm.scripted import check_model
     from orchestrator.runner import create_run, resolve_config
 
     if workspace is not None and template is not None:
@@ -82,6 +83,7 @@ def run(
         from orchestrator.agent_folder import load_config as load_agent_config
 
         cfg = load_agent_config(config, cfg, cli_model=model, cli_api_base=api_base)
+    check_model(cfg.model.model)
 
     interactive = task is None
     if interactive:
@@ -135,6 +137,9 @@ def resume(
         raise UsageError(f"run {run_dir.id} is done; to go on, give it a new instruction with --message")
     cfg = load_config(run_dir)
     if model:
+        from orchestrator.llm.scripted import check_model
+
+        check_model(model)  # before run.json takes it
         cfg.model.model = model
     if max_steps:
         cfg.limits.max_steps = max_steps
@@ -170,6 +175,7 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
     from orchestrator.runner import Session, exit_code, mark_failed
 
     display = make_display(json_output)
+    session = None
     try:
         with Session(run_dir, cfg, display, resumed=resumed) as session:
             status = session.go(message, source="answer" if resumed and message else "user")
@@ -179,8 +185,11 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
                     break
                 status = session.go(reply)
             error = session.agent.error
-    except SandboxError as exc:  # the sandbox never started: the agent's own failures end inside the loop
-        mark_failed(run_dir, exc.message)
+    except CairnError as exc:
+        # A new run that never started says why in its log (the agent's own failures end inside the
+        # loop); a resume that never started leaves the run as it was.
+        if session is None and not resumed:
+            mark_failed(run_dir, exc.message)
         raise
     finally:
         display.close()

@@ -48,6 +48,25 @@ def test_a_run_without_any_model_is_a_usage_error_and_nothing_starts(runs_dir):
     assert not runs_dir.exists() or not list(runs_dir.iterdir())
 
 
+def test_a_malformed_script_is_a_usage_error_and_no_run_is_made(runs_dir, tmp_path):
+    script = tmp_path / "script.json"
+    script.write_text('{"turns": 5}')
+    out = cairn("run", "task", "--model", f"scripted:{script}", runs_dir=runs_dir)
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[0] == f'cairn: error: script {script} must be a JSON object with a "turns" list'
+    assert not runs_dir.exists() or not list(runs_dir.iterdir())
+
+
+def test_resume_with_a_missing_script_keeps_the_run_as_it_was(runs_dir):
+    cairn("run", "task", runs_dir=runs_dir, env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    [meta_path] = runs_dir.glob("*/state/run.json")
+    before = meta_path.read_text()
+    out = cairn("resume", meta_path.parents[1].name, "--model", "scripted:no-such-script", runs_dir=runs_dir)
+    assert out.returncode == 2
+    assert "no script file or built-in script named 'no-such-script'" in out.stderr
+    assert meta_path.read_text() == before
+
+
 def test_no_task_and_no_terminal_is_a_usage_error(runs_dir):
     out = cairn("run", runs_dir=runs_dir)
     assert out.returncode == 2

@@ -26,12 +26,11 @@ import litellm  # noqa: E402
 import openai  # noqa: E402
 
 from orchestrator.config import ModelConfig  # noqa: E402
-from orchestrator.llm.scripted import DEFAULT_CONTEXT_WINDOW, ScriptedServer, load_script  # noqa: E402
+from orchestrator.llm.scripted import DEFAULT_CONTEXT_WINDOW, ScriptedServer, load_script, script_spec  # noqa: E402
 from orchestrator.llm.types import ContextOverflow, ModelError, Reply, ToolCall, Usage, assistant_message  # noqa: E402
 
 litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on the user's terminal
 
-SCRIPTED_PREFIX = "scripted:"
 FALLBACK_CONTEXT_WINDOW = 128_000
 MAX_RETRY_WAIT = 60.0
 EPHEMERAL = {"type": "ephemeral"}
@@ -117,7 +116,7 @@ class LLM:
         self.cfg = cfg
         self.stream = stream
         self.context_window_source = ""  # "config", "script", "litellm" or "fallback": for `cairn doctor`
-        self._script_spec = cfg.model[len(SCRIPTED_PREFIX) :] if cfg.model.startswith(SCRIPTED_PREFIX) else None
+        self._script_spec = script_spec(cfg.model)
         self._script = load_script(self._script_spec) if self._script_spec is not None else None
         # Should ModelConfig grow a `retry_base_seconds` field, it wins (so agent.json can set it).
         self.retry_base_seconds = getattr(cfg, "retry_base_seconds", self.retry_base_seconds)

@@ -26,6 +26,7 @@ from pathlib import Path
 from orchestrator.errors import UsageError
 from orchestrator.llm.tokenizer import encoding
 
+SCRIPTED_PREFIX = "scripted:"  # `--model scripted:demo` or `--model scripted:PATH`
 BUILTIN_SCRIPTS = Path(__file__).parent / "scripts"
 NO_MORE_TURNS = "(the script has no more turns)"
 DEFAULT_CONTEXT_WINDOW = 128_000
@@ -33,6 +34,18 @@ CACHE_BLOCK = 128
 MIN_CACHED = 1024
 MALFORMED_ARGUMENTS = '{"command": "ls"'  # cut off mid-object, as a model hitting its limit does
 STREAM_PIECE = 16  # characters per streamed delta, so clients must really assemble pieces
+
+
+def script_spec(model: str) -> str | None:
+    """The script part of a `scripted:…` model string; None for any other model."""
+    return model[len(SCRIPTED_PREFIX) :] if model.startswith(SCRIPTED_PREFIX) else None
+
+
+def check_model(model: str) -> None:
+    """Raise the script's UsageError now, for a scripted model, rather than after a run was made for it."""
+    spec = script_spec(model)
+    if spec is not None:
+        load_script(spec)
 
 
 def load_script(spec: str) -> dict:
