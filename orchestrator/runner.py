@@ -294,7 +294,7 @@ def _progress(line: str) -> None:
 
 
 def mark_failed(run: RunDir, reason: str) -> None:
-    """For a run that could not even start its sandbox: the log and run.json say why."""
+    """For a run that could not even start (its sandbox, its MCP servers): the log and run.json say why."""
     run.events.append(ev.StatusChanged(status="failed", reason=reason))
     run.update_meta(status="failed", result=None)
 
