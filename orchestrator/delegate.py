@@ -31,6 +31,11 @@ todo_write calls that the diff does not show ("written": same content again, or 
 skip, such as node_modules/ or a file over 10 MiB). cairn's own files (.cairn/obs, summaries, inbox)
 are left out. Whatever a shell command changed shows up through the diff.
 
+A crash (SIGKILL, a power cut) during a child does not lose it: on `cairn resume` the parent's open
+agent_delegate call is taken up again (`resume_delegate`), the child goes on where its log ends, as any
+resumed run does, and the call's result is what it would have been. The workspace's tree from before
+the child is in the child's run.json, so its diff still covers all it changed.
+
 Depth: `limits.delegate_depth` (default 1) is how deep children nest; a child at that depth that calls
 agent_delegate gets an error result saying so (the tool stays in its list, so the prefix is the same).
 Ctrl-C during a child stops the child between actions, and then the parent after its step.
@@ -233,11 +238,40 @@ def delegate(parent: Any, call: Any, step: int, args: dict[str, Any]) -> Observa
         raise BadCall("agent_delegate needs a task: the sub-task, written out whole")
     cfg = parent.cfg.model_copy(update={"limits": child_limits(parent, _steps_argument(args.get("max_steps")))})
     run = _new_child_run(parent, call.id, step, task, cfg, depth)
-    child = _child_agent_class()(run, cfg, parent, depth)
     diff = WorkspaceDiff(top_of(parent.run_dir), run.root / "index.tmp")
     diff.start()
+    run.update_meta(workspace_before=diff.before)
+    return _run_child(parent, run, cfg, depth, diff, step)
+
+
+def resumable_child(parent: Any, call: Any) -> ChildRun | None:
+    """The child of an agent_delegate call that a crash cut off, if it got as far as having a log."""
+    return open_child(parent.run_dir, call.id) if call.name == "agent_delegate" else None
+
+
+def resume_delegate(parent: Any, run: ChildRun, step: int) -> Observation:
+    """The rest of an agent_delegate call a crash cut off: the child goes on where its log ends (or, if
+    it had ended, its ending is read back), and the result is the one the call would have had."""
+    from orchestrator.runner import load_config
+
+    meta = run.read_meta()
+    cfg = load_config(run)
+    diff = WorkspaceDiff(top_of(parent.run_dir), run.root / "index.tmp")
+    diff.resume(meta.get("workspace_before"))
+    return _run_child(parent, run, cfg, int(meta.get("depth") or getattr(parent, "depth", 0) + 1), diff, step,
+                      resumed=True)
+
+
+def _run_child(parent: Any, run: ChildRun, cfg: RunConfig, depth: int, diff: "WorkspaceDiff", step: int,
+               resumed: bool = False) -> Observation:
+    child = _child_agent_class()(run, cfg, parent, depth)
     try:
-        status = child.run()
+        if resumed and child.state.status != "running":
+            status = child.state.status  # it had ended; only the parent's record of that was lost
+        else:
+            if resumed:
+                child.recover()
+            status = child.run()
     except Exception as exc:  # noqa: BLE001 - a bug in the child must not take the parent down
         reason = f"{type(exc).__name__}: {exc}"
         child.emit(ev.StatusChanged(step=child.state.step, status="failed", reason=reason))
@@ -325,14 +359,30 @@ class WorkspaceDiff:
 
     def start(self) -> None:
         try:
-            if not self.checkpoints.exists():
-                raise RuntimeError("the run has no checkpoint repository")
-            if (self.checkpoints.git_dir / "index").is_file():
-                shutil.copyfile(self.checkpoints.git_dir / "index", self.index)
+            self._copy_index()
             self.before = self._tree()
         except Exception as exc:  # noqa: BLE001 - without a diff, the calls' paths still tell something
-            self.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            self.index.unlink(missing_ok=True)
+            self._failed(exc)
+
+    def resume(self, before: str | None) -> None:
+        """Take up a diff a crash cut off, from the tree `start` had written down."""
+        try:
+            if not before:
+                raise RuntimeError("the workspace's tree from before the sub-agent was not recorded")
+            self._copy_index()
+            self.before = before
+        except Exception as exc:  # noqa: BLE001
+            self._failed(exc)
+
+    def _copy_index(self) -> None:
+        if not self.checkpoints.exists():
+            raise RuntimeError("the run has no checkpoint repository")
+        if (self.checkpoints.git_dir / "index").is_file():
+            shutil.copyfile(self.checkpoints.git_dir / "index", self.index)
+
+    def _failed(self, exc: Exception) -> None:
+        self.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        self.index.unlink(missing_ok=True)
 
     def finish(self) -> list[tuple[str, str]] | None:
         """(git status letter, path) of every path that changed, or None when the diff could not be taken."""
@@ -343,7 +393,7 @@ class WorkspaceDiff:
         try:
             return tree_changes(self.checkpoints.git, self.before, self._tree())
         except Exception as exc:  # noqa: BLE001
-            self.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self._failed(exc)
             return None
         finally:
             self.index.unlink(missing_ok=True)

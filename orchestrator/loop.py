@@ -16,7 +16,7 @@ from orchestrator.errors import CairnError
 from orchestrator.context import CannotCompact, TokenCounter, build_request, compact, needs_compaction
 from orchestrator.context import render_tail, shape_result
 from orchestrator.context.offload import obs_path
-from orchestrator.delegate import delegate
+from orchestrator.delegate import delegate, resumable_child, resume_delegate
 from orchestrator.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
 from orchestrator.llm.client import ContextOverflow
 from orchestrator.llm.types import Reply, ToolCall
@@ -58,6 +58,7 @@ class Agent:
         self.inbox_offset = inbox.delivered_offset(events)  # where the undelivered `cairn say` lines start
         self.inbox_watcher: inbox.InboxWatcher | None = None
         self.checkpoints: Any = None  # store.checkpoints.Checkpoints, made at the first checkpoint
+        self.cut_off_child: tuple[ToolCall, Any] | None = None  # a sub-agent to go on with (see recover)
 
     def emit(self, event: ev._Event) -> None:
         self.run_dir.events.append(event)
@@ -75,6 +76,8 @@ class Agent:
         previous = signal.signal(signal.SIGINT, self._on_sigint) if main else None
         self.inbox_watcher = inbox.InboxWatcher(self.run_dir.workspace).start()
         try:
+            if self.cut_off_child is not None:
+                self.finish_cut_off_step()
             while True:
                 self.step()
         except Finished as finished:
@@ -284,15 +287,34 @@ class Agent:
             self.emit(ev.Checkpoint(step=step, commit=done.commit, skipped=done.skipped))
 
     def recover(self) -> None:
-        """After a stop or a crash: calls that started and never finished are closed, never re-run."""
+        """After a stop or a crash: calls that started and never finished are closed, never re-run; but a
+        sub-agent cut off mid-way goes on where its log ends, as the first thing `run` does."""
         for call in list(self.state.open_calls.values()):
             began = call.id in self.state.started
+            child = resumable_child(self, call) if began else None
+            if child is not None:
+                self.cut_off_child = (call, child)
+                break  # the calls after it are closed after it, in their order
             text = "not executed: the run stopped before it finished" if began else \
                 "not executed: the run stopped before this call"
             self.finish(call, self.state.step, Observation(text, error=True))
         if self.state.step:
             self.notices.append("The run was resumed in a new sandbox: files in /workspace are intact; anything "
                                 "installed or started outside /workspace is gone.")
+
+    def finish_cut_off_step(self) -> None:
+        """The rest of the step a crash cut off inside agent_delegate: the sub-agent goes on, the calls
+        after it are not executed, and the step ends as every step does."""
+        (call, child), self.cut_off_child = self.cut_off_child, None
+        step, started = self.state.step, time.monotonic()
+        observation = resume_delegate(self, child, step)
+        # Named after its call id: another agent_delegate call of this step may have saved an output.
+        self.finish(call, step, observation, (time.monotonic() - started) * 1000, label=call.id)
+        for rest in list(self.state.open_calls.values()):
+            self.finish(rest, step, Observation("not executed: the run stopped before this call", error=True))
+        self.checkpoint(step)
+        if self.stop_requested:
+            raise Finished("interrupted", "stopped by Ctrl-C")
 
     # -- the edges --------------------------------------------------------------------------------
 

@@ -207,6 +207,37 @@ def test_sigkill_during_a_model_call_a_tool_call_and_after_a_result_then_resume_
     assert not (run.state / "pid").exists()
 
 
+def test_sigkill_during_a_sub_agent_then_resume_goes_on_with_the_sub_agent(tmp_path, sandbox_image):
+    cairn = Cairn(tmp_path)
+    # The parent delegates; the child appends a line, then is killed while its model answers.
+    proc, log = cairn.start("run", "parent task", "--model", cairn.script([
+        turn(call("agent_delegate", task="append two lines to child.txt")),
+        turn(call("shell_exec", command="echo one >> child.txt")), {"fail": "timeout"}]))
+    wait_for(lambda: len(requests(log)) == 3, proc)
+    kill(proc)
+    run = cairn.the_run()
+    [child_log] = run.state.glob("children/*/events.jsonl")
+    assert (run.workspace / "child.txt").read_text() == "one\n"
+
+    # The resume plays the child's next turns first, then the parent's.
+    result, log = cairn.run("resume", run.id, "--model", cairn.script([
+        turn(call("shell_exec", command="echo two >> child.txt")), done("appended both"), done("parent done")]))
+    assert result.returncode == 0, result.stderr
+    assert run.read_meta()["status"] == "done"
+    assert (run.workspace / "child.txt").read_text() == "one\ntwo\n", "nothing ran twice"
+    first, *_, last = requests(log)
+    assert first["messages"][1]["content"] == "append two lines to child.txt", "the child went on first"
+    assert "echo one >> child.txt" in json.dumps(first["messages"]), "with its history from before the crash"
+    evs = events(cairn.runs_dir)
+    [finished] = [e for e in evs if e["type"] == "tool_finished" and e["name"] == "agent_delegate"]
+    assert finished["child"]["status"] == "done" and finished["child"]["steps"] == 3
+    assert finished["child"]["paths"] == [{"path": "child.txt", "change": "added"}]
+    assert "appended both" in finished["content"] and "added    child.txt" in finished["content"]
+    assert "appended both" in json.dumps(last["messages"])
+    child_events = [json.loads(line) for line in child_log.read_text().splitlines()]
+    assert [e["status"] for e in child_events if e["type"] == "status"][-1] == "done"
+
+
 # -- torn event line, same request bytes ------------------------------------------------------------
 
 def test_a_torn_last_line_is_set_aside_and_the_request_bytes_survive_a_sigkill(tmp_path, sandbox_image):
