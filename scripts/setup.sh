@@ -22,6 +22,15 @@ if ! command -v chromium >/dev/null 2>&1 && [[ -f /etc/debian_version && "$(id -
         echo "setup: could not install chromium; the report's browser test will be skipped" >&2
 fi
 
+# An ssh server, for the test that reaches the engine through DOCKER_HOST=ssh:// (the same conditions).
+if [[ ! -x /usr/sbin/sshd && -f /etc/debian_version && "$(id -u)" == 0 ]]; then
+    echo "setup: installing openssh-server (for the ssh:// engine test)"
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get install -y -q --no-install-recommends openssh-server >/dev/null 2>&1 ||
+      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends openssh-server >/dev/null 2>&1; }; } ||
+        echo "setup: could not install openssh-server; the ssh:// engine test will be skipped" >&2
+fi
+
 if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
     echo "setup: cairn needs Python 3.11 or newer; python3 is $(python3 --version 2>&1)" >&2
     exit 1

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -189,3 +191,45 @@ def test_shell_opens_a_sandbox_on_the_runs_workspace(runs_dir, sandbox_image, tm
     assert out.returncode == 0, out.stderr[-2000:]
     assert (run / "workspace" / "from-shell.txt").read_text() == "made-in-shell\n"
     assert out.stdout.splitlines()[0] != "0" and "read-only root" in out.stdout
+
+
+@pytest.mark.docker
+def test_an_ssh_docker_host_runs_the_whole_demo_through_paramiko(runs_dir, sandbox_image, tmp_path):
+    sshd = Path("/usr/sbin/sshd")
+    if not sshd.exists() or os.geteuid() != 0:
+        pytest.skip("needs root and openssh-server (scripts/setup.sh installs it on Debian)")
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    keygen = ["ssh-keygen", "-q", "-t", "ed25519", "-N", ""]
+    subprocess.run([*keygen, "-f", str(tmp_path / "host_key")], check=True)
+    subprocess.run([*keygen, "-f", str(home / ".ssh" / "id_ed25519")], check=True)
+    (tmp_path / "authorized_keys").write_text((home / ".ssh" / "id_ed25519.pub").read_text())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    host_key = (tmp_path / "host_key.pub").read_text().split()
+    (home / ".ssh" / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key[0]} {host_key[1]}\n")
+    Path("/run/sshd").mkdir(exist_ok=True)  # its privilege separation directory
+    server = subprocess.Popen([str(sshd), "-D", "-e", "-p", str(port), "-h", str(tmp_path / "host_key"),
+                               "-o", "ListenAddress=127.0.0.1", "-o", f"AuthorizedKeysFile={tmp_path}/authorized_keys",
+                               "-o", "StrictModes=no", "-o", "PermitRootLogin=prohibit-password",
+                               "-o", f"PidFile={tmp_path}/sshd.pid"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not _accepts(port):
+            assert server.poll() is None and time.monotonic() < deadline, server.stderr.read()
+            time.sleep(0.1)
+        out = cairn("demo", runs_dir=runs_dir,
+                    env={"DOCKER_HOST": f"ssh://root@127.0.0.1:{port}", "HOME": str(home)})
+    finally:
+        server.terminate()
+        _, log = server.communicate(timeout=30)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [meta] = [json.loads(p.read_text()) for p in runs_dir.glob("*/state/run.json")]
+    assert meta["status"] == "done" and meta["steps"] == 8
+    assert "Accepted publickey for root from 127.0.0.1" in log  # the engine was reached through ssh
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
