@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The set-up every entry point runs first (scripts/demo.sh, scripts/test.sh, CI):
 #   1. a Docker engine that answers (scripts/ensure-docker.sh starts one on Debian as root);
-#   2. .venv/ with cairn installed in editable mode, with its test extras;
-#   3. the sandbox image (built once; later runs find it by its content hash and skip the build).
+#   2. with --for-tests, what two tests need besides (scripts/test-tools.sh);
+#   3. .venv/ with cairn installed in editable mode, with its test extras;
+#   4. the sandbox image (built once; later runs find it by its content hash and skip the build).
 # Each step is skipped when already done, so running this again costs a few seconds.
 # Needs no terminal: CI runs it with stdin closed.
 set -euo pipefail
@@ -12,23 +13,8 @@ cd "$(dirname "$0")/.."
 export LITELLM_LOCAL_MODEL_COST_MAP=True
 
 bash scripts/ensure-docker.sh
-
-# A headless Chromium, for the test that loads `cairn report` pages (Debian as root only; else skipped).
-if ! command -v chromium >/dev/null 2>&1 && [[ -f /etc/debian_version && "$(id -u)" == 0 ]]; then
-    echo "setup: installing chromium (for the report tests)"
-    export DEBIAN_FRONTEND=noninteractive
-    { apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 ||
-      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1; }; } ||
-        echo "setup: could not install chromium; the report's browser test will be skipped" >&2
-fi
-
-# An ssh server, for the test that reaches the engine through DOCKER_HOST=ssh:// (the same conditions).
-if [[ ! -x /usr/sbin/sshd && -f /etc/debian_version && "$(id -u)" == 0 ]]; then
-    echo "setup: installing openssh-server (for the ssh:// engine test)"
-    export DEBIAN_FRONTEND=noninteractive
-    { apt-get install -y -q --no-install-recommends openssh-server >/dev/null 2>&1 ||
-      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends openssh-server >/dev/null 2>&1; }; } ||
-        echo "setup: could not install openssh-server; the ssh:// engine test will be skipped" >&2
+if [[ "${1:-}" == "--for-tests" ]]; then
+    bash scripts/test-tools.sh
 fi
 
 if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then

@@ -2,7 +2,7 @@
 # The whole test suite, on a fresh machine too: set-up (engine, venv, sandbox image), then pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --for-tests
 set +e
 .venv/bin/python -m pytest "$@"
 status=$?
