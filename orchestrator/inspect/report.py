@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.inspect.timeline import step_lines, timeline
+from orchestrator.inspect.timeline import new_step, step_lines, timeline, walk
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
 
@@ -50,66 +50,46 @@ def _pretty_arguments(raw: str) -> str:
 
 
 def report_data(run: RunDir) -> dict[str, Any]:
-    """Everything the page shows, from the event log (and the checkpoints, when there are some)."""
-    doc = timeline(run)
-    events, _torn = run.events.read()
-    steps: dict[int, dict[str, Any]] = {}
-    calls: dict[str, dict[str, Any]] = {}
-    todos: list[dict[str, Any]] = []
-    compactions: list[dict[str, Any]] = []
-
-    def step_of(n: int) -> dict[str, Any]:
-        return steps.setdefault(n, {"index": n, "text": None, "messages": [], "notices": [], "calls": [],
-                                    "usage": {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0,
-                                              "cost_usd": None, "requests": 0},
-                                    "files": []})
-
-    for e in events:
-        if isinstance(e, ev.ModelRequest):
-            u, got = step_of(e.step)["usage"], e.usage
-            u["requests"] += 1
-            for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
-                u[key] += got.get(key, 0) or 0
-            if got.get("cost_usd") is not None:
-                u["cost_usd"] = (u["cost_usd"] or 0.0) + got["cost_usd"]
-        elif isinstance(e, ev.AssistantMessage):
-            step_of(e.step)["text"] = e.message.get("content")
-        elif isinstance(e, ev.UserMessage):
-            step_of(e.step)["messages"].append({"source": e.source, "text": e.text})
-        elif isinstance(e, ev.ToolStarted):
-            call = {"id": e.call_id, "name": e.name, "arguments": _pretty_arguments(e.arguments), "raw": e.arguments,
-                    "result": None, "error": False, "offloaded_to": None, "finished": False, "duration_ms": None}
-            calls[e.call_id] = call
-            step_of(e.step)["calls"].append(call)
-            if e.name == "todo_write":
-                try:
-                    content = json.loads(e.arguments).get("content")
-                except (ValueError, AttributeError):
-                    content = None
-                if isinstance(content, str):
-                    todos.append({"step": e.step, "content": content})
-        elif isinstance(e, ev.ToolFinished) and e.call_id in calls:
-            calls[e.call_id].update(result=e.output or e.content, error=e.error, offloaded_to=e.offloaded_to,
-                                    finished=True, duration_ms=e.duration_ms)
-        elif isinstance(e, ev.Compaction):
-            compactions.append({"step": e.step, "kind": e.kind, "tokens_before": e.tokens_before,
-                                "tokens_after": e.tokens_after, "summary_path": e.summary_path})
-        elif isinstance(e, ev.Notice):
-            step_of(e.step)["notices"].append(e.text)
-
+    """Everything the page shows: `cairn show`'s document, with each step whole (its messages, raw
+    arguments, whole results, all its requests) and the files it changed, and the todo's versions."""
+    walked = walk(run)
+    doc = timeline(run, walked)
+    children = {c["id"]: c["child"] for step in doc["steps"] for c in step["tool_calls"] if c.get("child")}
+    steps = {n: _page_step(step, children) for n, step in walked["steps"].items()}
+    todos = [{"step": n, "content": content} for n, step in sorted(steps.items()) for call in step["calls"]
+             if call["name"] == "todo_write" and isinstance(content := _todo_content(call["raw"]), str)]
     files_source = "checkpoints"
-    changes = _checkpoint_changes(run, events)
+    changes = _checkpoint_changes(run, walked["events"])
     if changes is None:
         files_source = "tool calls"
         changes = _tool_call_changes(steps)
     for n, files in changes.items():
-        step_of(n)["files"] = files
-    for step in doc["steps"]:  # a sub-agent's steps, nested under its agent_delegate call (orchestrator/delegate.py)
-        for c in step["tool_calls"]:
-            if c.get("child") and c["id"] in calls:
-                calls[c["id"]]["child"] = c["child"]
+        steps.setdefault(n, _page_step(new_step(n), children))["files"] = files
     return {**doc, "steps": [steps[n] for n in sorted(steps) if n > 0], "preamble": steps.get(0),
-            "todos": todos, "compactions": compactions, "files_source": files_source}
+            "todos": todos, "files_source": files_source}
+
+
+def _page_step(step: dict[str, Any], children: dict[str, Any]) -> dict[str, Any]:
+    return {"index": step["index"], "text": step["text"], "messages": step["messages"], "notices": step["notices"],
+            "calls": [_page_call(c, children.get(c["id"])) for c in step["calls"]], "usage": step["spent"],
+            "files": []}
+
+
+def _page_call(c: dict[str, Any], child: dict[str, Any] | None) -> dict[str, Any]:
+    call = {"id": c["id"], "name": c["name"], "arguments": _pretty_arguments(c["raw"]), "raw": c["raw"],
+            "result": c["output"], "error": c["error"], "offloaded_to": c["offloaded_to"],
+            "finished": c["finished"], "duration_ms": c["duration_ms"]}
+    if child:
+        call["child"] = child
+    return call
+
+
+def _todo_content(raw: str) -> str | None:
+    try:
+        content = json.loads(raw).get("content")
+    except (ValueError, AttributeError):
+        return None
+    return content if isinstance(content, str) else None
 
 
 def _checkpoint_changes(run: RunDir, events: list[Any]) -> dict[int, list[tuple[str, str]]] | None:

@@ -1,4 +1,4 @@
-"""A run's timeline from its event log: what `cairn show` and `cairn ls` print.
+"""A run's timeline from its event log: what `cairn show` and `cairn ls` print, and what the report reads.
 
 Reads only the state directory; imports no model library, so it is fast.
 """
@@ -24,43 +24,55 @@ def _arguments(raw: str) -> Any:
         return raw
 
 
-def timeline(run: RunDir) -> dict[str, Any]:
-    """The document of `cairn show RUN --json` (CONTRACTS.md)."""
+def walk(run: RunDir) -> dict[str, Any]:
+    """One pass over the event log, keeping everything its views need whole: each step's text, the
+    messages it got, its notices, its calls (raw arguments, whole results), the usage of its own last
+    model request and the sum of all its requests (a sub-agent's included); the run's totals, its
+    compactions, and how it ended. `timeline` (show, ls) and the report page are views of this."""
     meta = run.read_meta()
     events, torn = run.events.read()
     steps: dict[int, dict[str, Any]] = {}
     calls: dict[str, dict[str, Any]] = {}
+    shown: set[int] = set()  # the steps `cairn show` lists (not those that only got a message)
     usage = {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
     cost_known = True
     status, result, task, compactions = meta.get("status", "running"), meta.get("result"), meta.get("task", ""), []
 
-    def step_of(n: int) -> dict[str, Any]:
-        return steps.setdefault(n, {"index": n, "text": None, "tool_calls": [], "usage": None, "notices": []})
+    def step_of(n: int, show: bool = True) -> dict[str, Any]:
+        if show:
+            shown.add(n)
+        return steps.setdefault(n, new_step(n))
 
     for e in events:
         if isinstance(e, ev.RunStarted):
             task = e.task
         elif isinstance(e, ev.ModelRequest):
-            if getattr(e, "child", None) is None:  # a sub-agent's summed usage counts in the totals only
-                step_of(e.step)["usage"] = e.usage
+            own = getattr(e, "child", None) is None  # a sub-agent's summed usage is not this step's request
+            step = step_of(e.step, show=own)
+            if own:
+                step["usage"] = e.usage
+            spent = step["spent"]
+            spent["requests"] += 1
             for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
                 usage[key] += e.usage.get(key, 0)
+                spent[key] += e.usage.get(key, 0) or 0
             if e.usage.get("cost_usd") is None:
                 cost_known = False
             else:
                 usage["cost_usd"] += e.usage["cost_usd"]
+                spent["cost_usd"] = (spent["cost_usd"] or 0.0) + e.usage["cost_usd"]
         elif isinstance(e, ev.AssistantMessage):
             step_of(e.step)["text"] = e.message.get("content")
+        elif isinstance(e, ev.UserMessage):
+            step_of(e.step, show=False)["messages"].append({"source": e.source, "text": e.text})
         elif isinstance(e, ev.ToolStarted):
-            call = {"id": e.call_id, "name": e.name, "arguments": _arguments(e.arguments), "result": None,
-                    "error": False, "offloaded_to": None, "finished": False}
+            call = {"id": e.call_id, "name": e.name, "raw": e.arguments, "output": None, "error": False,
+                    "offloaded_to": None, "finished": False, "duration_ms": None, "child": None}
             calls[e.call_id] = call
-            step_of(e.step)["tool_calls"].append(call)
+            step_of(e.step)["calls"].append(call)
         elif isinstance(e, ev.ToolFinished) and e.call_id in calls:
-            calls[e.call_id].update(result=_preview(e.output or e.content), error=e.error,
-                                    offloaded_to=e.offloaded_to, finished=True, duration_ms=e.duration_ms)
-            if getattr(e, "child", None) is not None:
-                calls[e.call_id]["child"] = e.child
+            calls[e.call_id].update(output=e.output or e.content, error=e.error, offloaded_to=e.offloaded_to,
+                                    finished=True, duration_ms=e.duration_ms, child=getattr(e, "child", None))
         elif isinstance(e, ev.Compaction):
             compactions.append({"step": e.step, "kind": e.kind, "tokens_before": e.tokens_before,
                                 "tokens_after": e.tokens_after, "summary_path": e.summary_path})
@@ -69,26 +81,50 @@ def timeline(run: RunDir) -> dict[str, Any]:
         elif isinstance(e, ev.StatusChanged):
             status, result = e.status, e.result if e.result is not None else result
 
-    for call in calls.values():
-        if call["name"] == "agent_delegate":
-            child = _child(run, call["id"], call.get("child"))
-            if child is not None or "child" in call:
-                call["child"] = child
     usage["cost_usd"] = round(usage["cost_usd"], 6) if cost_known else None
     usage["cache_hit_ratio"] = round(usage["cached_tokens"] / usage["prompt_tokens"], 4) if usage["prompt_tokens"] else 0.0
+    return {"meta": meta, "events": events, "torn": torn, "task": task, "status": status, "result": result,
+            "steps": steps, "shown": shown, "usage": usage, "compactions": compactions}
+
+
+def new_step(n: int) -> dict[str, Any]:
+    """A step of `walk`, before any of its events."""
+    spent = {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "cost_usd": None, "requests": 0}
+    return {"index": n, "text": None, "messages": [], "notices": [], "calls": [], "usage": None, "spent": spent}
+
+
+def timeline(run: RunDir, walked: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The document of `cairn show RUN --json` (CONTRACTS.md), from `walk(run)` (done here if not given)."""
+    w = walked or walk(run)
+    meta = w["meta"]
     return {
         "id": run.id,
-        "status": status,
-        "task": task,
+        "status": w["status"],
+        "task": w["task"],
         "model": meta.get("config", {}).get("model", {}).get("model"),
-        "result": result,
+        "result": w["result"],
         "created": meta.get("created"),
         "updated": meta.get("updated"),
-        "steps": [steps[n] for n in sorted(steps) if n > 0],
-        "compactions": compactions,
-        "usage": usage,
-        "torn_last_line": torn,
+        "steps": [{"index": n, "text": step["text"], "tool_calls": [_shown_call(run, c) for c in step["calls"]],
+                   "usage": step["usage"], "notices": step["notices"]}
+                  for n, step in sorted(w["steps"].items()) if n > 0 and n in w["shown"]],
+        "compactions": w["compactions"],
+        "usage": w["usage"],
+        "torn_last_line": w["torn"],
     }
+
+
+def _shown_call(run: RunDir, c: dict[str, Any]) -> dict[str, Any]:
+    call = {"id": c["id"], "name": c["name"], "arguments": _arguments(c["raw"]),
+            "result": _preview(c["output"]) if c["finished"] else None, "error": c["error"],
+            "offloaded_to": c["offloaded_to"], "finished": c["finished"]}
+    if c["finished"]:
+        call["duration_ms"] = c["duration_ms"]
+    if c["name"] == "agent_delegate":  # its sub-agent's steps, nested (orchestrator/delegate.py)
+        child = _child(run, c["id"], c["child"])
+        if child is not None or c["child"] is not None:
+            call["child"] = child
+    return call
 
 
 def _child(run: RunDir, call_id: str, info: dict[str, Any] | None) -> dict[str, Any] | None:
