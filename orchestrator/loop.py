@@ -67,8 +67,9 @@ class Agent:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def run(self) -> str:
-        """Steps until the run ends; returns its status. Ctrl-C stops between actions."""
+    def run(self, message: str | None = None, source: str = "user") -> str:
+        """Steps until the run ends; returns its status. Ctrl-C stops between actions. A person's
+        `message` (an answer, a new instruction) reaches the model in the next request."""
         self.emit(ev.StatusChanged(step=self.state.step, status="running"))
         # signal.signal works in the main thread only; a batch runs agents in worker threads and stops
         # them itself on Ctrl-C by setting `stop_requested` (orchestrator/batch.py).
@@ -77,7 +78,11 @@ class Agent:
         self.inbox_watcher = inbox.InboxWatcher(self.run_dir.workspace).start()
         try:
             if self.cut_off_child is not None:
-                self.finish_cut_off_step()
+                self.finish_cut_off_step()  # first: the results of a step's calls follow the calls
+            if message:
+                self.emit(ev.UserMessage(step=self.state.step, text=message, source=source))
+            if self.stop_requested:
+                raise Finished("interrupted", "stopped by Ctrl-C")
             while True:
                 self.step()
         except Finished as finished:
@@ -313,8 +318,6 @@ class Agent:
         for rest in list(self.state.open_calls.values()):
             self.finish(rest, step, Observation("not executed: the run stopped before this call", error=True))
         self.checkpoint(step)
-        if self.stop_requested:
-            raise Finished("interrupted", "stopped by Ctrl-C")
 
     # -- the edges --------------------------------------------------------------------------------
 

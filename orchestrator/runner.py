@@ -282,9 +282,7 @@ class Session:
         (self.run.state / "pid").unlink(missing_ok=True)
 
     def go(self, message: str | None = None, source: str = "user") -> str:
-        if message:
-            self.agent.emit(ev.UserMessage(step=self.agent.state.step, text=message, source=source))
-        return self.agent.run()
+        return self.agent.run(message, source)
 
 
 def _progress(line: str) -> None:

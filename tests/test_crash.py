@@ -219,8 +219,8 @@ def test_sigkill_during_a_sub_agent_then_resume_goes_on_with_the_sub_agent(tmp_p
     [child_log] = run.state.glob("children/*/events.jsonl")
     assert (run.workspace / "child.txt").read_text() == "one\n"
 
-    # The resume plays the child's next turns first, then the parent's.
-    result, log = cairn.run("resume", run.id, "--model", cairn.script([
+    # The resume plays the child's next turns first, then the parent's (with the person's message).
+    result, log = cairn.run("resume", run.id, "--message", "then finish", "--model", cairn.script([
         turn(call("shell_exec", command="echo two >> child.txt")), done("appended both"), done("parent done")]))
     assert result.returncode == 0, result.stderr
     assert run.read_meta()["status"] == "done"
@@ -233,7 +233,11 @@ def test_sigkill_during_a_sub_agent_then_resume_goes_on_with_the_sub_agent(tmp_p
     assert finished["child"]["status"] == "done" and finished["child"]["steps"] == 3
     assert finished["child"]["paths"] == [{"path": "child.txt", "change": "added"}]
     assert "appended both" in finished["content"] and "added    child.txt" in finished["content"]
-    assert "appended both" in json.dumps(last["messages"])
+    # The parent's next request: the call, its result right after it, then the person's message.
+    roles = [m["role"] for m in last["messages"]]
+    delegating = next(i for i, m in enumerate(last["messages"]) if "agent_delegate" in json.dumps(m.get("tool_calls")))
+    assert roles[delegating + 1] == "tool" and "appended both" in last["messages"][delegating + 1]["content"]
+    assert last["messages"][delegating + 2] == {"role": "user", "content": "then finish"}
     child_events = [json.loads(line) for line in child_log.read_text().splitlines()]
     assert [e["status"] for e in child_events if e["type"] == "status"][-1] == "done"
 
