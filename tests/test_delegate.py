@@ -155,26 +155,35 @@ def test_the_parents_budget_left_bounds_the_child(tmp_path, sandbox_image):
     assert len(out.events("assistant_message")) == 1  # the parent's next budget check saw the child's cost
 
 
-def test_a_stop_of_the_parent_stops_the_child_and_then_the_parent(tmp_path, sandbox_image, monkeypatch):
-    """As Ctrl-C (or a batch stopping) does: the flag is set while the child works."""
+def play_interrupting_the_child(tmp_path, monkeypatch, interrupt):
+    """The parent delegates a job of two commands; `interrupt(child)` runs as the child's first step begins."""
     from orchestrator.loop import Agent
 
-    seen = {}
     original_step = Agent.step
 
     def step(self):
         if getattr(self, "depth", 0) == 1 and self.state.step == 0:
-            self.parent.stop_requested = True  # as if Ctrl-C came during the child's first step
-            seen["set"] = True
+            interrupt(self)
         return original_step(self)
 
     monkeypatch.setattr(Agent, "step", step)
-    out = play(tmp_path, [
+    return play(tmp_path, [
         turn(call("agent_delegate", task="long job")),
         turn(call("shell_exec", command="echo one")),
         turn(call("shell_exec", command="echo two")),
         done(),
     ])
+
+
+def test_a_stop_of_the_parent_stops_the_child_and_then_the_parent(tmp_path, sandbox_image, monkeypatch):
+    """As Ctrl-C (or a batch stopping) does: the flag is set while the child works."""
+    seen = {}
+
+    def stop(child):
+        child.parent.stop_requested = True  # as if Ctrl-C came during the child's first step
+        seen["set"] = True
+
+    out = play_interrupting_the_child(tmp_path, monkeypatch, stop)
     assert seen["set"]
     assert out.status == "interrupted"
     finished, child = child_of(out)
@@ -218,22 +227,7 @@ def test_ctrl_c_during_a_child_stops_the_child_between_actions_then_the_parent(t
     import os
     import signal
 
-    from orchestrator.loop import Agent
-
-    original_step = Agent.step
-
-    def step(self):
-        if getattr(self, "depth", 0) == 1 and self.state.step == 0:
-            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C as the child's first step begins
-        return original_step(self)
-
-    monkeypatch.setattr(Agent, "step", step)
-    out = play(tmp_path, [
-        turn(call("agent_delegate", task="long job")),
-        turn(call("shell_exec", command="echo one")),
-        turn(call("shell_exec", command="echo two")),
-        done(),
-    ])
+    out = play_interrupting_the_child(tmp_path, monkeypatch, lambda child: os.kill(os.getpid(), signal.SIGINT))
     assert out.status == "interrupted"
     finished, child = child_of(out)
     assert finished.child["status"] == "interrupted" and "was interrupted" in finished.content
