@@ -271,7 +271,8 @@ def show(
     """The timeline of a run, or one step whole."""
     from orchestrator.inspect.timeline import step_lines, timeline
 
-    doc = timeline(_find(runs_dir, run_ref))
+    run_dir = _find(runs_dir, run_ref)
+    doc = _readable(run_dir, lambda: timeline(run_dir))
     if step is not None:
         matches = [s for s in doc["steps"] if s["index"] == step]
         if not matches:
@@ -295,6 +296,18 @@ def show(
         typer.echo(f"compaction at step {c['step']} ({c['kind']}): {c['tokens_before']:,} → {c['tokens_after']:,} tokens")
     if doc["result"]:
         typer.echo(f"result: {doc['result']}")
+
+
+def _readable(run_dir, read: Any) -> Any:  # noqa: ANN001 - RunDir, imported lazily
+    """`read()` of a run whose run.json and event log can be read; else one line saying what is wrong."""
+    from orchestrator.inspect.listing import check_readable
+
+    check_readable(run_dir)
+    try:
+        return read()
+    except ValidationError:  # an event line that is not an event: name it
+        check_readable(run_dir, events_too=True)
+        raise
 
 
 @app.command()
@@ -347,7 +360,7 @@ def report(
     from orchestrator.inspect.report import write_report
 
     run_dir = _find(runs_dir, run_ref)
-    write_report(run_dir, output)
+    _readable(run_dir, lambda: write_report(run_dir, output))
     typer.echo(f"wrote {output}", err=True)
 
 

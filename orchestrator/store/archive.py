@@ -40,6 +40,7 @@ from typing import Callable, Iterator
 
 from orchestrator.errors import UsageError
 from orchestrator.store.checkpoints import SKIPPED_DIRS, own_git_dir
+from orchestrator.store.events import parse_event
 from orchestrator.store.runs import RunDir
 
 PARTS = ("workspace", "state")
@@ -312,6 +313,13 @@ def _adopt(run: RunDir, archive: Path) -> None:
         raise UsageError(f"{archive} holds no readable run: {run.id}/state/run.json is not JSON ({exc})") from exc
     if not isinstance(meta, dict):
         raise UsageError(f"{archive} holds no readable run: {run.id}/state/run.json is not a JSON object")
+    for number, line in enumerate(run.events.path.read_bytes().split(b"\n")[:-1], 1):  # a torn last line is set aside on resume
+        try:
+            if line.strip():
+                parse_event(line)
+        except ValueError as exc:  # pydantic's ValidationError
+            raise UsageError(f"{archive} holds an unreadable run: line {number} of its event log is not an event "
+                             f"({str(exc).splitlines()[-1].strip()[:80]})") from None
     # Whatever the archive said about trust, an import is a run from someone else.
     meta["imported"] = {"archive": archive.name, "at": time.time(), "trusted": False}
     run.write_meta(meta)
