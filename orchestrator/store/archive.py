@@ -168,22 +168,24 @@ class _Concat(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def read(self, n: int = -1) -> bytes:
-        while self.parts and self.parts[0][2] == 0:
-            self.parts.pop(0)
-        if not self.parts:
-            return b""
-        kind, offset, left = self.parts[0]
-        n = left if n is None or n < 0 else min(n, left)
-        if kind == "head":
-            data = self.head[offset:offset + n]
-        else:
-            self.f.seek(offset)
-            data = self.f.read(n)
-            if len(data) < n:  # the file shrank while being read: pad, the header's size is written
-                data += b"\0" * (n - len(data))
-        self.parts[0] = (kind, offset + n, left - n)
-        return data
+    def read(self, n: int | None = -1) -> bytes:
+        """`n` bytes (all that is left with -1), across the parts: tarfile takes a short read for the end."""
+        out = bytearray()
+        while self.parts and (n is None or n < 0 or len(out) < n):
+            kind, offset, left = self.parts[0]
+            take = left if n is None or n < 0 else min(n - len(out), left)
+            if kind == "head":
+                data = self.head[offset:offset + take]
+            else:
+                self.f.seek(offset)
+                data = self.f.read(take)
+                if len(data) < take:  # the file shrank while being read: pad, the header's size is written
+                    data += b"\0" * (take - len(data))
+            out += data
+            self.parts[0] = (kind, offset + take, left - take)
+            if left == take:
+                self.parts.pop(0)
+        return bytes(out)
 
 
 def _add_sparse(tar: tarfile.TarFile, host: Path, name: str) -> str:

@@ -142,12 +142,30 @@ def _env(git_dir: Path, work_tree: Path | None) -> dict[str, str]:
         "LC_ALL": "C",
     }
     settings = list(SAFE_SETTINGS)
+    # A filter a config file defines runs for any path a .gitattributes (the workspace's) names it for:
+    # give each an empty command, which git takes as none. (Diff drivers and textconv never run: every
+    # diff cairn makes says --no-ext-diff --no-textconv.)
+    for name in sorted(_filters(git_dir / "config")):
+        settings += [(f"filter.{name}.{key}", "") for key in ("clean", "smudge", "process")]
     if work_tree is not None:
         env["GIT_WORK_TREE"] = str(work_tree)
     env["GIT_CONFIG_COUNT"] = str(len(settings))
     for i, (key, value) in enumerate(settings):
         env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
     return env
+
+
+_FILTER_SECTION = re.compile(r'^\s*\[\s*(filter)(?:\s+"((?:[^"\\\\]|\\\\.)*)"|\.([^\]\s]+))\s*\]', re.I | re.M)
+
+
+def _filters(config: Path) -> set[str]:
+    """The names of the filters a config file defines."""
+    try:
+        text = config.read_text(errors="replace")
+    except OSError:
+        return set()
+    return {(m.group(2) if m.group(2) is not None else m.group(3)).replace('\\"', '"')
+            for m in _FILTER_SECTION.finditer(text)}
 
 
 def make_git(git_dir: Path, work_tree: Path | None = None) -> git.Git:
