@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -112,16 +113,28 @@ def resume(
     run_ref: str = typer.Argument(..., metavar="RUN", help="A run id or a unique prefix of one."),
     message: Optional[str] = typer.Option(None, "--message", help="A message to the agent (answers ask_user)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Continue with another model."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="Continue with this OpenAI-compatible endpoint."),
+    network: Optional[str] = typer.Option(None, "--network", help="none or bridge: the sandbox's network from now on."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1, help="Raise the step limit."),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0, help="Raise the cost limit (USD)."),
     from_step: Optional[int] = typer.Option(None, "--from-step", min=0,
                                             help="Fork a new run from the end of step N, and continue that."),
+    trust: bool = typer.Option(False, "--trust", help="Trust an imported run: apply its own settings that reach "
+                               "this machine (endpoint, passed variables, image, network, MCP servers...)."),
+    safe_defaults: bool = typer.Option(False, "--safe-defaults", help="Resume an imported run with cairn's defaults "
+                                       "in place of its settings that reach this machine."),
     runs_dir: Optional[Path] = RunsDir,
     json_output: bool = JsonOut,
 ) -> None:
-    """Continue a stopped, interrupted or crashed run (or, with --from-step, a fork of it)."""
-    from orchestrator.runner import load_config, run_is_live
+    """Continue a stopped, interrupted or crashed run (or, with --from-step, a fork of it). An imported run
+    is untrusted: its settings that reach this machine need --trust, --safe-defaults or your own values."""
+    from orchestrator.runner import run_is_live
+    from orchestrator.store.trust import settle
 
+    if network is not None and network not in ("none", "bridge"):
+        raise UsageError(f"--network is none or bridge, not {network!r}")
+    if trust and safe_defaults:
+        raise UsageError("--trust and --safe-defaults do not go together")
     run_dir = _find(runs_dir, run_ref)
     if from_step is not None:
         run_dir = _fork(run_dir, from_step, message, runs_dir, json_output)
@@ -135,17 +148,19 @@ def resume(
                          hint=f'cairn resume {run_dir.id} --message "ANSWER"')
     elif status == "done" and not message:
         raise UsageError(f"run {run_dir.id} is done; to go on, give it a new instruction with --message")
-    cfg = load_config(run_dir)
     if model:
         from orchestrator.llm.scripted import check_model
 
         check_model(model)  # before run.json takes it
-        cfg.model.model = model
+    cfg, meta = settle(run_dir.read_meta(), model=model or None, api_base=api_base, network=network,
+                       trust=trust, safe_defaults=safe_defaults, run_id=run_dir.id)
     if max_steps:
         cfg.limits.max_steps = max_steps
     if max_cost is not None:
         cfg.limits.max_cost = max_cost
-    run_dir.update_meta(config=cfg.model_dump(mode="json"))
+    meta["config"] = cfg.model_dump(mode="json")
+    run_dir.write_meta({**meta, "updated": time.time()})
+    run_dir._external = False  # trust may have changed which workspace it works on
     _drive(run_dir, cfg, json_output, message=message, resumed=True)
 
 
@@ -256,7 +271,8 @@ def show(
     """The timeline of a run, or one step whole."""
     from orchestrator.inspect.timeline import step_lines, timeline
 
-    doc = timeline(_find(runs_dir, run_ref))
+    run_dir = _find(runs_dir, run_ref)
+    doc = _readable(run_dir, lambda: timeline(run_dir))
     if step is not None:
         matches = [s for s in doc["steps"] if s["index"] == step]
         if not matches:
@@ -280,6 +296,18 @@ def show(
         typer.echo(f"compaction at step {c['step']} ({c['kind']}): {c['tokens_before']:,} → {c['tokens_after']:,} tokens")
     if doc["result"]:
         typer.echo(f"result: {doc['result']}")
+
+
+def _readable(run_dir, read: Any) -> Any:  # noqa: ANN001 - RunDir, imported lazily
+    """`read()` of a run whose run.json and event log can be read; else one line saying what is wrong."""
+    from orchestrator.inspect.listing import check_readable
+
+    check_readable(run_dir)
+    try:
+        return read()
+    except ValidationError:  # an event line that is not an event: name it
+        check_readable(run_dir, events_too=True)
+        raise
 
 
 @app.command()
@@ -332,7 +360,7 @@ def report(
     from orchestrator.inspect.report import write_report
 
     run_dir = _find(runs_dir, run_ref)
-    write_report(run_dir, output)
+    _readable(run_dir, lambda: write_report(run_dir, output))
     typer.echo(f"wrote {output}", err=True)
 
 
@@ -379,21 +407,29 @@ def export_cmd(
     run_dir = _find(runs_dir, run_ref)
     if run_is_live(run_dir):
         raise UsageError(f"run {run_dir.id} is running; export it when it has stopped")
-    for path in export_run(run_dir, output):
-        typer.echo(f"left out: {path}", err=True)
+    for note in export_run(run_dir, output):  # 'left out: PATH (why)', 'written sparse: PATH (...)'
+        typer.echo(note, err=True)
     typer.echo(str(output))
 
 
 @app.command("import")
 def import_cmd(
     archive: Path = typer.Argument(..., metavar="FILE", help="An archive written by `cairn export`."),
+    max_size: str = typer.Option("20g", "--max-size", metavar="SIZE", help="Refuse an archive that unpacks to more (e.g. 50g)."),
+    max_files: int = typer.Option(1_000_000, "--max-files", min=1, help="Refuse an archive of more files."),
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
-    """Add a run from an archive of `cairn export` to the runs directory; then `cairn resume` it."""
-    from orchestrator.store.archive import import_run
+    """Add a run from an archive of `cairn export` to the runs directory; then `cairn resume` it. The run
+    is untrusted: its settings that reach this machine apply only with `cairn resume --trust`."""
+    from orchestrator.store.archive import import_run, parse_size
+    from orchestrator.store.trust import host_settings
 
-    run_dir = import_run(archive, _runs_dir(runs_dir))
+    run_dir = import_run(archive, _runs_dir(runs_dir), max_bytes=parse_size(max_size), max_files=max_files)
     typer.echo(run_dir.id)
+    settings = host_settings(run_dir.read_meta())
+    if settings:
+        typer.echo(f"  its settings that reach this machine are not applied until you trust it: "
+                   f"{', '.join(s.name for s in settings)}", err=True)
     typer.echo(f"  resume it with: cairn resume {run_dir.id}", err=True)
 
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import RunConfig, default_model, stored_config
+from orchestrator.config import RunConfig, default_model
 from orchestrator.errors import EXIT_BUDGET, EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED, CairnError, UsageError
 from orchestrator.prompts import system_prompt
 from orchestrator.store import events as ev
@@ -200,7 +200,10 @@ def initial_checkpoint(run: RunDir) -> None:
 
 
 def load_config(run: RunDir) -> RunConfig:
-    return stored_config(run.read_meta()["config"])
+    """The run's stored config; an imported run's host-reaching settings only once it is trusted."""
+    from orchestrator.store.trust import safe_config
+
+    return safe_config(run.read_meta(), run.id)
 
 
 class Session:

@@ -1,4 +1,9 @@
-"""`cairn ls`: one row a run, from run.json (and the event log for runs that never wrote their end)."""
+"""`cairn ls`: one row a run, from run.json (and the event log for runs that never wrote their end).
+
+A run whose run.json or event log cannot be read (an import from a broken cairn, a disk that filled,
+a hand edit) is listed as `unreadable` with one line why, and never stops the others from being listed;
+`unreadable_reason` is also what `cairn show` and `cairn report` say of it.
+"""
 
 from __future__ import annotations
 
@@ -6,35 +11,117 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from orchestrator.errors import UsageError
 from orchestrator.inspect.timeline import timeline
 from orchestrator.runner import run_is_live
-from orchestrator.store.runs import RunDir
+from orchestrator.store import events as ev
+from orchestrator.store.runs import STATUSES, RunDir
+
+UNREADABLE = "unreadable"
+
+# The run.json fields the inspection commands read, and the JSON types they must have when present.
+_FIELDS: dict[str, tuple[type, ...]] = {"task": (str,), "status": (str,), "result": (str, type(None)),
+                                        "steps": (int,), "usage": (dict, type(None)), "config": (dict,),
+                                        "created": (int, float), "updated": (int, float)}
+
+
+def meta_problem(meta: dict[str, Any]) -> str | None:
+    """What is wrong with a run.json that parsed, in a few words; None when `ls` and `show` can read it."""
+    for key, types in _FIELDS.items():
+        if key in meta and (not isinstance(meta[key], types) or isinstance(meta[key], bool) and bool not in types):
+            return f"state/run.json: {key} is {type(meta[key]).__name__}, not {types[0].__name__}"
+    if meta.get("status", "running") not in STATUSES:
+        return f"state/run.json: status {str(meta['status'])[:40]!r} is not a run status"
+    if not isinstance(meta.get("config", {}).get("model", {}), dict):
+        return "state/run.json: config.model is not an object"
+    for key, value in (meta.get("usage") or {}).items():
+        if key in ("prompt_tokens", "completion_tokens", "cache_hit_ratio", "cost_usd") and \
+                (isinstance(value, bool) or not isinstance(value, (int, float, type(None)))):
+            return f"state/run.json: usage.{key} is not a number"
+    return None
+
+
+def events_problem(run: RunDir) -> str | None:
+    """The first line of the event log that is not an event (a torn last line is not a problem)."""
+    try:
+        data = run.events.path.read_bytes() if run.events.path.exists() else b""
+    except OSError as exc:
+        return f"state/events.jsonl cannot be read ({exc.strerror})"
+    lines = data.split(b"\n")[:-1]  # the part after the last newline is a torn line, set aside on resume
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            ev.parse_event(line)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            return f"state/events.jsonl line {number} is not an event ({first['msg'][:80]})"
+    return None
+
+
+def unreadable_reason(run: RunDir) -> str | None:
+    """Why this run cannot be shown, in one line; None when it can."""
+    try:
+        meta = run.read_meta()
+    except UsageError as exc:
+        return exc.message.replace(f"run {run.id} has an unreadable ", "")
+    return meta_problem(meta) or events_problem(run)
+
+
+def check_readable(run: RunDir, events_too: bool = False) -> None:
+    """A UsageError in one line when the run cannot be shown (the event log is checked with
+    `events_too`, or by the caller once parsing it failed)."""
+    try:
+        meta = run.read_meta()
+    except UsageError:
+        meta = None
+    why = unreadable_reason(run) if meta is None or events_too else meta_problem(meta)
+    if why:
+        raise UsageError(f"run {run.id} is unreadable: {why}")
 
 
 def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
     rows = []
     for run in RunDir.all(runs_dir):
-        meta = run.read_meta()
-        status, usage, steps = meta.get("status", "running"), meta.get("usage"), meta.get("steps", 0)
-        if status == "running":
-            # The run has not written its end: it is live, or it crashed (then it is resumable).
-            doc = timeline(run)
-            usage, steps = doc["usage"], len(doc["steps"])
-            status = "running" if run_is_live(run) else "interrupted"
-        usage = usage or {}
-        created = meta.get("created") or 0
-        rows.append({
-            "id": run.id,
-            "task": meta.get("task", ""),
-            "status": status,
-            "steps": steps,
-            "tokens": usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0),
-            "cache_hit_ratio": usage.get("cache_hit_ratio", 0.0),
-            "cost_usd": usage.get("cost_usd"),
-            "started": created,
-            "duration_s": round((meta.get("updated") or time.time()) - created, 1) if created else None,
-        })
+        try:
+            rows.append(_row(run))
+        except (UsageError, ValidationError):
+            rows.append(_unreadable_row(run, unreadable_reason(run) or "its event log cannot be read"))
     return rows
+
+
+def _unreadable_row(run: RunDir, why: str) -> dict[str, Any]:
+    return {"id": run.id, "task": "", "status": UNREADABLE, "reason": why, "steps": 0, "tokens": 0,
+            "cache_hit_ratio": 0.0, "cost_usd": None, "started": 0, "duration_s": None}
+
+
+def _row(run: RunDir) -> dict[str, Any]:
+    """One run's row; UsageError or ValidationError when its run.json or event log cannot be read."""
+    meta = run.read_meta()
+    why = meta_problem(meta)
+    if why:
+        raise UsageError(why)
+    status, usage, steps = meta.get("status", "running"), meta.get("usage"), meta.get("steps", 0)
+    if status == "running":
+        # The run has not written its end: it is live, or it crashed (then it is resumable).
+        doc = timeline(run)
+        usage, steps = doc["usage"], len(doc["steps"])
+        status = "running" if run_is_live(run) else "interrupted"
+    usage = usage or {}
+    created = meta.get("created") or 0
+    return {
+        "id": run.id,
+        "task": meta.get("task", ""),
+        "status": status,
+        "steps": steps,
+        "tokens": (usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0),
+        "cache_hit_ratio": usage.get("cache_hit_ratio") or 0.0,
+        "cost_usd": usage.get("cost_usd"),
+        "started": created,
+        "duration_s": round((meta.get("updated") or time.time()) - created, 1) if created else None,
+    }
 
 
 def render_runs(rows: list[dict[str, Any]]) -> str:
@@ -46,7 +133,7 @@ def render_runs(rows: list[dict[str, Any]]) -> str:
         cost = f"${r['cost_usd']:.4f}" if r["cost_usd"] is not None else "unknown"
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else "?"
         duration = f"{r['duration_s']:.0f}s" if r["duration_s"] is not None else "?"
-        task = " ".join(r["task"].split())
+        task = " ".join(r["task"].split()) if r["status"] != UNREADABLE else f"({r['reason']})"
         lines.append(f"{r['id']:<23} {r['status']:<11} {r['steps']:>5} {r['tokens']:>9,} {r['cache_hit_ratio']:>5.0%} "
                      f"{cost:>9} {started:<16} {duration:>7}  {task[:60]}")
     return "\n".join(lines)

@@ -38,13 +38,17 @@ class RunDir:
 
     @property
     def external_workspace(self) -> Path | None:
-        """The user's folder this run works on in place, or None for a run with its own workspace/."""
+        """The user's folder this run works on in place, or None for a run with its own workspace/.
+        An imported run that is not trusted never works on a folder outside it (store/trust.py)."""
         if self._external is False:
+            from orchestrator.store.trust import is_untrusted
+
             try:
-                path = json.loads(self.meta_path.read_text()).get("workspace")
-            except (OSError, json.JSONDecodeError, AttributeError):
+                meta = json.loads(self.meta_path.read_text())
+                path = meta.get("workspace") if not is_untrusted(meta) else None
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError):
                 path = None
-            self._external = Path(path) if path else None
+            self._external = Path(path) if isinstance(path, str) and path else None
         return self._external
 
     @property
@@ -107,10 +111,14 @@ class RunDir:
         return [RunDir(p) for p in sorted(runs_dir.iterdir()) if (p / "state" / "run.json").is_file()]
 
     def read_meta(self) -> dict[str, Any]:
+        """run.json; a UsageError in one line when it is missing, not JSON or not a JSON object."""
         try:
-            return json.loads(self.meta_path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+            meta = json.loads(self.meta_path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise UsageError(f"run {self.id} has an unreadable state/run.json ({exc})") from exc
+        if not isinstance(meta, dict):
+            raise UsageError(f"run {self.id} has an unreadable state/run.json (not a JSON object)")
+        return meta
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         """Atomically: a reader never sees half a file, a crash never leaves one."""
