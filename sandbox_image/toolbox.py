@@ -272,9 +272,10 @@ class Shell:
         except OSError:
             pass
         self.out, self.ctl = out_r, ctl_r
-        # set -m gives every command line its own process group, so a timeout can kill it as a whole.
+        # set -m gives every command line its own process group, so a timeout can kill it as a whole (busybox
+        # sh without a terminal says it cannot, and carries on: the session still tells a command's processes).
         # The raised oom_score_adj is inherited by every command: the OOM killer takes them, not the toolbox.
-        self._send(f"set -m\nexec 3>&{ctl_w} {ctl_w}>&- 4</dev/null\n"
+        self._send(f"set -m 2>/dev/null\nexec 3>&{ctl_w} {ctl_w}>&- 4</dev/null\n"
                    "{ echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null\n")
         self.oom_seen = self.limits.oom_kills()
 
