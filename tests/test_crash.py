@@ -465,4 +465,5 @@ def test_an_in_place_run_is_exported_as_an_ordinary_run(tmp_path):
     moved = import_run(archive, tmp_path / "elsewhere")
     assert moved.external_workspace is None and "workspace" not in moved.read_meta()
     assert (moved.workspace / "main.py").read_text() == "print(1)\n"
-    assert (moved.workspace / ".cairn" / "obs" / "1.txt").read_text() == "saved output\n"
+    assert (moved.cairn_dir / "obs" / "1.txt").read_text() == "saved output\n"
+    assert not (moved.workspace / ".cairn").exists()
