@@ -273,3 +273,15 @@ def test_a_fill_cut_off_earlier_is_completed_on_start(docker_client, sandbox_ima
     finally:
         python_volume._ready.discard(name)
         docker_client.api.remove_volume(name)
+
+
+def test_export_and_import_carry_cairns_files(tmp_path):
+    from orchestrator.store.archive import export_run, import_run
+
+    run = create_run(tmp_path / "runs", "task", RunConfig())
+    (run.cairn_dir / "obs").mkdir()
+    (run.cairn_dir / "obs" / "3-shell_exec.txt").write_text("saved\n")
+    export_run(run, tmp_path / "r.tar.gz")
+    moved = import_run(tmp_path / "r.tar.gz", tmp_path / "elsewhere")
+    assert (moved.cairn_dir / "obs" / "3-shell_exec.txt").read_text() == "saved\n"
+    assert not (moved.workspace / ".cairn").exists()
