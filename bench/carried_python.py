@@ -6,7 +6,7 @@ Two figures, each beside its baseline measured in the same run:
 - toolbox ready (container create + toolbox ready line, `Sandbox.start()`): an image without Python
   (`cairn-base:bookworm`, carried Python) and cairn's own image.
 
-    python bench/carried_python.py [--repeats 5]
+    PYTHONPATH=. python bench/carried_python.py [--repeats 5]
 """
 
 from __future__ import annotations
