@@ -82,7 +82,7 @@ def synthetic_run(root: Path, steps: int = 200) -> tuple[RunDir, RunConfig]:
                             "function": {"name": name, "arguments": json.dumps(args, sort_keys=True)}}]}))
         log.append(ev.ToolStarted(step=step, call_id=call_id, name=name, arguments=json.dumps(args, sort_keys=True)))
         if step % 25 == 0:  # an offloaded result: a preview and its path
-            path = f".cairn/obs/{step}-{name}.txt"
+            path = f"/cairn/obs/{step}-{name}.txt"
             whole = text(rng, 40000)
             log.append(ev.ToolFinished(step=step, call_id=call_id, name=name, offloaded_to=path, duration_ms=900,
                                        content=whole[:2000] + f"\n[... saved to {path} ...]\n" + whole[-1000:],
@@ -124,7 +124,7 @@ def time_container_start(run: RunDir, cfg: RunConfig, image: str, repeats: int =
 
     times = []
     for i in range(repeats):
-        sandbox = Sandbox(f"{run.id}-b{i}", run.workspace, cfg.sandbox, image=image)
+        sandbox = Sandbox(f"{run.id}-b{i}", run.workspace, cfg.sandbox, image=image, cairn_mount=run.cairn_dir)
         t0 = time.perf_counter()
         sandbox.start()
         times.append(time.perf_counter() - t0)

@@ -57,7 +57,8 @@ def run(
     max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0, help="USD at most."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Prompt plus completion tokens at most."),
     network: Optional[str] = typer.Option(None, "--network", help="none (the default, unless the template says otherwise) or bridge."),
-    image: Optional[str] = typer.Option(None, "--image", help="Sandbox image (default: the one cairn builds)."),
+    image: Optional[str] = typer.Option(None, "--image", help="Sandbox image (default: the one cairn builds); any Linux image works."),
+    workdir: Optional[str] = typer.Option(None, "--workdir", metavar="PATH", help="The agent works in PATH (e.g. /app; default /workspace): the image's content there becomes the run's workspace, mounted back at PATH."),
     sandbox_user: Optional[str] = typer.Option(None, "--sandbox-user", metavar="UID:GID", help="Run the agent as this uid:gid (never 0); see --workspace."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", help="An agent.json (tiny-agents schema: model, MCP servers), or a folder with one and an optional PROMPT.md."),
     json_output: bool = JsonOut,
@@ -76,7 +77,7 @@ def run(
         cfg = resolve_config({
             "model": {"model": model, "api_base": api_base},
             "limits": {"max_steps": max_steps, "max_cost": max_cost, "max_tokens": max_tokens},
-            "sandbox": {"network": network, "image": image, "user": sandbox_user},
+            "sandbox": {"network": network, "image": image, "user": sandbox_user, "workdir": workdir},
         }, template=template, model_elsewhere=config is not None)
     except ValidationError as exc:
         raise UsageError(_one_line(exc)) from None
@@ -449,12 +450,13 @@ def shell_cmd(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optio
     if docker_cli is None:  # docker-py has no interactive terminal; the client does
         raise UsageError("cairn shell needs the docker command line client on PATH")
     cfg = load_config(run_dir)
+    run_dir.cairn_dir.mkdir(exist_ok=True)
     sandbox = Sandbox(f"{run_dir.id}-shell", run_dir.workspace, cfg.sandbox, image=cfg.sandbox.image or ensure_image(),
-                      cairn_mount=run_dir.cairn_dir if run_dir.external_workspace else None)
+                      cairn_mount=run_dir.cairn_dir, external=run_dir.external_workspace is not None)
     sandbox.start()
     try:
         tty = ["-t"] if sys.stdin.isatty() and sys.stdout.isatty() else []
-        code = subprocess.call([docker_cli, "exec", "-i", *tty, "-w", "/workspace", sandbox.container.name, "bash"])
+        code = subprocess.call([docker_cli, "exec", "-i", *tty, "-w", cfg.sandbox.workdir, sandbox.container.name, "bash"])
     finally:
         sandbox.stop()
     raise typer.Exit(code)

@@ -24,6 +24,9 @@ class SandboxConfig(Settings):
     """The Docker sandbox. Defaults are the hardened ones; loosen them on purpose only."""
 
     image: str | None = Field(None, description="Image to run; None means the image built from sandbox_image/.")
+    workdir: str = Field("/workspace", description="The agent's work directory in the container, where the run's "
+                         "workspace is mounted; another than /workspace starts from the image's content there.")
+    lockdown: bool = False
     network: Literal["none", "bridge"] = "none"
     memory: str = Field("2g", description="Memory limit; swap is set equal to it, so there is no swap.")
     cpus: float = Field(2.0, gt=0)
@@ -41,12 +44,39 @@ class SandboxConfig(Settings):
     command_timeout: float = Field(120.0, gt=0, description="Default timeout of one shell command, in seconds.")
     max_command_timeout: float = Field(3600.0, gt=0)
     inline_output_bytes: int = Field(
-        256 * 1024, ge=1024, description="Output above this stays in a file under .cairn/obs/, not in memory."
+        256 * 1024, ge=1024, description="Output above this stays in a file under /cairn/obs/, not in memory."
     )
     max_output_file_bytes: int = Field(
         200 * 1024 * 1024, ge=1024, description="Output past this is counted but not kept (the source cap)."
     )
     start_timeout: float = Field(30.0, gt=0)
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir_of_its_own(cls, path: str) -> str:
+        return check_workdir(path)
+
+
+# Directories a project must not be mounted over: the system's, and cairn's own mount points.
+SYSTEM_DIRS = {"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
+               "/sys", "/tmp", "/usr", "/var", "/usr/bin", "/usr/lib", "/usr/local", "/usr/sbin", "/usr/share",
+               "/var/lib", "/opt/cairn", "/opt/cairn-python", "/cairn"}
+UNDER_NONE_OF = ("/proc/", "/sys/", "/dev/", "/cairn/", "/opt/cairn/", "/opt/cairn-python/")
+
+
+def check_workdir(path: str) -> str:
+    """A work directory the workspace can be mounted at, normalized; ValueError (one line) otherwise."""
+    if not path.startswith("/"):
+        raise ValueError(f"the work directory must be an absolute path, not {path!r}")
+    normal = os.path.normpath(path)
+    if normal.startswith("//"):
+        normal = "/" + normal.lstrip("/")
+    if normal == "/":
+        raise ValueError("the work directory cannot be / (the whole container); name a project directory such as /app")
+    if normal in SYSTEM_DIRS or normal.startswith(UNDER_NONE_OF):
+        raise ValueError(f"the work directory cannot be {normal}, a system directory; name a project directory "
+                         "such as /app")
+    return normal
 
 
 class ModelConfig(Settings):
@@ -74,7 +104,7 @@ class LimitsConfig(Settings):
 
 
 class ContextConfig(Settings):
-    offload_tokens: int = Field(2000, ge=64, description="A tool result above this goes to .cairn/obs/.")
+    offload_tokens: int = Field(2000, ge=64, description="A tool result above this goes to /cairn/obs/.")
     preview_lines: int = Field(10, ge=1, description="Lines of head and of tail kept in an offload preview.")
     high_water: float = Field(0.75, gt=0, lt=1)
     low_water: float = Field(0.40, gt=0, lt=1)

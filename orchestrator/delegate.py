@@ -18,8 +18,8 @@ Where things are:
   ModelRequest with the child's summed usage and `child=<id>`, so budgets, `show` and run.json see
   it (the parent's budget left is also the child's budget: its cost, token and time limits are what
   the parent has left). A crash during a child loses that one event (the child's log keeps its usage).
-- The child's big outputs go to `.cairn/obs/<step>-<tool>-sub-<call id>.txt`, so they never overwrite
-  the parent's `.cairn/obs/<step>-<tool>.txt`. Its `todo.md` is the parent's (same workspace): a child
+- The child's big outputs go to `/cairn/obs/<step>-<tool>-sub-<call id>.txt`, so they never overwrite
+  the parent's `/cairn/obs/<step>-<tool>.txt`. Its `todo.md` is the parent's (same workspace): a child
   may update the shared plan. Messages from outside (`cairn say`, INBOX.md) stay for the top run.
 - A child makes no checkpoints of its own; the parent's checkpoint after the step holds its work.
 
@@ -28,8 +28,8 @@ deleted), taken as the difference of two git trees of the workspace, built in a 
 from the run's checkpoint index (so unchanged files are not read again, and the parent's own
 checkpoints are untouched); plus the paths of the child's successful file_write, file_edit and
 todo_write calls that the diff does not show ("written": same content again, or a path checkpoints
-skip, such as node_modules/ or a file over 10 MiB). cairn's own files (.cairn/obs, summaries, inbox)
-are left out. Whatever a shell command changed shows up through the diff.
+skip, such as node_modules/ or a file over 10 MiB). cairn's own files are not in the workspace (they
+are in /cairn), except in runs made before that, whose `.cairn/` is left out. Whatever a shell command changed shows up through the diff.
 
 A crash (SIGKILL, a power cut) during a child does not lose it: on `cairn resume` the parent's open
 agent_delegate call is taken up again (`resume_delegate`), the child goes on where its log ends, as any
@@ -59,7 +59,7 @@ from orchestrator.store.runs import RunDir
 from orchestrator.tools.dispatch import BadCall, Observation
 
 CHILDREN = "children"
-OWN_FILES = (".cairn/obs/", ".cairn/summaries/", ".cairn/inbox/")  # cairn's, not the child's work
+OWN_FILES = (".cairn/obs/", ".cairn/summaries/", ".cairn/inbox/")  # cairn's in runs made before /cairn
 WRITING_TOOLS = ("file_write", "file_edit", "todo_write")
 USAGE_KEYS = ("prompt_tokens", "cached_tokens", "cache_write_tokens", "completion_tokens")
 
@@ -79,7 +79,7 @@ ENDINGS = {
 
 class ChildRun(RunDir):
     """A sub-agent's run: its log and run.json in `<parent state>/children/<name>/`; the workspace is
-    the parent's (and so are the in-place folder, the .cairn mount and the checkpoints)."""
+    the parent's (and so are the in-place folder, cairn's directory and the checkpoints)."""
 
     def __init__(self, root: Path, parent: RunDir) -> None:
         super().__init__(root)
@@ -186,7 +186,7 @@ def _child_agent_class() -> type:
             self._stop = value
 
         def execute(self, call: Any, step: int, label: str | None = None) -> Any:
-            # The child's saved outputs get their own names: the parent's `.cairn/obs/<step>-<tool>.txt` stay.
+            # The child's saved outputs get their own names: the parent's `/cairn/obs/<step>-<tool>.txt` stay.
             return super().execute(call, step, f"{self.tag}-{label}" if label else self.tag)
 
         def take_messages(self, step: int) -> None:
@@ -288,9 +288,9 @@ def _run_child(parent: Any, run: ChildRun, cfg: RunConfig, depth: int, diff: "Wo
     if status == "interrupted" and not parent.stop_requested:
         parent.stop_requested = True
         parent.emit(ev.Notice(step=step, text="the sub-agent was interrupted: stopping after this step"))
-    paths = written_paths(events, changes)
+    paths = written_paths(events, changes, cfg.sandbox.workdir)
     info = {"id": run.id, "path": run.path, "status": status, "steps": child.state.step, "paths": paths}
-    text = result_text(events, status, child.state.step, paths, run.path, diff.error)
+    text = result_text(events, status, child.state.step, paths, run.path, diff.error, cfg.sandbox.workdir)
     return Observation(text, error=status in ("budget", "looping", "interrupted", "failed"), child=info)
 
 
@@ -399,17 +399,18 @@ class WorkspaceDiff:
             self.index.unlink(missing_ok=True)
 
 
-def workspace_path(path: str) -> str | None:
-    """A path as the tools take it, relative to /workspace; None for one outside it."""
+def workspace_path(path: str, workdir: str = "/workspace") -> str | None:
+    """A path as the tools take it, relative to the work directory; None for one outside it."""
     path = posixpath.normpath(path.strip())
-    if path == "/workspace" or path == ".":
+    if path == workdir or path == ".":
         return None
-    if path.startswith("/workspace/"):
-        path = path[len("/workspace/"):]
+    if path.startswith(workdir + "/"):
+        path = path[len(workdir) + 1:]
     return None if path.startswith(("/", "../")) or path == ".." else path
 
 
-def written_paths(events: list[Any], changes: list[tuple[str, str]] | None) -> list[dict[str, str]]:
+def written_paths(events: list[Any], changes: list[tuple[str, str]] | None,
+                  workdir: str = "/workspace") -> list[dict[str, str]]:
     """What the child changed: the workspace diff first, then the paths its writing calls name that the
     diff does not show."""
     kinds = {"A": "added", "M": "modified", "D": "deleted", "T": "modified"}
@@ -426,7 +427,7 @@ def written_paths(events: list[Any], changes: list[tuple[str, str]] | None) -> l
                 target = "todo.md" if s.name == "todo_write" else json.loads(s.arguments).get("path")
             except (ValueError, AttributeError):
                 continue
-            path = workspace_path(target) if isinstance(target, str) else None
+            path = workspace_path(target, workdir) if isinstance(target, str) else None
             if path and path not in seen:
                 seen.add(path)
                 out.append({"path": path, "change": "written"})
@@ -434,7 +435,7 @@ def written_paths(events: list[Any], changes: list[tuple[str, str]] | None) -> l
 
 
 def result_text(events: list[Any], status: str, steps: int, paths: list[dict[str, str]], log: str,
-                diff_error: str | None) -> str:
+                diff_error: str | None, workdir: str = "/workspace") -> str:
     ending = next((e for e in reversed(events) if isinstance(e, ev.StatusChanged)), None)
     reason = ending.reason if ending is not None else ""
     result = ending.result if ending is not None else None
@@ -449,10 +450,10 @@ def result_text(events: list[Any], status: str, steps: int, paths: list[dict[str
     else:
         lines.append(f"Its last text: {result or said or '(none)'}")
     if paths:
-        lines.append("Paths it wrote in /workspace:")
+        lines.append(f"Paths it wrote in {workdir}:")
         lines += [f"  {p['change']:<9}{p['path']}" for p in paths]
     else:
-        lines.append("It changed no files in /workspace.")
+        lines.append(f"It changed no files in {workdir}.")
     if diff_error:
         lines.append(f"(the workspace diff could not be taken: {diff_error}; the paths are those its calls name)")
     lines.append(f"Its log: {log}/events.jsonl")

@@ -6,6 +6,7 @@ is only ever changed by applying those same events (`emit`), so a resumed run is
 
 from __future__ import annotations
 
+import shlex
 import signal
 import threading
 import time
@@ -15,7 +16,7 @@ from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError
 from orchestrator.context import CannotCompact, TokenCounter, build_request, compact, needs_compaction
 from orchestrator.context import render_tail, shape_result
-from orchestrator.context.offload import obs_path
+from orchestrator.context.offload import CAIRN_DIR, obs_path
 from orchestrator.delegate import delegate, resumable_child, resume_delegate
 from orchestrator.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
 from orchestrator.llm.client import ContextOverflow
@@ -225,8 +226,8 @@ class Agent:
             observation = Observation(f"error: {exc}", error=True)
         self.finish(call, step, observation, (time.monotonic() - started) * 1000, label)
         if observation.note:
-            self.notices.append(f"The sandbox was restarted: {observation.note}. Files in /workspace are intact; "
-                                "anything installed outside it is gone.")
+            self.notices.append(f"The sandbox was restarted: {observation.note}. Files in "
+                                f"{self.cfg.sandbox.workdir} are intact; anything installed outside it is gone.")
         return ending
 
     def finish(self, call: ToolCall, step: int, observation: Observation, duration_ms: float | None = None,
@@ -258,11 +259,11 @@ class Agent:
             return
         if not text.strip():
             return  # still being written, or empty: look again when it changes
-        moved = f".cairn/inbox/{step}.md"
+        moved = f"{CAIRN_DIR}/inbox/{step}.md"
         self.emit(ev.UserMessage(step=step, text=text, source="inbox", moved_to=moved))
         try:  # moved inside the sandbox, so it is handled once
-            moving = self.sandbox.call("shell", timeout=30, command=f"mkdir -p /workspace/.cairn/inbox && "
-                                       f"mv -f /workspace/{inbox.INBOX_FILE} /workspace/{moved}")
+            moving = self.sandbox.call("shell", timeout=30, command=f"mkdir -p {CAIRN_DIR}/inbox && "
+                                       f"mv -f {shlex.quote(self.cfg.sandbox.workdir)}/{inbox.INBOX_FILE} {moved}")
             problem = f"exit code {moving.get('exit_code')}" if moving.get("exit_code") else None
         except ToolError as exc:
             problem = str(exc)

@@ -18,6 +18,8 @@ from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
 from orchestrator.tools.specs import BUILTIN_TOOLS, canonical, tool_names
 
+DEFAULT_WORKDIR = "/workspace"
+
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "workspace_templates"
 
 EXIT_CODES = {"done": EXIT_DONE, "budget": EXIT_BUDGET, "interrupted": EXIT_INTERRUPTED}
@@ -109,7 +111,8 @@ def create_run(runs_dir: Path, task: str, cfg: RunConfig, workspace: Path | None
                from_git: str | None = None, ref: str | None = None) -> RunDir:
     """A new run: its workspace is a copy of the template, or `workspace` (a user's folder, worked on in
     place; the template's files are not added to it), or a clone of the git repository `from_git` at
-    `ref` (the template's files that the repository does not have are added)."""
+    `ref` (the template's files that the repository does not have are added), or, with another work
+    directory than /workspace (`--workdir`), the image's content at that path (no template files)."""
     if workspace is not None and from_git is not None:
         raise UsageError("--workspace and --from-git do not go together")
     meta: dict[str, Any] = {"task": task, "status": "running", "config": cfg.model_dump(mode="json")}
@@ -121,23 +124,44 @@ def create_run(runs_dir: Path, task: str, cfg: RunConfig, workspace: Path | None
         decide_user(cfg.sandbox, workspace, external=True)  # a folder root owns is refused before a run exists
     if from_git is not None:
         meta["source"] = {"git": from_git, "ref": ref}
-    run = RunDir.create(runs_dir, meta, template=None if workspace or from_git else template,
+    from_image = workspace is None and from_git is None and cfg.sandbox.workdir != DEFAULT_WORKDIR
+    run = RunDir.create(runs_dir, meta, template=None if workspace or from_git or from_image else template,
                         workspace=workspace)
-    if from_git is not None:
-        try:
+    try:
+        if from_git is not None:
             clone(from_git, ref, run.workspace)
-        except BaseException:
-            shutil.rmtree(run.root, ignore_errors=True)  # a run that never started leaves nothing behind
-            raise
-        add_missing_files(template, run.workspace)
+            add_missing_files(template, run.workspace)
+        if from_image:
+            copy_workdir(run, cfg)
+    except BaseException:
+        shutil.rmtree(run.root, ignore_errors=True)  # a run that never started leaves nothing behind
+        raise
     if not cfg.mcp.servers:  # with MCP servers, the Session starts the log once they listed their tools
         start_log(run, task, cfg)
     return run
 
 
+def copy_workdir(run: RunDir, cfg: RunConfig) -> None:
+    """The image's content at the work directory becomes the run's workspace (sandbox/workdir.py);
+    run.json records where it came from."""
+    from orchestrator.sandbox.engine import connect
+    from orchestrator.sandbox.image import ensure_image
+    from orchestrator.sandbox.workdir import copy_out
+
+    image, path = cfg.sandbox.image or ensure_image(), cfg.sandbox.workdir
+    done = copy_out(connect(), image, path, run.workspace, name=f"cairn-{run.id}-copy")
+    if not done.found:
+        _progress(f"{path} is not in the image {image}: the work directory starts empty")
+    else:
+        owners = "owners kept" if os.getuid() == 0 else "owned by you (only root keeps owners)"
+        skipped = f", {done.skipped} device files left out" if done.skipped else ""
+        _progress(f"copied {path} out of {image}: {done.files} entries, modes and symlinks kept, {owners}{skipped}")
+    run.update_meta(workdir_source={"image": image, "path": path, "found": done.found, "entries": done.files})
+
+
 def start_log(run: RunDir, task: str, cfg: RunConfig, extra_tools: list[dict[str, Any]] | None = None) -> None:
     """The first events: RunStarted with the run's fixed tool list (built-in, then MCP), and step 0."""
-    run.events.append(ev.RunStarted(task=task, system_prompt=system_prompt(cfg.system_prompt_extra),
+    run.events.append(ev.RunStarted(task=task, system_prompt=system_prompt(cfg.system_prompt_extra, cfg.sandbox.workdir),
                                     tools=canonical(BUILTIN_TOOLS + list(extra_tools or []))))
     initial_checkpoint(run)
 
@@ -231,8 +255,9 @@ class Session:
             image = image_for(image, cfg.mcp.servers, progress=_progress)  # uvx/pipx packages, installed
             self.hub = McpHub(cfg.mcp.servers, start_timeout=cfg.mcp.start_timeout,
                               call_timeout=cfg.mcp.call_timeout, reserved=set(tool_names(BUILTIN_TOOLS)))
-        self.sandbox = Sandbox(run.id, run.workspace, cfg.sandbox, image=image,
-                               cairn_mount=run.cairn_dir if run.external_workspace else None)
+        run.cairn_dir.mkdir(exist_ok=True)  # a run made before cairn/ existed gets one now
+        self.sandbox = Sandbox(run.id, run.workspace, cfg.sandbox, image=image, cairn_mount=run.cairn_dir,
+                               external=run.external_workspace is not None)
         self.agent = Agent(run, cfg, self.sandbox, LLM(cfg.model), display)
         self.agent.tools.mcp = self.hub
 

@@ -2,8 +2,9 @@
 """The toolbox: the half of cairn that lives inside the sandbox.
 
 One long-lived process, started once by the host with `docker exec`, that answers JSON-line requests on
-stdin with JSON-line responses on stdout (sandbox_image/PROTOCOL.md). Standard library only, Python 3.9+,
-so it runs on any image that has python3 and bash.
+stdin with JSON-line responses on stdout (sandbox_image/PROTOCOL.md). Standard library only, Python 3.9+;
+it needs no python3 in the image (the host can carry one in) and runs commands in bash, or in `sh` where
+an image has no bash (busybox, alpine).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ import urllib.parse
 import urllib.request
 
 VERSION = 1
-WORKSPACE = "/workspace"  # the name the model uses for the root, whatever --root says
+WORKDIR = "/workspace"  # the default work directory
+CAIRN_DIR = "/cairn"  # cairn's own files (saved outputs, fetched pages), outside any project tree
 RESET = "cwd and variables were reset"
 WATCH_SECONDS = 0.25  # how often a running command is checked for a fork bomb
 FETCH_MAX_BYTES = 20 * 1024 * 1024
@@ -46,27 +48,43 @@ class ToolError(Exception):
 
 
 class Workspace:
-    """Path confinement: every path a request names must resolve, inside the container, to the root or below."""
+    """Path resolution: a relative path is relative to the work directory, an absolute one is taken as it is.
 
-    def __init__(self, root: str) -> None:
+    `name` is the work directory as the model knows it (/workspace, /app); `root` is where it really is,
+    the same path inside a container, another directory on the host in tests (`--root`), so a path
+    under `name` is read under `root`. With `lockdown` every path must resolve, inside the container, to
+    the work directory or cairn's directory (its saved outputs) or below them.
+    """
+
+    def __init__(self, root: str, name: str = WORKDIR, cairn: str = CAIRN_DIR, lockdown: bool = False) -> None:
         self.root = os.path.realpath(root)
+        self.name = name.rstrip("/") or "/"
+        self.cairn = os.path.realpath(cairn)
+        self.lockdown = lockdown
 
     def resolve(self, path: object) -> str:
         if not isinstance(path, str) or not path.strip():
             raise ToolError("path must be a non-empty string")
         if "\0" in path:
             raise ToolError(f"{path!r}: a path cannot contain a NUL byte")
-        inner = path
-        if path == WORKSPACE or path.startswith(WORKSPACE + "/"):
-            inner = path[len(WORKSPACE):].lstrip("/") or "."
+        if path == self.name or path.startswith(self.name + "/"):
+            joined = os.path.join(self.root, path[len(self.name):].lstrip("/"))
+        else:  # an absolute path stays what it is; join() keeps it
+            joined = os.path.join(self.root, path)
         # realpath follows symlinks here, inside the container, so a link cannot lead the check astray.
-        real = os.path.realpath(os.path.join(self.root, inner))
-        if real != self.root and not real.startswith(self.root + os.sep):
-            raise ToolError(f"{path}: outside {WORKSPACE} (it resolves to {real}); use paths inside {WORKSPACE}")
+        real = os.path.realpath(joined)
+        if self.lockdown and not (_under(real, self.root) or _under(real, self.cairn)):
+            raise ToolError(f"{path}: outside {self.name} (it resolves to {real}); under --lockdown use paths "
+                            f"inside {self.name} (and {CAIRN_DIR}, cairn's saved outputs)")
         return real
 
     def rel(self, real: str) -> str:
-        return os.path.relpath(real, self.root)
+        """A path as results give it: relative to the work directory when under it, else absolute."""
+        return os.path.relpath(real, self.root) if _under(real, self.root) else real
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 class Capture:
@@ -213,8 +231,21 @@ class Limits:
         return _read_counter(self.oom_events, b"oom_kill")
 
 
+def _shell_argv() -> list:
+    """bash when the image has it; else the POSIX `sh` (busybox's ash on alpine), which does all the Shell
+    below asks of it (job control with set -m, eval, fd redirections)."""
+    for directory in os.environ.get("PATH", "/usr/bin:/bin").split(":") + ["/bin", "/usr/bin"]:
+        if directory and os.access(os.path.join(directory, "bash"), os.X_OK):
+            return [os.path.join(directory, "bash"), "--noprofile", "--norc"]
+    return ["sh"]
+
+
+SHELL_ARGV = _shell_argv()
+
+
 class Shell:
-    """A persistent bash. Commands run in it, not in a child shell, so cwd, variables and venvs persist.
+    """A persistent bash (or `sh` where the image has no bash). Commands run in it, not in a child shell, so
+    cwd, variables and venvs persist.
 
     bash's stdout and stderr are one pipe (so output is merged in the order written); after each command
     bash writes the exit status on a separate control pipe (fd 3), which commands cannot see.
@@ -230,7 +261,7 @@ class Shell:
         out_r, out_w = os.pipe()
         ctl_r, ctl_w = os.pipe()
         self.proc = subprocess.Popen(
-            ["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
+            SHELL_ARGV, stdin=subprocess.PIPE, stdout=out_w, stderr=out_w,
             pass_fds=(ctl_w,), cwd=self.root, env=self.env, start_new_session=True)
         os.close(out_w)
         os.close(ctl_w)
@@ -241,9 +272,10 @@ class Shell:
         except OSError:
             pass
         self.out, self.ctl = out_r, ctl_r
-        # set -m gives every command line its own process group, so a timeout can kill it as a whole.
+        # set -m gives every command line its own process group, so a timeout can kill it as a whole (busybox
+        # sh without a terminal says it cannot, and carries on: the session still tells a command's processes).
         # The raised oom_score_adj is inherited by every command: the OOM killer takes them, not the toolbox.
-        self._send(f"set -m\nexec 3>&{ctl_w} {ctl_w}>&- 4</dev/null\n"
+        self._send(f"set -m 2>/dev/null\nexec 3>&{ctl_w} {ctl_w}>&- 4</dev/null\n"
                    "{ echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null\n")
         self.oom_seen = self.limits.oom_kills()
 
@@ -466,8 +498,8 @@ def _signature(method) -> inspect.Signature:
 class Toolbox:
     """The operations of PROTOCOL.md, one method each (`op_<name>`)."""
 
-    def __init__(self, root: str) -> None:
-        self.ws = Workspace(root)
+    def __init__(self, root: str, name: str = WORKDIR, cairn: str = CAIRN_DIR, lockdown: bool = False) -> None:
+        self.ws = Workspace(root, name, cairn, lockdown)
         self.shell = Shell(self.ws.root)
         self.request_id = 0
 
@@ -492,7 +524,7 @@ class Toolbox:
             return {"id": rid, "ok": False, "error": str(exc)}
         except OSError as exc:  # no such file, permission denied, disk full: the model can act on these
             where = exc.filename
-            if isinstance(where, str) and where.startswith(self.ws.root):
+            if isinstance(where, str) and where.startswith("/"):
                 where = self.ws.rel(where)
             return {"id": rid, "ok": False, "error": f"{where}: {exc.strerror}" if where else str(exc)}
         except Exception as exc:  # a bug in the toolbox must not end the session; the traceback goes to stderr
@@ -509,7 +541,7 @@ class Toolbox:
         if not isinstance(timeout, (int, float)) or timeout <= 0:
             raise ToolError(f"timeout must be a positive number of seconds, not {timeout!r}")
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        default = f".cairn/obs/shell-{stamp}-{self.request_id}.txt"
+        default = f"{self.ws.cairn}/obs/shell-{stamp}-{self.request_id}.txt"
         chosen = self.ws.resolve(save_as) if save_as is not None else None  # a bad save_as fails before running
 
         def open_file():
@@ -615,7 +647,7 @@ class Toolbox:
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ToolError(f"{url!r}: only http and https URLs can be fetched")
         slug = re.sub(r"[^A-Za-z0-9._-]+", "-", parts.netloc + parts.path).strip("-")[:80]
-        real = self.ws.resolve(save_as or f".cairn/web/{slug}-{hashlib.sha1(url.encode()).hexdigest()[:8]}.txt")
+        real = self.ws.resolve(save_as or f"{self.ws.cairn}/web/{slug}-{hashlib.sha1(url.encode()).hexdigest()[:8]}.txt")
         request = urllib.request.Request(url, headers={"User-Agent": "cairn-toolbox/1", "Accept": "*/*"})
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -656,11 +688,19 @@ def host_gone() -> bool:
 
 def main(argv: list | None = None) -> None:
     parser = argparse.ArgumentParser(description="cairn's in-sandbox toolbox (JSON lines on stdin/stdout)")
-    parser.add_argument("--root", default=WORKSPACE, help="the workspace directory (default /workspace)")
-    root = parser.parse_args(argv).root
+    parser.add_argument("--workdir", default=WORKDIR, help="the work directory: relative paths and the shell "
+                        "start there (default /workspace)")
+    parser.add_argument("--cairn", default=CAIRN_DIR, help="cairn's own files: saved outputs, fetched pages "
+                        "(default /cairn)")
+    parser.add_argument("--lockdown", action="store_true", help="refuse paths outside the work directory "
+                        "and cairn's")
+    parser.add_argument("--root", help="where the work directory really is (tests on the host); default: "
+                        "the work directory itself")
+    options = parser.parse_args(argv)
+    root = options.root or options.workdir
     if not os.path.isdir(root):
-        sys.exit(f"toolbox: workspace {root} is not a directory")
-    toolbox = Toolbox(root)
+        sys.exit(f"toolbox: work directory {root} is not a directory")
+    toolbox = Toolbox(root, options.workdir, options.cairn, options.lockdown)
     out = sys.stdout.buffer
 
     def send(message: dict) -> None:

@@ -45,11 +45,19 @@ def sandbox_image(docker_client: docker.DockerClient) -> str:
 
 
 class ToolboxProcess:
-    """toolbox.py run on the host with --root, spoken to over pipes exactly as the host client does."""
+    """toolbox.py run on the host with --root, spoken to over pipes exactly as the host client does.
 
-    def __init__(self, root: Path) -> None:
+    `root` stands for the work directory (/workspace unless `workdir`), `cairn` for /cairn (default: a
+    `cairn` directory beside `root`)."""
+
+    def __init__(self, root: Path, cairn: Path | None = None, workdir: str = "/workspace",
+                 lockdown: bool = False) -> None:
+        self.root = Path(root)
+        self.cairn = Path(cairn) if cairn is not None else self.root.parent / f"{self.root.name}-cairn"
+        self.cairn.mkdir(exist_ok=True)
         self.process = subprocess.Popen(
-            [sys.executable, str(TOOLBOX), "--root", str(root)],
+            [sys.executable, str(TOOLBOX), "--workdir", workdir, "--cairn", str(self.cairn),
+             *(["--lockdown"] if lockdown else []), "--root", str(root)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.ready = self._receive()
         self.next_id = 0
@@ -87,5 +95,13 @@ class ToolboxProcess:
 @pytest.fixture(scope="module")
 def toolbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToolboxProcess]:
     process = ToolboxProcess(tmp_path_factory.mktemp("root"))
+    yield process
+    process.close()
+
+
+@pytest.fixture(scope="module")
+def locked_toolbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToolboxProcess]:
+    """A toolbox as `--lockdown` starts it: paths outside the work directory and cairn's are refused."""
+    process = ToolboxProcess(tmp_path_factory.mktemp("root"), lockdown=True)
     yield process
     process.close()

@@ -100,7 +100,7 @@ def test_the_demo_finishes_and_show_json_follows_the_contract(runs_dir, sandbox_
     assert {"prompt_tokens", "cached_tokens", "completion_tokens", "cost_usd", "cache_hit_ratio"} <= doc["usage"].keys()
     call = doc["steps"][4]["tool_calls"][0]
     assert {"name", "arguments", "result", "error", "offloaded_to"} <= call.keys()
-    assert call["offloaded_to"] == ".cairn/obs/5-shell_exec.txt"
+    assert call["offloaded_to"] == "/cairn/obs/5-shell_exec.txt"
     assert doc["steps"][2]["tool_calls"][0]["error"] is True  # the NameError
     assert "7919" in doc["result"]
     assert (runs_dir / row["id"] / "workspace" / "primes.py").is_file()

@@ -136,7 +136,7 @@ BIG = "".join(f"line {i} of the output\n" for i in range(1, 201))
 
 def test_big_result_enters_history_as_preview_with_path_lines_size_and_hint() -> None:
     shaped = shape_result(7, "shell_exec", BIG, cfg=CFG, count=Tokenizer(), save=Files())
-    assert shaped.offloaded_to == ".cairn/obs/7-shell_exec.txt"
+    assert shaped.offloaded_to == "/cairn/obs/7-shell_exec.txt"
     assert "line 1 of" in shaped.content and "line 3 of" in shaped.content and "line 4 of" not in shaped.content
     assert "line 200 of" in shaped.content and "line 198 of" in shaped.content and "line 197 of" not in shaped.content
     assert "200 lines" in shaped.content and f"{len(BIG.encode())} bytes" in shaped.content
@@ -158,9 +158,9 @@ def test_small_result_is_not_offloaded() -> None:
 
 def test_toolbox_saved_path_is_reused_not_saved_again() -> None:
     files = Files()
-    saved = ".cairn/obs/tb-1.txt"
+    saved = "/cairn/obs/tb-1.txt"
     shaped = shape_result(7, "shell_exec", BIG, cfg=CFG, count=Tokenizer(), save=files, saved_path=saved)
-    assert shaped.offloaded_to == ".cairn/obs/tb-1.txt" and ".cairn/obs/tb-1.txt" in shaped.content
+    assert shaped.offloaded_to == "/cairn/obs/tb-1.txt" and "/cairn/obs/tb-1.txt" in shaped.content
     assert files.saved == {}
 
 
@@ -168,7 +168,7 @@ def test_call_id_keeps_two_calls_of_one_step_apart() -> None:
     files = Files()
     for call_id in ("call_a", "call_b"):
         shape_result(7, "shell_exec", BIG, cfg=CFG, count=Tokenizer(), save=files, call_id=call_id)
-    assert sorted(files.saved) == [".cairn/obs/7-shell_exec-call_a.txt", ".cairn/obs/7-shell_exec-call_b.txt"]
+    assert sorted(files.saved) == ["/cairn/obs/7-shell_exec-call_a.txt", "/cairn/obs/7-shell_exec-call_b.txt"]
 
 
 def test_one_huge_line_is_capped_in_the_preview() -> None:
@@ -314,7 +314,7 @@ def test_every_pointer_resolves_to_a_saved_file_holding_the_result() -> None:
     assert pointers
     for entry in pointers:
         path = pointer_path(entry.content)
-        assert path == f".cairn/obs/{entry.step}-shell_exec-{entry.call_id}.txt" and files.saved[path] == "x" * 2000
+        assert path == f"/cairn/obs/{entry.step}-shell_exec-{entry.call_id}.txt" and files.saved[path] == "x" * 2000
         assert "file_read" in entry.content and "2000 bytes" in entry.content and "1 lines" in entry.content
 
 
@@ -328,7 +328,7 @@ def test_offloaded_result_pointer_reuses_its_file_and_sizes() -> None:
         history.append(f"late{i}", {"role": "tool", "tool_call_id": f"l{i}", "content": "x" * 2000}, step=1)
     files.saved.clear()
     run_compact(history, ContextConfig(keep_recent_results=3), files=files)
-    assert pointer_path(history.get("big").content) == ".cairn/obs/0-shell_exec.txt"
+    assert pointer_path(history.get("big").content) == "/cairn/obs/0-shell_exec.txt"
     assert "200 lines" in history.get("big").content and files.saved == {}
 
 
@@ -347,12 +347,12 @@ def test_summary_replaces_oldest_whole_turns_and_saves_numbered_file() -> None:
     cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
     seen: list[list[dict]] = []
     event = run_compact(history, cfg, files=files, number=3, summarize=lambda m: seen.append(m) or "Listed twice.")
-    assert event.kind == "summary" and event.summary_path == ".cairn/summaries/003.md"
+    assert event.kind == "summary" and event.summary_path == "/cairn/summaries/003.md"
     assert event.span == [f"e{i}" for i in range(len(event.span))] and len(event.span) % 2 == 0  # whole turns
     assert [m["role"] for m in seen[0]] == ["assistant", "tool"] * (len(event.span) // 2)
     first = history.messages()[0]
     assert first["role"] == "user" and "Listed twice." in first["content"] and "003.md" in first["content"]
-    assert "Listed twice." in files.saved[".cairn/summaries/003.md"]
+    assert "Listed twice." in files.saved["/cairn/summaries/003.md"]
     assert history.messages()[-4:] == make_history(12, result="ok", say=LONG_THOUGHTS).messages()[-4:]
 
 
@@ -363,7 +363,7 @@ def test_every_saved_output_stays_reachable_after_a_summary() -> None:
     event = run_compact(history, cfg, window=int(history.tokens() / 0.99), files=files, summarize=lambda m: "Sum.")
     in_context = canonical_json(history.messages())
     assert event.kind == "summary" and event.summary_path in in_context
-    for obs in (path for path in files.saved if path.startswith(".cairn/obs/")):
+    for obs in (path for path in files.saved if path.startswith("/cairn/obs/")):
         assert obs in in_context or obs in files.saved[event.summary_path]
 
 
@@ -440,7 +440,7 @@ def test_compaction_turns_old_long_call_arguments_into_pointers_to_the_saved_arg
     for id in event.replacements:
         entry = history.get(id)
         arguments = json.loads(entry.message["tool_calls"][0]["function"]["arguments"])
-        path = f".cairn/obs/{entry.step}-file_write-args-call_{entry.step}.txt"
+        path = f"/cairn/obs/{entry.step}-file_write-args-call_{entry.step}.txt"
         assert arguments["path"] == f"m{entry.step}.py"  # short arguments stay
         assert arguments["content"].endswith(f"the original arguments are in {path}; read it with file_read]")
         assert files.saved[path] == originals[id]
@@ -462,9 +462,9 @@ def test_summary_file_lists_the_saved_arguments_of_its_span() -> None:
     files = Files()
     cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
     run_compact(history, cfg, window=int(history.tokens() / 0.99) // 3, files=files, summarize=lambda m: "S.")
-    summary = files.saved[".cairn/summaries/001.md"]
-    assert "step 0, tool call: .cairn/obs/0-file_write-args-call_0.txt" in summary
-    assert ".cairn/obs/0-file_write-args-call_0.txt" in files.saved
+    summary = files.saved["/cairn/summaries/001.md"]
+    assert "step 0, tool call: /cairn/obs/0-file_write-args-call_0.txt" in summary
+    assert "/cairn/obs/0-file_write-args-call_0.txt" in files.saved
 
 
 def test_a_summary_prefix_names_the_summary_file() -> None:
@@ -473,7 +473,7 @@ def test_a_summary_prefix_names_the_summary_file() -> None:
     cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
     event = run_compact(history, cfg, window=int(history.tokens() / 0.99) // 3, files=files,
                         summarize=lambda m: "S.", summary_prefix="sub-x-")
-    assert event.summary_path == ".cairn/summaries/sub-x-001.md" and event.summary_path in files.saved
+    assert event.summary_path == "/cairn/summaries/sub-x-001.md" and event.summary_path in files.saved
 
 
 def test_history_copies_share_no_mutable_part_even_with_list_content() -> None:

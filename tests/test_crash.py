@@ -400,7 +400,7 @@ def _run_skeleton(tar: tarfile.TarFile, rid: str = "20260101-000000-abcdef") -> 
     (lambda t, r: _add(t, f"{r}/workspace/h", tarfile.LNKTYPE, link="etc/passwd"), "hard link"),
     (lambda t, r: _add(t, f"{r}/workspace/dev", tarfile.CHRTYPE), "device"),
     (lambda t, r: _add(t, f"{r}/workspace/fifo", tarfile.FIFOTYPE), "device, fifo"),
-    (lambda t, r: _add(t, f"{r}/other", tarfile.REGTYPE, b"x"), "neither under workspace"),
+    (lambda t, r: _add(t, f"{r}/other", tarfile.REGTYPE, b"x"), "not under workspace/, cairn/ or state/"),
     (lambda t, r: _add(t, f"{r}/state/run.json", tarfile.REGTYPE, b"{}"), "twice"),
 ])
 def test_import_refuses_unsafe_members(tmp_path, evil, why):
@@ -465,4 +465,5 @@ def test_an_in_place_run_is_exported_as_an_ordinary_run(tmp_path):
     moved = import_run(archive, tmp_path / "elsewhere")
     assert moved.external_workspace is None and "workspace" not in moved.read_meta()
     assert (moved.workspace / "main.py").read_text() == "print(1)\n"
-    assert (moved.workspace / ".cairn" / "obs" / "1.txt").read_text() == "saved output\n"
+    assert (moved.cairn_dir / "obs" / "1.txt").read_text() == "saved output\n"
+    assert not (moved.workspace / ".cairn").exists()

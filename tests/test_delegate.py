@@ -49,7 +49,7 @@ def test_a_child_does_its_task_in_the_shared_workspace_and_the_parent_gets_its_s
     assert "finished its task" in result and "wrote notes/hello.md and data.csv" in result
     assert "added    notes/hello.md" in result and "added    data.csv" in result
     assert "deleted  parent.txt" in result  # a shell command's change shows through the workspace diff
-    assert ".cairn/" not in result.split("Its log:")[0]
+    assert "cairn/" not in result.split("Its log:")[0]
     finished, child = child_of(out)
     assert finished.child["status"] == "done" and finished.child["steps"] == 3
     assert {p["path"] for p in finished.child["paths"]} == {"notes/hello.md", "data.csv", "parent.txt"}
@@ -200,13 +200,13 @@ def test_the_childs_saved_outputs_never_overwrite_the_parents(tmp_path, sandbox_
         done("noisy"),
         done(),
     ])
-    obs = out.run.workspace / ".cairn/obs"
+    obs = out.run.cairn_dir / "obs"
     assert (obs / "1-shell_exec.txt").read_text().startswith("parent 00000")
     _finished, child = child_of(out)
     theirs = obs / f"1-shell_exec-sub-{child.id}.txt"
     assert theirs.read_text().startswith("child 00000")
     child_result = [e for e in child.events.read()[0] if isinstance(e, ev.ToolFinished)][0]
-    assert child_result.offloaded_to == f".cairn/obs/{theirs.name}"
+    assert child_result.offloaded_to == f"/cairn/obs/{theirs.name}"
 
 
 def test_the_report_nests_the_childs_steps(tmp_path, sandbox_image):

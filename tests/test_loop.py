@@ -27,16 +27,16 @@ def test_a_text_only_answer_stops_the_run(tmp_path, sandbox_image):
 def test_big_output_is_offloaded_and_reads_back_byte_for_byte(tmp_path, sandbox_image):
     out = play(tmp_path, [
         turn(call("shell_exec", command=BIG)),
-        turn(call("file_read", path=".cairn/obs/1-shell_exec.txt", offset=1234, limit=3)),
+        turn(call("file_read", path="/cairn/obs/1-shell_exec.txt", offset=1234, limit=3)),
         done(),
     ])
-    saved = out.run.workspace / ".cairn/obs/1-shell_exec.txt"
+    saved = out.run.cairn_dir / "obs/1-shell_exec.txt"
     expected = "".join("line %05d " % i + "x" * 40 + "\n" for i in range(4000))
     assert saved.read_text() == expected
     preview, read_back = tool_messages(out.requests[2])
-    assert ".cairn/obs/1-shell_exec.txt" in preview["content"] and len(preview["content"]) < 6000
+    assert "/cairn/obs/1-shell_exec.txt" in preview["content"] and len(preview["content"]) < 6000
     assert read_back["content"].startswith("".join(expected.splitlines(keepends=True)[1233:1236]))
-    assert out.doc["steps"][0]["tool_calls"][0]["offloaded_to"] == ".cairn/obs/1-shell_exec.txt"
+    assert out.doc["steps"][0]["tool_calls"][0]["offloaded_to"] == "/cairn/obs/1-shell_exec.txt"
 
 
 def test_a_failure_stays_in_every_later_request(tmp_path, sandbox_image):
@@ -120,7 +120,7 @@ def test_context_overflow_compacts_and_retries_once(tmp_path, sandbox_image):
     assert [c.kind for c in out.events("compaction")] == ["pointers"]
     before, after = tool_messages(out.requests[-2])[0], tool_messages(out.requests[-1])[0]
     assert "\n399\n400\n" in before["content"]
-    assert "\n399\n400\n" not in after["content"] and ".cairn/obs/" in after["content"]
+    assert "\n399\n400\n" not in after["content"] and "/cairn/obs/" in after["content"]
 
 
 def test_compaction_keeps_requests_under_the_window_and_pointers_resolve(tmp_path, sandbox_image):
@@ -135,8 +135,8 @@ def test_compaction_keeps_requests_under_the_window_and_pointers_resolve(tmp_pat
     assert compactions and all(c.tokens_after < c.tokens_before for c in compactions)
     for c in compactions:
         for content in c.replacements.values():
-            path = content.split(".cairn/obs/")[1].split()[0].rstrip(";,.)]")
-            assert (out.run.workspace / ".cairn/obs" / path).is_file()
+            path = content.split("/cairn/obs/")[1].split()[0].rstrip(";,.)]")
+            assert (out.run.cairn_dir / "obs" / path).is_file()
 
 
 def test_ask_user_waits_and_resume_delivers_the_answer(tmp_path, sandbox_image):

@@ -98,7 +98,7 @@ def test_inbox_md_is_delivered_once_and_moved(tmp_path, sandbox_image):
     assert _user_messages(out.requests[-1]) == ["Please use INBOX-MARKER too.\n"]
     workspace = out.run.workspace
     assert not (workspace / "INBOX.md").exists()
-    assert (workspace / ".cairn" / "inbox" / f"{inboxed[0].step}.md").read_text() == "Please use INBOX-MARKER too.\n"
+    assert (out.run.cairn_dir / "inbox" / f"{inboxed[0].step}.md").read_text() == "Please use INBOX-MARKER too.\n"
 
 
 def test_an_inbox_md_there_before_the_run_starts_is_delivered_at_step_one(tmp_path, sandbox_image):
@@ -113,7 +113,7 @@ def test_an_inbox_md_there_before_the_run_starts_is_delivered_at_step_one(tmp_pa
     (run.workspace / "INBOX.md").write_text("EARLY\n")
     out = _go(run, cfg, tmp_path / "requests.jsonl", None)
     assert _user_messages(out.requests[0]) == ["EARLY\n"]
-    assert (run.workspace / ".cairn/inbox/1.md").is_file() and not (run.workspace / "INBOX.md").exists()
+    assert (run.cairn_dir / "inbox/1.md").is_file() and not (run.workspace / "INBOX.md").exists()
 
 
 def test_a_said_message_is_delivered_once_across_resumes(tmp_path, sandbox_image):

@@ -67,7 +67,7 @@ def test_the_report_loads_in_chromium_without_errors_and_shows_every_step(tmp_pa
     tools = re.findall(r'<div class="call[^"]*" data-tool="([^"]+)"', dom)
     assert tools == ["todo_write", "file_write", "shell_exec", "shell_exec", "todo_write", "task_done"]
     # marks, the todo as it changed, files per step, the chart, the escaped task and result
-    assert dom.count('class="mark-err"') >= 1 and "offloaded to .cairn/obs/4-shell_exec.txt" in dom
+    assert dom.count('class="mark-err"') >= 1 and "offloaded to /cairn/obs/4-shell_exec.txt" in dom
     assert len(re.findall(r'<div class="todo" data-step="(\d+)"', dom)) == 2
     assert "notes.md" in dom and "todo.md" in dom
     assert dom.count('class="cost"') == n_steps and "<polyline" in dom

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox_fixtures import TOOLBOX, ToolboxProcess, toolbox  # noqa: F401 - `toolbox` is a fixture
+from tests.sandbox_fixtures import TOOLBOX, ToolboxProcess, locked_toolbox, toolbox  # noqa: F401 - fixtures
 
 
 def root_of(toolbox: ToolboxProcess) -> Path:
-    return Path(toolbox.process.args[-1])
+    return toolbox.root
 
 
 def test_ready_line_comes_first(toolbox):
@@ -71,8 +71,8 @@ def test_huge_output_is_capped_at_the_source_and_saved(toolbox):
     assert result["output_lines"] == 2_500_000
     assert len(result["output"]) < 4096 + 200
     assert result["output"].startswith("y\ny\n") and result["output"].endswith("y\ny\n")
-    saved = root_of(toolbox) / result["output_path"]
-    assert result["output_path"].startswith(".cairn/obs/shell-")
+    saved = Path(result["output_path"])
+    assert saved.parent == toolbox.cairn.resolve() / "obs" and saved.name.startswith("shell-")
     assert 100_000 <= saved.stat().st_size < 100_200  # kept up to max_file_bytes, plus a closing note
 
 
@@ -138,20 +138,50 @@ def test_edit_of_a_repeated_string_says_how_often_it_occurs(toolbox):
 
 
 @pytest.mark.parametrize("path", ["../outside.txt", "sub/../../outside.txt", "/etc/passwd"])
-def test_paths_outside_the_workspace_are_refused(toolbox, path):
-    error = toolbox.error("read", path=path)
+def test_under_lockdown_paths_outside_the_workspace_are_refused(locked_toolbox, path):
+    error = locked_toolbox.error("read", path=path)
     assert error.startswith(f"{path}: outside /workspace (it resolves to ")
 
 
-def test_symlink_leading_out_is_refused(toolbox):
-    os.symlink("/etc", root_of(toolbox) / "etc-link")
-    error = toolbox.error("write", path="etc-link/evil", content="x")
+def test_under_lockdown_a_symlink_leading_out_is_refused(locked_toolbox):
+    os.symlink("/etc", root_of(locked_toolbox) / "etc-link")
+    error = locked_toolbox.error("write", path="etc-link/evil", content="x")
     assert error.startswith("etc-link/evil: outside /workspace (it resolves to /etc/evil)")
+
+
+def test_under_lockdown_cairns_own_files_can_be_read(locked_toolbox):
+    (locked_toolbox.cairn / "obs").mkdir(exist_ok=True)
+    (locked_toolbox.cairn / "obs" / "1-shell_exec.txt").write_text("saved\n")
+    path = str(locked_toolbox.cairn / "obs" / "1-shell_exec.txt")
+    assert locked_toolbox.result("read", path=path)["content"] == "saved\n"
+
+
+def test_absolute_paths_reach_anywhere(toolbox):
+    result = toolbox.result("read", path="/etc/os-release")
+    assert "ID=" in result["content"] and result["path"].startswith("/")  # the resolved path: absolute
+
+
+def test_paths_outside_the_workdir_are_given_back_absolute(toolbox, tmp_path):
+    toolbox.result("write", path=str(tmp_path / "elsewhere.txt"), content="x")
+    assert (tmp_path / "elsewhere.txt").read_text() == "x"
+    assert toolbox.result("read", path=str(tmp_path / "elsewhere.txt"))["path"] == str(tmp_path / "elsewhere.txt")
 
 
 def test_workspace_prefix_means_the_root(toolbox):
     toolbox.result("write", path="/workspace/abs.txt", content="x")
     assert (root_of(toolbox) / "abs.txt").read_text() == "x"
+
+
+def test_another_workdir_is_the_root_and_relative_paths_land_there(tmp_path):
+    (tmp_path / "app").mkdir()
+    toolbox = ToolboxProcess(tmp_path / "app", workdir="/app")
+    try:
+        toolbox.result("write", path="/app/x.txt", content="1")
+        toolbox.result("write", path="y.txt", content="2")
+        assert (tmp_path / "app" / "x.txt").read_text() == "1" and (tmp_path / "app" / "y.txt").read_text() == "2"
+        assert toolbox.result("shell", command="pwd")["output"] == f"{tmp_path / 'app'}\n"
+    finally:
+        toolbox.close()
 
 
 def test_list_walks_to_the_asked_depth(toolbox):

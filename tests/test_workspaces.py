@@ -134,8 +134,8 @@ def test_a_run_on_a_users_git_folder_works_in_place_and_leaves_no_trace_of_cairn
     head_before = git(project, "rev-parse", "HEAD")
     model = script(tmp_path,
                    call("file_write", path="new.py", content="x = 1\n"),
-                   call("shell_exec", command=BIG),  # offloaded to .cairn/obs/: must not land in the folder
-                   call("shell_exec", command="id -u; ls -a /workspace/.cairn"),
+                   call("shell_exec", command=BIG),  # offloaded to /cairn/obs/: must not land in the folder
+                   call("shell_exec", command="id -u; ls -a /cairn/obs"),
                    DONE)
     out = cairn("run", "work here", "--workspace", str(project), "--model", model, "--json", runs_dir=runs_dir)
     assert out.returncode == 0, out.stderr
@@ -153,7 +153,7 @@ def test_a_run_on_a_users_git_folder_works_in_place_and_leaves_no_trace_of_cairn
     assert git(project, "rev-parse", "HEAD") == head_before
     assert git(project, "status", "--porcelain") == "?? new.py\n"
 
-    # cairn's files are in the run, not in the folder, and the mountpoint is gone
+    # cairn's files are in the run, not in the folder
     assert not (project / ".cairn").exists()
     assert (run.root / "cairn" / "obs" / "2-shell_exec.txt").is_file()
     assert not (run.root / "workspace").exists()

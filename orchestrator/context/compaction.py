@@ -28,7 +28,7 @@ from typing import Any
 
 from orchestrator.config import ContextConfig
 from orchestrator.context.history import Entry, History, replaced_message
-from orchestrator.context.offload import Save, byte_size, count_lines, is_big, obs_path, stats_from_preview
+from orchestrator.context.offload import CAIRN_DIR, Save, byte_size, count_lines, is_big, obs_path, stats_from_preview
 from orchestrator.context.tokens import TokenCounter, canonical_json
 from orchestrator.errors import CairnError
 from orchestrator.store.events import Compaction
@@ -36,7 +36,7 @@ from orchestrator.store.events import Compaction
 Summarize = Callable[[list[dict[str, Any]]], str]
 """`summarize(messages)` returns a written summary of those history messages (an LLM call)."""
 
-SUMMARY_DIR = ".cairn/summaries"
+SUMMARY_DIR = f"{CAIRN_DIR}/summaries"
 
 # Lines that tell what went wrong. Only failed results are searched, so a loose pattern is fine.
 _ERROR_LINE = re.compile(
@@ -192,7 +192,7 @@ def _argument_pointers(entry: Entry, counter: TokenCounter, save: Save) -> tuple
     """One assistant message's tool calls with every long argument value turned into a pointer.
 
     Each call so shortened has its arguments, as the history held them, saved whole to
-    `.cairn/obs/<step>-<tool>-args-<call id>.txt`. Returns the canonical JSON of the new `tool_calls` and the message's new tokens,
+    `/cairn/obs/<step>-<tool>-args-<call id>.txt`. Returns the canonical JSON of the new `tool_calls` and the message's new tokens,
     or None when no argument is long. Unparsable arguments stay as the model wrote them.
     """
     calls = entry.message.get("tool_calls") or []

@@ -1,10 +1,10 @@
 """Keeping big observations out of the context, without losing them.
 
 A tool result that is too big is shaped *when it enters the history*: the whole text goes to a file
-in the workspace and the history gets a preview (its head and its tail) with the file's path. Doing
+in cairn's directory of the run (`<run>/cairn/obs/`, /cairn/obs/ in the sandbox, outside the project
+tree) and the history gets a preview (its head and its tail) with the file's absolute path. Doing
 it at insertion, not later, means the history's bytes never have to change for it, so the
-provider's prefix cache survives. The file is in the workspace, so the agent reads it back with
-`file_read`, and so does a person.
+provider's prefix cache survives. The agent reads the file back with `file_read`, and so does a person.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from typing import Any
 from orchestrator.config import ContextConfig
 
 Save = Callable[[str, str], None]
-"""`save(path, text)` writes text to a workspace-relative path, inside the sandbox."""
+"""`save(path, text)` writes text to a path of the sandbox (absolute, or relative to the work directory)."""
 
-OBS_DIR = ".cairn/obs"
+CAIRN_DIR = "/cairn"  # cairn's own files in the sandbox: <run>/cairn/ on the host
+OBS_DIR = f"{CAIRN_DIR}/obs"
 
 # A cl100k token is never shorter than one byte, so a text of at most `threshold` bytes is under the
 # threshold without tokenizing it. A text far longer than the threshold is over it for any real
@@ -38,7 +39,7 @@ class Shaped:
 
 
 def obs_path(step: int, tool: str, call_id: str | None = None) -> str:
-    """`.cairn/obs/<step>-<tool>[-<call id>].txt`, with names made safe for a file system."""
+    """`/cairn/obs/<step>-<tool>[-<call id>].txt`, with names made safe for a file system."""
     name = f"{step}-{_safe(tool)}" + (f"-{_safe(call_id)}" if call_id else "")
     return f"{OBS_DIR}/{name}.txt"
 

@@ -11,7 +11,6 @@ its result under "sandbox_restarted".
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import docker
@@ -41,12 +40,16 @@ class Sandbox:
     """The sandbox of one run: `start()`, then `call()` as often as needed, then `stop()`."""
 
     def __init__(self, run_id: str, workspace: Path, cfg: SandboxConfig, image: str,
-                 client: docker.DockerClient | None = None, cairn_mount: Path | None = None) -> None:
-        """`cairn_mount`: for a run on a user's own folder, the run's directory that is mounted at
-        /workspace/.cairn, so that cairn's files never land in the folder (which is never chowned)."""
+                 client: docker.DockerClient | None = None, cairn_mount: Path | None = None,
+                 external: bool = False) -> None:
+        """`workspace` is mounted at the work directory (`cfg.workdir`). `cairn_mount`: the run's own
+        directory for cairn's files (`<run>/cairn/`: saved outputs, pages, summaries), mounted at /cairn;
+        without it /cairn is the container's own (gone with it). `external`: the workspace is a user's
+        folder, worked on in place, which is never chowned."""
         self.run_id, self.cfg, self.image = run_id, cfg, image
         self.workspace = Path(workspace).resolve()
         self.cairn_mount = Path(cairn_mount).resolve() if cairn_mount is not None else None
+        self.external = external
         self.client = client
         self.container: Container | None = None
         self.toolbox: ToolboxClient | None = None
@@ -58,17 +61,12 @@ class Sandbox:
 
     def start(self) -> None:
         """Create the container and start the toolbox in it. Raises SandboxError naming the problem."""
-        user = containers.decide_user(self.cfg, self.workspace, external=self.cairn_mount is not None)
+        user = containers.decide_user(self.cfg, self.workspace, external=self.external)
         self.client = self.client or connect()
-        self._make_mountpoint(user)
+        self.container = containers.create(self.client, self.cfg, self.run_id, self.workspace, self.image,
+                                           user=user, cairn_mount=self.cairn_mount, external=self.external)
         try:
-            self.container = containers.create(self.client, self.cfg, self.run_id, self.workspace, self.image,
-                                               user=user, cairn_mount=self.cairn_mount)
-        except BaseException:
-            self._remove_mountpoint()
-            raise
-        try:
-            argv = containers.toolbox_argv(self.container, self.workspace, self.image, self.cairn_mount, user)
+            argv = containers.toolbox_argv(self.container, self.cfg, self.client)
             self.toolbox = ToolboxClient(self.client.api, self.container.id, argv)
             self.toolbox.start(self.cfg.start_timeout)
         except ToolboxDied as exc:
@@ -110,37 +108,6 @@ class Sandbox:
         if self.container is not None and self.client is not None:
             containers.remove(self.client, self.container.id)
             self.container = None
-        self._remove_mountpoint()
-
-    # The engine would make the mountpoint `.cairn` in the user's folder itself (as root). cairn makes it
-    # instead, notes that in `<run>/cairn.mountpoint` (so a crashed session's is found again), and
-    # removes it after the container when it is still empty. A `.cairn` the user had is left alone.
-
-    @property
-    def _mountpoint_note(self) -> Path:
-        return self.cairn_mount.with_name(self.cairn_mount.name + ".mountpoint")
-
-    def _make_mountpoint(self, owner: tuple[int, int]) -> None:
-        if self.cairn_mount is None:
-            return
-        mountpoint = self.workspace / ".cairn"
-        if mountpoint.is_symlink() or (mountpoint.exists() and not mountpoint.is_dir()):
-            raise SandboxError(f"{mountpoint} is not a directory; cairn mounts its own files at "
-                               "/workspace/.cairn", hint="move it away, or rename it")
-        if not mountpoint.exists():
-            self._mountpoint_note.touch()
-            os.mkdir(mountpoint, 0o755)
-            if os.getuid() == 0:
-                os.lchown(mountpoint, *owner)
-
-    def _remove_mountpoint(self) -> None:
-        if self.cairn_mount is None or not self._mountpoint_note.exists():
-            return
-        try:
-            os.rmdir(self.workspace / ".cairn")  # only when empty
-        except OSError:  # gone already, or not empty: something was put there during the run; keep it
-            pass
-        self._mountpoint_note.unlink(missing_ok=True)
 
     def __enter__(self) -> Sandbox:
         self.start()

@@ -9,11 +9,15 @@ Hardening, and why:
   workspace tree is chowned to 1000:1000 first so the agent can write it. A user's own folder
   (`cairn run --workspace DIR`) is never chowned: when cairn runs as root the agent runs as the folder's
   owner, and a folder that root owns is refused. The setting `sandbox.user` ("UID:GID", never 0)
-  overrides all of this. Such a run's cairn files live outside DIR, in `<run>/cairn/`, mounted at
-  /workspace/.cairn (see `Sandbox`).
+  overrides all of this.
 - No capabilities, no-new-privileges (setuid binaries cannot raise it), a read-only root filesystem with
   tmpfs at /tmp and at the home, limits on pids, memory (no swap) and CPU, no network unless the run asks
   for `bridge`, and an init (PID 1) that reaps the orphans commands leave behind.
+- Mounts: the run's workspace at the work directory (`sandbox.workdir`, /workspace unless `--workdir`),
+  cairn's own files of the run (`<run>/cairn/`: saved outputs, fetched pages, summaries) at /cairn,
+  outside any project tree, and read-only: the toolbox script from cairn's files at /opt/cairn/toolbox.py
+  (so it always matches the host's cairn, and nothing is written into the workspace) and, for an image
+  without cairn's Python, the volume that carries one (python_volume.py). Nothing else of the host.
 - The environment holds only what the config names (`env`, and host variables listed in `pass_env`):
   API keys stay on the host. The Docker socket is never mounted.
 """
@@ -31,16 +35,17 @@ from docker.models.containers import Container
 import orchestrator
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import SandboxError, UsageError
+from orchestrator.sandbox import python_volume
 
 LABEL_MANAGED = "cairn.managed"
 LABEL_RUN = "cairn.run"
-WORKSPACE = "/workspace"
+WORKSPACE = "/workspace"  # the default work directory
+CAIRN_DIR = "/cairn"  # where the run's own cairn files (<run>/cairn/) are mounted
 HOME = "/home/cairn"
 NON_ROOT = (1000, 1000)  # the user cairn's image makes; used when the host user is root
-TOOLBOX_IN_IMAGE = "/opt/cairn/toolbox.py"
+TOOLBOX_IN_IMAGE = "/opt/cairn/toolbox.py"  # mounted there from TOOLBOX_SOURCE, read-only, in every image
 TOOLBOX_SOURCE = Path(orchestrator.__file__).resolve().parent.parent / "sandbox_image" / "toolbox.py"
-# Where the toolbox goes when an image (a user's own) does not have it.
-TOOLBOX_IN_WORKSPACE = (".cairn", "bin", "toolbox.py")
+CAIRN_IMAGE_LABEL = "org.cairn.build-hash"  # cairn's image (and images built on it) has a python3 that fits
 
 # What a call to the engine raises when the engine refuses, or is not there at all.
 ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
@@ -76,14 +81,18 @@ def decide_user(cfg: SandboxConfig, workspace: Path, external: bool = False) -> 
 
 
 def run_options(cfg: SandboxConfig, run_id: str, workspace: Path, user: tuple[int, int] | None = None,
-                cairn_mount: Path | None = None) -> dict:
+                cairn_mount: Path | None = None, python: str | None = None) -> dict:
     """Keyword arguments of `client.containers.run(image, ...)` for this run's hardened container.
 
-    `cairn_mount`: a host directory mounted at /workspace/.cairn (a run on a user's own folder)."""
+    `cairn_mount`: the host directory mounted at /cairn (the run's `<run>/cairn/`); `python`: the volume
+    that carries a Python (python_volume.py), for an image without cairn's."""
     uid, gid = user or sandbox_user()
-    volumes = {str(Path(workspace).resolve()): {"bind": WORKSPACE, "mode": "rw"}}
+    volumes = {str(Path(workspace).resolve()): {"bind": cfg.workdir, "mode": "rw"},
+               str(TOOLBOX_SOURCE): {"bind": TOOLBOX_IN_IMAGE, "mode": "ro"}}
     if cairn_mount is not None:
-        volumes[str(Path(cairn_mount).resolve())] = {"bind": f"{WORKSPACE}/.cairn", "mode": "rw"}
+        volumes[str(Path(cairn_mount).resolve())] = {"bind": CAIRN_DIR, "mode": "rw"}
+    if python is not None:
+        volumes[python] = {"bind": python_volume.MOUNT, "mode": "ro"}
     env = {"HOME": HOME}
     env.update({name: os.environ[name] for name in cfg.pass_env if name in os.environ})
     env.update(cfg.env)
@@ -96,7 +105,7 @@ def run_options(cfg: SandboxConfig, run_id: str, workspace: Path, user: tuple[in
         "init": True,
         "detach": True,
         "user": f"{uid}:{gid}",
-        "working_dir": WORKSPACE,
+        "working_dir": cfg.workdir,
         "environment": env,
         "volumes": volumes,
         "read_only": True,
@@ -133,21 +142,33 @@ def prepare_workspace(workspace: Path, owner: tuple[int, int] | None = None) -> 
 
 
 def create(client: docker.DockerClient, cfg: SandboxConfig, run_id: str, workspace: Path, image: str,
-           user: tuple[int, int] | None = None, cairn_mount: Path | None = None) -> Container:
+           user: tuple[int, int] | None = None, cairn_mount: Path | None = None,
+           external: bool = False) -> Container:
     """Start the run's container, replacing one that a crashed earlier session may have left.
 
-    With `cairn_mount` the workspace is a user's own folder: it is not chowned, only that directory is."""
-    user = user or decide_user(cfg, workspace, external=cairn_mount is not None)
-    prepare_workspace(cairn_mount if cairn_mount is not None else workspace, user)
+    `external`: the workspace is a user's own folder, which is not chowned (only `cairn_mount` is)."""
+    user = user or decide_user(cfg, workspace, external=external)
+    if not external:
+        prepare_workspace(workspace, user)
+    if cairn_mount is not None:
+        prepare_workspace(cairn_mount, user)
     try:
-        client.api.inspect_image(image)  # checked first: `run` would try to pull it from a registry
+        labels = client.api.inspect_image(image)["Config"].get("Labels") or {}  # checked first: `run` would pull
+        python = None if CAIRN_IMAGE_LABEL in labels else carried_python(client)
         remove(client, container_name(run_id))
-        return client.containers.run(image, **run_options(cfg, run_id, workspace, user, cairn_mount))
+        return client.containers.run(image, **run_options(cfg, run_id, workspace, user, cairn_mount, python))
     except docker.errors.ImageNotFound as exc:
         raise SandboxError(f"the sandbox image {image} is not in the Docker engine",
                            hint="build it with `cairn image build`, or name another with --image") from exc
     except ENGINE_ERRORS as exc:
         raise SandboxError(f"cannot start a container from {image}: {_explain(exc)}") from exc
+
+
+def carried_python(client: docker.DockerClient) -> str:
+    """The volume carrying a Python from cairn's own image, made the first time it is needed."""
+    from orchestrator.sandbox.image import ensure_image
+
+    return python_volume.ensure(client, ensure_image())
 
 
 def remove(client: docker.DockerClient, name_or_id: str) -> None:
@@ -160,74 +181,24 @@ def remove(client: docker.DockerClient, name_or_id: str) -> None:
         raise SandboxError(f"cannot remove the container {name_or_id}: {_explain(exc)}") from exc
 
 
-def toolbox_argv(container: Container, workspace: Path, image: str, cairn_mount: Path | None = None,
-                 owner: tuple[int, int] | None = None) -> list[str]:
-    """The command that starts the toolbox in `container`.
-
-    Images made by cairn have it at /opt/cairn/toolbox.py. For another image (a user's own) it is copied
-    into the workspace and run from there; that needs python3 in the image.
-    """
-    check = f"import os, sys; sys.exit(0 if os.path.isfile({TOOLBOX_IN_IMAGE!r}) else 3)"
+def toolbox_argv(container: Container, cfg: SandboxConfig, client: docker.DockerClient) -> list[str]:
+    """The command that starts the toolbox in `container`: the script mounted from cairn's files, run by
+    the image's python3 in cairn's image, else by the Python carried in on a volume (python_volume.py),
+    which runs on any Linux image (glibc, musl, or no libc at all). It gets the work directory, cairn's
+    directory and the confinement as arguments (PROTOCOL.md)."""
+    arguments = [TOOLBOX_IN_IMAGE, "--workdir", cfg.workdir, "--cairn", CAIRN_DIR,
+                 *(["--lockdown"] if cfg.lockdown else [])]
+    volume = next((m["Name"] for m in container.attrs.get("Mounts", [])
+                   if m.get("Destination") == python_volume.MOUNT and m.get("Type") == "volume"), None)
+    if volume is None:
+        return ["python3", *arguments]
     try:
-        code, output = container.exec_run(["python3", "-c", check], stdout=True, stderr=True)
+        from orchestrator.sandbox.image import ensure_image
+
+        python_volume.check(container, client, ensure_image(), volume)
     except ENGINE_ERRORS as exc:
-        raise SandboxError(f"cannot run python3 in a container of {image}: {_explain(exc)}") from exc
-    if code == 0:
-        return ["python3", TOOLBOX_IN_IMAGE]
-    if code != 3:
-        detail = output.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {code}"]
-        raise SandboxError(f"the image {image} cannot run python3, which the toolbox needs ({detail[0][:200]})",
-                           hint="use an image with python3 (3.9 or newer), or the default image")
-    install_toolbox(workspace, cairn_mount, owner)
-    return ["python3", "/".join([WORKSPACE, *TOOLBOX_IN_WORKSPACE])]
-
-
-def install_toolbox(workspace: Path, cairn_mount: Path | None = None, owner: tuple[int, int] | None = None) -> None:
-    """Copy toolbox.py to workspace/.cairn/bin/, never following a symlink the agent may have planted.
-    With `cairn_mount` (the host directory mounted at /workspace/.cairn) it goes to cairn_mount/bin/.
-
-    Each step opens the next directory relative to the previous one with O_NOFOLLOW, so a `.cairn` or
-    `bin` that is a symlink is refused instead of leading the host's write elsewhere.
-    """
-    data = TOOLBOX_SOURCE.read_bytes()
-    *directories, name = TOOLBOX_IN_WORKSPACE
-    if cairn_mount is not None:
-        workspace, directories = cairn_mount, directories[1:]
-    owner = (owner or sandbox_user()) if os.getuid() == 0 else None
-    fds = [os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)]
-    try:
-        for directory in directories:
-            fds.append(_open_directory(fds[-1], directory, workspace, owner))
-        temporary = f".{name}.tmp"
-        try:
-            os.unlink(temporary, dir_fd=fds[-1])
-        except FileNotFoundError:
-            pass
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fds[-1])
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if owner:
-                os.fchown(f.fileno(), *owner)
-        os.replace(temporary, name, src_dir_fd=fds[-1], dst_dir_fd=fds[-1])
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
-def _open_directory(parent_fd: int, name: str, workspace: Path, owner: tuple[int, int] | None) -> int:
-    try:
-        os.mkdir(name, 0o755, dir_fd=parent_fd)
-        created = True
-    except FileExistsError:
-        created = False
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
-    except OSError as exc:  # ELOOP for a symlink, ENOTDIR for a file
-        raise SandboxError(f"cannot install the toolbox: {name} under {workspace} is a symlink or not a "
-                           f"directory ({exc.strerror}); cairn does not follow it from the host") from exc
-    if created and owner:
-        os.fchown(fd, *owner)
-    return fd
+        raise SandboxError(f"cannot check the carried Python in the sandbox: {_explain(exc)}") from exc
+    return [*python_volume.argv(arguments[0]), *arguments[1:]]
 
 
 def gc(client: docker.DockerClient, live_run_ids: set[str] | list[str],

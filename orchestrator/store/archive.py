@@ -1,12 +1,13 @@
 """`cairn export` / `cairn import`: a run (workspace and state) as one tar.gz, to move it between machines.
 
-The archive holds one top-level directory, the run id, with `workspace/` and `state/` under it (and so
+The archive holds one top-level directory, the run id, with `workspace/`, `cairn/` (cairn's own files:
+saved outputs, pages, summaries; absent in archives of older runs) and `state/` under it (and so
 `state/checkpoints.git` when the run has one). Modes are kept; ownership is not: imported files belong
 to the user who imports (a later `resume` as root gives the workspace to the sandbox user again).
 
 An archive may come from anywhere, so import checks every member before it extracts any: only regular
-files, directories, symlinks and hard links, each under `<id>/workspace` or `<id>/state`; no absolute
-path, no `..`, no member under a symlink, no name twice; no link in `state/` at all. Every symlink is
+files, directories, symlinks and hard links, each under `<id>/workspace`, `<id>/cairn` or `<id>/state`;
+no absolute path, no `..`, no member under a symlink, no name twice; no link in `state/` at all. Every symlink is
 resolved the way the file system would, through the other links of the archive, and one that ends
 outside the run is refused (`sub/deep -> ../..` with `sub/x -> deep/../../f`). Sizes are bounded from
 the headers before anything is written (declared sizes, the real size of a sparse member, the number of
@@ -43,7 +44,7 @@ from orchestrator.store.checkpoints import SKIPPED_DIRS, own_git_dir
 from orchestrator.store.events import parse_event
 from orchestrator.store.runs import RunDir
 
-PARTS = ("workspace", "state")
+PARTS = ("workspace", "cairn", "state")
 # Files of a live process, meaningless elsewhere: the pid file and half-written temporary files.
 STATE_SKIP = ("pid", "pid.tmp", "run.json.tmp")
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -108,23 +109,17 @@ def export_run(run: RunDir, out: Path) -> list[str]:
 
 
 def _add_in_place_run(tar: tarfile.TarFile, run: RunDir, keep_under) -> None:  # noqa: ANN001
-    """A run made with `--workspace DIR` is exported as an ordinary run: DIR becomes its workspace/, its
-    cairn files (`<run>/cairn/`, the sandbox's /workspace/.cairn) go to workspace/.cairn, and run.json
-    forgets DIR, so the imported run works on its own copy."""
-    arc_ws, arc_state = f"{run.id}/workspace", f"{run.id}/state"
-    keep_ws, keep_cairn, keep_st = (keep_under(run.workspace, arc_ws),
-                                    keep_under(run.cairn_dir, f"{arc_ws}/.cairn"), keep_under(run.state, arc_state))
-
-    def keep_workspace(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        rel = info.name.split("/", 1)[1]
-        return None if rel == "workspace/.cairn" or rel.startswith("workspace/.cairn/") else keep_ws(info)
+    """A run made with `--workspace DIR` is exported as an ordinary run: DIR becomes its workspace/, and
+    run.json forgets DIR, so the imported run works on its own copy."""
+    arc_ws, arc_cairn, arc_state = f"{run.id}/workspace", f"{run.id}/cairn", f"{run.id}/state"
+    keep_st = keep_under(run.state, arc_state)
 
     def keep_state(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         return None if info.name == f"{arc_state}/run.json" else keep_st(info)
 
-    tar.add(run.workspace, arcname=arc_ws, filter=keep_workspace)
+    tar.add(run.workspace, arcname=arc_ws, filter=keep_under(run.workspace, arc_ws))
     if run.cairn_dir.is_dir():
-        tar.add(run.cairn_dir, arcname=f"{arc_ws}/.cairn", filter=keep_cairn)
+        tar.add(run.cairn_dir, arcname=arc_cairn, filter=keep_under(run.cairn_dir, arc_cairn))
     tar.add(run.state, arcname=arc_state, filter=keep_state)
     meta = run.read_meta()
     meta.pop("workspace", None)
@@ -358,7 +353,7 @@ def check_members(members: list[tarfile.TarInfo], archive: Path | str = "the arc
         if parts[0] != run_id:
             raise refuse(f"is outside the run directory {run_id}/")
         if len(parts) > 1 and parts[1] not in PARTS:
-            raise refuse("is neither under workspace/ nor under state/")
+            raise refuse("is not under workspace/, cairn/ or state/")
         path = "/".join(parts)
         if path in seen:
             raise refuse("appears twice")

@@ -87,9 +87,10 @@ def fork_run(plan: ForkPlan, runs_dir: Path) -> RunDir:
     fork = RunDir.create(runs_dir, {**meta, "status": plan.status, "steps": plan.step, "result": plan.result,
                                     "forked_from": {"run": source.id, "step": plan.step}})
     _copy_checkpoints(source, fork, plan)
-    if getattr(source, "external_workspace", None) and source.cairn_dir.is_dir() and not fork.cairn_dir.exists():
-        # A run on a folder in place keeps .cairn outside it, so not in its checkpoints: copy it as it is.
-        shutil.copytree(source.cairn_dir, fork.cairn_dir, symlinks=True)
+    if source.cairn_dir.is_dir():
+        # cairn's files (/cairn) are outside the workspace, so not in its checkpoints: copy them as they are,
+        # so that the pointers in the kept history still find their files.
+        shutil.copytree(source.cairn_dir, fork.cairn_dir, symlinks=True, dirs_exist_ok=True)
     with open(fork.events.path, "wb") as f:
         f.write(b"".join(line + b"\n" for line in plan.lines))
     _copy_inbox(source, fork, inbox.delivered_offset(plan.events))

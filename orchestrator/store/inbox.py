@@ -7,7 +7,7 @@ line, so a resume starts after the last delivered line and never delivers one tw
 
 A person may also drop `workspace/INBOX.md`. A watchfiles thread (`InboxWatcher`) only notices that
 the file appeared or changed; the loop reads it through the sandbox, delivers its text as a
-`UserMessage(source="inbox")` and moves it, inside the sandbox, to `.cairn/inbox/<step>.md`.
+`UserMessage(source="inbox")` and moves it, inside the sandbox, to `/cairn/inbox/<step>.md` (`<run>/cairn/inbox/` on the host).
 """
 
 from __future__ import annotations

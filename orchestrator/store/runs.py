@@ -1,4 +1,10 @@
-"""Run directories: `<runs-dir>/<run-id>/{workspace/, state/}` (DESIGN.md) and `state/run.json`."""
+"""Run directories: `<runs-dir>/<run-id>/{workspace/, cairn/, state/}` (DESIGN.md) and `state/run.json`.
+
+`workspace/` is the project the agent works on, mounted at its work directory (/workspace, or the
+`--workdir` it was copied out of); `cairn/` holds cairn's own files of the run (obs/ saved outputs, web/
+fetched pages, summaries/, inbox/ moved messages), mounted at /cairn, so that no project tree gets a
+cairn file in it; `state/` is never seen by the sandbox. Runs made before `cairn/` existed kept these
+files in `workspace/.cairn/`, where their pointers (relative paths) still find them."""
 
 from __future__ import annotations
 
@@ -32,9 +38,7 @@ class RunDir:
         self._external: Path | None | bool = False  # False: not read yet; None: the run's own workspace/
 
     # A run made with `cairn run --workspace DIR` works on DIR in place: run.json holds its absolute
-    # path under "workspace", and everything (sandbox, checkpoints, inspection, resume) uses it. cairn's
-    # own files of such a run (.cairn/obs, .cairn/web, summaries) live in `<run>/cairn/`, mounted at
-    # /workspace/.cairn, so that they never land in the user's folder.
+    # path under "workspace", and everything (sandbox, checkpoints, inspection, resume) uses it.
 
     @property
     def external_workspace(self) -> Path | None:
@@ -57,8 +61,8 @@ class RunDir:
 
     @property
     def cairn_dir(self) -> Path:
-        """Where the sandbox's /workspace/.cairn is, on the host."""
-        return self.root / "cairn" if self.external_workspace else self.workspace / ".cairn"
+        """Where the sandbox's /cairn is, on the host."""
+        return self.root / "cairn"
 
     def check_workspace(self) -> None:
         """A clear error when the folder an in-place run works on is gone (before a sandbox starts)."""
@@ -71,7 +75,7 @@ class RunDir:
     def create(cls, runs_dir: Path, meta: dict[str, Any], template: Path | None = None,
                workspace: Path | None = None) -> "RunDir":
         """A new run directory. With `workspace` (an existing folder), the run works on it in place:
-        nothing is copied, and its cairn files go to `<run>/cairn/` instead."""
+        nothing is copied."""
         runs_dir.mkdir(parents=True, exist_ok=True)
         run = cls(runs_dir / new_run_id())
         run.state.mkdir(parents=True)
@@ -80,11 +84,11 @@ class RunDir:
         meta = {k: v for k, v in meta.items() if k != "workspace"}
         if workspace is not None:
             meta = {**meta, "workspace": str(Path(workspace).resolve())}
-            (run.root / "cairn").mkdir()
         elif template is not None:
             shutil.copytree(template, run.root / "workspace", ignore=shutil.ignore_patterns("cairn.json"))
         else:
             (run.root / "workspace").mkdir()
+        run.cairn_dir.mkdir()
         run.write_meta({"id": run.id, "created": time.time(), **meta})
         run._external = False  # read again from run.json
         return run

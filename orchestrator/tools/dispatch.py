@@ -92,7 +92,7 @@ class ToolRunner:
         return self.mcp.known if self.mcp is not None else ()
 
     def run(self, name: str, args: dict[str, Any], obs_path: str) -> Observation:
-        """`obs_path` is where a big output of this call is saved (`.cairn/obs/<step>-<tool>.txt`)."""
+        """`obs_path` is where a big output of this call is saved (`/cairn/obs/<step>-<tool>.txt`)."""
         if name not in _REQUIRED and self.mcp is not None:
             # Offload of a big result and the error flag are the loop's, as for the built-in tools.
             text, is_error = self.mcp.call(name, args)

@@ -10,7 +10,7 @@ Where the servers run:
 - stdio servers run INSIDE the run's sandbox: their process is started in the container with a docker
   exec (stdin attached, no TTY), and the host's `ClientSession` speaks to it over that exec's socket
   (`exec_stdio_client`, modelled on the SDK's `stdio_client`; the frames are split by the toolbox
-  client's `Demux`). They see /workspace and the sandbox's network setting, never the host.
+  client's `Demux`). They see the work directory and the sandbox's network setting, never the host.
 - http (streamable HTTP) and sse servers are reached from the host, like the model's API.
 
 The SDK is async (anyio): all sessions live in one event loop, on one background thread the hub owns;
@@ -239,7 +239,7 @@ class McpHub:
                     env = {"HOME": "/home/cairn", **server.cfg.env}
                     read, write = await stack.enter_async_context(exec_stdio_client(
                         sandbox.client.api, sandbox.container.id, server_argv(server.cfg), env,
-                        server.cfg.cwd or "/workspace", server.process))
+                        server.cfg.cwd or sandbox.cfg.workdir, server.process))
                 else:
                     read, write = await stack.enter_async_context(http_client(server.cfg))
                 session = await stack.enter_async_context(ClientSession(read, write))

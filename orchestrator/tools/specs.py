@@ -27,9 +27,9 @@ _STR = {"type": "string"}
 BUILTIN_TOOLS: list[dict[str, Any]] = [
     _tool(
         "shell_exec",
-        "Run a bash command in the sandbox (cwd starts at /workspace; cwd, variables and activated "
+        "Run a bash command in the sandbox (cwd starts at the work directory; cwd, variables and activated "
         "environments persist between calls). Output is stdout and stderr merged; a big output is saved "
-        "to a file under .cairn/obs/ and you get its head, tail and path.",
+        "to a file under /cairn/obs/ and you get its head, tail and path.",
         {
             "command": {**_STR, "description": "The command line."},
             "timeout": {"type": "number", "description": "Seconds before the command is killed (optional)."},
@@ -38,9 +38,10 @@ BUILTIN_TOOLS: list[dict[str, Any]] = [
     ),
     _tool(
         "file_read",
-        "Read a text file in /workspace, optionally a range of lines.",
+        "Read a text file, optionally a range of lines.",
         {
-            "path": {**_STR, "description": "Path inside /workspace (relative paths are relative to it)."},
+            "path": {**_STR, "description": "Relative paths are relative to the work directory; absolute "
+                     "paths reach anywhere in the container."},
             "offset": {"type": "integer", "description": "First line to read, 1-based (optional)."},
             "limit": {"type": "integer", "description": "How many lines to read (optional)."},
         },
@@ -48,26 +49,27 @@ BUILTIN_TOOLS: list[dict[str, Any]] = [
     ),
     _tool(
         "file_write",
-        "Write a whole file in /workspace (atomically; parent folders are created).",
+        "Write a whole file (atomically; parent folders are created). Relative paths are relative to the "
+        "work directory.",
         {"path": _STR, "content": {**_STR, "description": "The complete new content."}},
         ["path", "content"],
     ),
     _tool(
         "file_edit",
-        "Replace one exact, unique occurrence of `old` with `new` in a file in /workspace.",
+        "Replace one exact, unique occurrence of `old` with `new` in a file.",
         {"path": _STR, "old": {**_STR, "description": "Text that occurs exactly once."}, "new": _STR},
         ["path", "old", "new"],
     ),
     _tool(
         "web_fetch",
-        "Fetch a web page (needs the network on); it is saved as text under .cairn/web/ and you get a "
+        "Fetch a web page (needs the network on); it is saved as text under /cairn/web/ and you get a "
         "preview and its path.",
         {"url": _STR},
         ["url"],
     ),
     _tool(
         "todo_write",
-        "Replace /workspace/todo.md, your plan, with new markdown. It is shown to you at the end of "
+        "Replace todo.md in the work directory, your plan, with new markdown. It is shown to you at the end of "
         "every request; keep it current.",
         {"content": {**_STR, "description": "The whole new todo.md."}},
         ["content"],
@@ -87,7 +89,7 @@ BUILTIN_TOOLS: list[dict[str, Any]] = [
     _tool(
         "agent_delegate",
         "Hand a self-contained sub-task to a sub-agent: it starts with a fresh context (your task text only), "
-        "works in the same /workspace with the same tools, and you wait for it. You get back its summary and "
+        "works in the same work directory with the same tools, and you wait for it. You get back its summary and "
         "the paths it wrote. Good for a well-defined piece of work whose details you do not need to see.",
         {
             "task": {**_STR, "description": "The sub-task, complete: what to do, where, and what to report."},
