@@ -24,6 +24,7 @@ class SandboxConfig(Settings):
     """The Docker sandbox. Defaults are the hardened ones; loosen them on purpose only."""
 
     image: str | None = Field(None, description="Image to run; None means the image built from sandbox_image/.")
+    workdir: str = "/workspace"
     network: Literal["none", "bridge"] = "none"
     memory: str = Field("2g", description="Memory limit; swap is set equal to it, so there is no swap.")
     cpus: float = Field(2.0, gt=0)
@@ -94,6 +95,23 @@ class ContextConfig(Settings):
         return low
 
 
+class CheckConfig(Settings):
+    """`--check CMD`: a command that says whether the task is done. It runs in the sandbox after task_done,
+    in the work directory, in a fresh shell; exit code 0 means the task is done (orchestrator/check.py)."""
+
+    command: str | None = Field(None, description="The shell command; None: no check.")
+    rounds: int = Field(0, ge=0, description="How often a failed check's output goes back to the agent, which "
+                        "then goes on, before the run ends with the check failed.")
+    timeout: float = Field(600.0, gt=0, description="Seconds the check may run; past that it is killed and fails.")
+
+    @field_validator("command")
+    @classmethod
+    def _not_blank(cls, command: str | None) -> str | None:
+        if command is not None and not command.strip():
+            raise ValueError("the check command is empty")
+        return command
+
+
 REDACTED = "<redacted>"
 
 
@@ -138,6 +156,7 @@ class RunConfig(Settings):
     template: str = "default"
     system_prompt_extra: str = ""
     mcp: McpConfig = Field(default_factory=McpConfig)
+    check: CheckConfig = Field(default_factory=CheckConfig)
 
 
 def stored_config(data: dict) -> RunConfig:
