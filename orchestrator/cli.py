@@ -17,8 +17,9 @@ from orchestrator.errors import CairnError, UsageError
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # else importing litellm waits on the network
 
 app = typer.Typer(help="cairn: a long-running agent whose memory is a filesystem, sandboxed in Docker.",
-                  epilog="Exit codes: 0 the task was reported done; 1 the run failed, stopped without a tool call, "
-                         "waits for an answer or was stopped by the loop guard; 2 a usage error; 3 a budget ran out; "
+                  epilog="Exit codes: 0 the task was reported done (and its check passed); 1 the run failed, stopped "
+                         "without a tool call, waits for an answer, was stopped by the loop guard or its check "
+                         "failed; 2 a usage error; 3 a budget ran out; "
                          "4 the sandbox could not be started; 130 interrupted (resumable).",
                   no_args_is_help=False, add_completion=False, pretty_exceptions_enable=False)
 image_app = typer.Typer(help="The sandbox image.", no_args_is_help=True)
