@@ -53,7 +53,7 @@ def check_done(agent: Any, step: int, done: Finished) -> Finished | None:
                                   + f"\n\n(check round {used} of {check.rounds})"))
         return None
     if not event.passed:
-        done.reason = f"task_done, but the check failed ({_how(event)})"
+        done.reason = f"task_done, but the check failed: {_how(event)}"
     return done
 
 

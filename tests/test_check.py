@@ -55,6 +55,9 @@ def test_a_no_op_that_fails_the_check_is_exit_1_with_status_done_and_its_output_
     assert "check failed (exit code 1)" in cairn("show", doc["id"], runs_dir=runs_dir).stdout
     listing = cairn("ls", runs_dir=runs_dir).stdout.splitlines()
     assert listing[0].split()[:3] == ["ID", "STATUS", "CHECK"] and listing[1].split()[1:3] == ["done", "failed"]
+    page = tmp_path / "report.html"
+    assert cairn("report", doc["id"], "-o", str(page), runs_dir=runs_dir).returncode == 0
+    assert 'id="check" data-passed="failed"' in page.read_text()
 
 
 @pytest.mark.docker
@@ -71,6 +74,21 @@ def test_check_rounds_send_the_failing_output_back_and_the_fixed_task_passes(run
     told = [m["content"] for m in requests[1]["messages"] if m["role"] == "user" and "The check" in m["content"]]
     assert len(told) == 1 and "answer.txt is wrong" in told[0] and "call task_done again" in told[0]
     assert "(check round 1 of 1)" in told[0]
+
+
+@pytest.mark.docker
+def test_a_big_check_output_goes_back_as_a_preview_of_its_saved_file(runs_dir, sandbox_image, tmp_path):
+    script = write_script(tmp_path / "s.json", DONE, DONE)
+    log = tmp_path / "requests.jsonl"
+    out, doc = run_json(runs_dir, "--model", f"scripted:{script}", "--check", "seq 1 200000; exit 1",
+                        "--check-rounds", "1", env={"CAIRN_SCRIPTED_LOG": str(log)})
+    assert out.returncode == 1, out.stderr[-2000:]
+    saved = runs_dir / doc["id"] / "workspace" / ".cairn" / "checks" / "check-1.txt"
+    assert saved.read_text().splitlines()[-1] == "200000" and len(saved.read_text().splitlines()) == 200000
+    second = json.loads(log.read_text().splitlines()[1])
+    [told] = [m["content"] for m in second["messages"] if m["role"] == "user" and "The check" in m["content"]]
+    assert "saved whole to .cairn/checks/check-1.txt" in told and len(told) < 20_000
+    assert told.count("\n1\n") + told.count("\n200000\n") >= 1  # its head or its tail
 
 
 @pytest.mark.docker
