@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator.batch import Batch
 from orchestrator.config import RunConfig
+from orchestrator.context.offload import check_path
 from orchestrator.store.runs import RunDir
 from tests.test_cli import cairn
 
@@ -170,7 +171,7 @@ def test_a_batch_reports_each_runs_check_and_a_failed_check_fails_the_batch(tmp_
     doc = json.loads(out.stdout)
     a, b = doc["runs"]
     assert (a["status"], a["check"]["passed"], b["status"], b["check"]["passed"]) == ("done", True, "done", False)
-    assert b["check"] == {"command": check, "passed": False, "exit_code": 1, "output_path": ".cairn/checks/check-1.txt",
+    assert b["check"] == {"command": check, "passed": False, "exit_code": 1, "output_path": check_path(1),
                           "round": 1}
     assert (doc["totals"]["checks_passed"], doc["totals"]["checks_failed"]) == (1, 1)
     assert json.loads((runs_dir / a["id"] / "state" / "run.json").read_text())["config"]["model"]["api_base"] \

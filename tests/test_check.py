@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.context.offload import check_path
 from orchestrator.errors import UsageError
 from orchestrator.runner import resolve_config, settings_file
 from tests.test_batch import tool, write_script
@@ -25,6 +26,14 @@ def run_json(runs_dir: Path, *args: str, env: dict[str, str] | None = None):  # 
     return out, doc
 
 
+def on_host(runs_dir: Path, run_id: str, path: str) -> Path:
+    """Where a file of cairn's own that the sandbox names `path` is on the host: under the workspace, or in
+    `<run>/cairn/` when cairn's files are mounted at /cairn."""
+    if path.startswith("/cairn/"):
+        return runs_dir / run_id / "cairn" / path.removeprefix("/cairn/")
+    return runs_dir / run_id / "workspace" / path
+
+
 def config_of(runs_dir: Path, run_id: str) -> dict:
     return json.loads((runs_dir / run_id / "state" / "run.json").read_text())["config"]
 
@@ -37,7 +46,7 @@ def test_a_check_that_passes_exits_0_and_show_json_says_passed(runs_dir, sandbox
     shown = json.loads(cairn("show", doc["id"], "--json", runs_dir=runs_dir).stdout)
     assert shown["status"] == "done"
     assert shown["check"] == {"command": CHECK, "passed": True, "exit_code": 0,
-                              "output_path": ".cairn/checks/check-1.txt"}
+                              "output_path": check_path(1)}
     [row] = json.loads(cairn("ls", "--json", runs_dir=runs_dir).stdout)
     assert row["check"] == "passed"
 
@@ -49,8 +58,8 @@ def test_a_no_op_that_fails_the_check_is_exit_1_with_status_done_and_its_output_
     assert out.returncode == 1, out.stderr[-2000:]
     assert doc["status"] == "done"
     assert doc["check"] == {"command": CHECK, "passed": False, "exit_code": 1,
-                            "output_path": ".cairn/checks/check-1.txt"}
-    saved = runs_dir / doc["id"] / "workspace" / ".cairn" / "checks" / "check-1.txt"
+                            "output_path": check_path(1)}
+    saved = on_host(runs_dir, doc["id"], check_path(1))
     assert "answer.txt is wrong: cat: answer.txt: No such file or directory" in saved.read_text()
     assert "check failed (exit code 1)" in cairn("show", doc["id"], runs_dir=runs_dir).stdout
     listing = cairn("ls", runs_dir=runs_dir).stdout.splitlines()
@@ -68,7 +77,7 @@ def test_check_rounds_send_the_failing_output_back_and_the_fixed_task_passes(run
                         env={"CAIRN_SCRIPTED_LOG": str(log)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert doc["status"] == "done" and doc["check"]["passed"] is True
-    assert doc["check"]["output_path"] == ".cairn/checks/check-2.txt"
+    assert doc["check"]["output_path"] == check_path(2)
     assert [(c["round"], c["passed"], c["sent_back"]) for c in doc["checks"]] == [(1, False, True), (2, True, False)]
     requests = [json.loads(line) for line in log.read_text().splitlines()]
     told = [m["content"] for m in requests[1]["messages"] if m["role"] == "user" and "The check" in m["content"]]
@@ -83,11 +92,11 @@ def test_a_big_check_output_goes_back_as_a_preview_of_its_saved_file(runs_dir, s
     out, doc = run_json(runs_dir, "--model", f"scripted:{script}", "--check", "seq 1 200000; exit 1",
                         "--check-rounds", "1", env={"CAIRN_SCRIPTED_LOG": str(log)})
     assert out.returncode == 1, out.stderr[-2000:]
-    saved = runs_dir / doc["id"] / "workspace" / ".cairn" / "checks" / "check-1.txt"
+    saved = on_host(runs_dir, doc["id"], check_path(1))
     assert saved.read_text().splitlines()[-1] == "200000" and len(saved.read_text().splitlines()) == 200000
     second = json.loads(log.read_text().splitlines()[1])
     [told] = [m["content"] for m in second["messages"] if m["role"] == "user" and "The check" in m["content"]]
-    assert "saved whole to .cairn/checks/check-1.txt" in told and len(told) < 20_000
+    assert f"saved whole to {check_path(1)}" in told and len(told) < 20_000
     assert told.count("\n1\n") + told.count("\n200000\n") >= 1  # its head or its tail
 
 
@@ -131,7 +140,7 @@ def test_resuming_a_run_whose_check_failed_gives_the_agent_the_check_output(runs
     assert out.returncode == 0, out.stderr[-2000:]
     resumed = json.loads(out.stdout)
     assert resumed["check"] == {"command": CHECK, "passed": True, "exit_code": 0,
-                                "output_path": ".cairn/checks/check-2.txt"}
+                                "output_path": check_path(2)}
     first = json.loads(log.read_text().splitlines()[0])
     told = [m["content"] for m in first["messages"] if m["role"] == "user" and "answer.txt is wrong" in m["content"]]
     assert len(told) == 1 and told[0].startswith("The check of this task failed")
