@@ -1,8 +1,11 @@
 """`cairn batch FILE.jsonl`: many runs at once, each in its own sandbox, resumable as a whole.
 
-One JSON object a line: `task` (required), `model`, `template`, `max_steps`, `max_cost` (CONTRACTS.md).
-Blank lines are ignored. Every line is checked before anything starts; a bad one is a usage error that
-names its line number.
+One JSON object a line (CONTRACTS.md): `task` (required), `model`, `api_base`, `template`, `image`,
+`workdir`, `check` (a command, or an object of check settings: `{"command": ..., "rounds": 2}`),
+`settings` (a JSON file of run settings, as `cairn run --settings`; relative to the batch file),
+`max_steps`, `max_cost`. A line's settings: built-in defaults < its template's cairn.json < `cairn batch
+--api-base` < its settings file < its own keys. Blank lines are ignored. Every line is checked before
+anything starts; a bad one is a usage error that names its line number.
 
 Runs go N at a time in worker threads of this process: the loop waits on the model and on the
 sandbox, so threads are enough, and they share one litellm import (~185 MB of RSS and 3-20 s a process,
@@ -10,10 +13,10 @@ measured by bench/batch_bench.py).
 
 A batch manifest, `<runs-dir>/batches/<hash of the file's path>.json`, maps each line to its run, keyed
 by a hash of the line's content (and its occurrence, for repeated lines). Running the same file again:
-- a `done` run is skipped;
+- a `done` run is skipped (one whose check failed is left, below);
 - an `interrupted` run (Ctrl-C) or a crashed one (`running` with no live process) is resumed;
-- a run that ended otherwise (`failed`, `stopped`, `waiting`, `budget`, `looping`) is left as it is and
-  reported: it needs a person (`cairn resume RUN ...`);
+- a run that ended otherwise (`failed`, `stopped`, `waiting`, `budget`, `looping`, or `done` with its check
+  failed) is left as it is and reported: it needs a person (`cairn resume RUN ...`);
 - a line that is new or changed gets a new run.
 
 Ctrl-C stops every run between actions (each becomes `interrupted`, resumable by running the batch
@@ -36,13 +39,12 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from orchestrator.config import RunConfig, default_model
+from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError, SandboxError, UsageError
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
 
-LINE_KEYS = {"task", "model", "template", "max_steps", "max_cost"}
-DEFAULT_MAX_STEPS = 100
+LINE_KEYS = {"task", "model", "api_base", "template", "image", "workdir", "check", "settings", "max_steps", "max_cost"}
 RESUMABLE = ("interrupted",)  # and `running` runs whose process is gone (crashed)
 
 
@@ -70,20 +72,26 @@ class Row:
     result: str | None = None
     error: str | None = None
     seconds: float | None = None
+    check: dict[str, Any] | None = None  # the run's last check (--check): command, passed, exit_code, output_path
+
+    @property
+    def ok(self) -> bool:
+        """Done, and its check passed when it has one."""
+        return self.status == "done" and (self.check is None or self.check.get("passed") is not False)
 
     def doc(self) -> dict[str, Any]:
         return {"line": self.line, "id": self.id, "task": self.task, "action": self.action, "status": self.status,
                 "steps": self.step, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                 "tokens": self.prompt_tokens + self.completion_tokens, "cost_usd": self.cost_usd,
-                "result": self.result, "error": self.error, "seconds": self.seconds}
+                "result": self.result, "error": self.error, "seconds": self.seconds, "check": self.check}
 
 
 # -- the file ---------------------------------------------------------------------------------------
 
 
-def parse_file(path: Path) -> list[Job]:
-    """Every line checked; raises UsageError naming the first bad line. Nothing is started here."""
-    from orchestrator.runner import template_dir
+def parse_file(path: Path, api_base: str | None = None) -> list[Job]:
+    """Every line checked; raises UsageError naming the first bad line. Nothing is started here.
+    `api_base` (`cairn batch --api-base`) is the endpoint of the lines that name none."""
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -107,22 +115,7 @@ def parse_file(path: Path) -> list[Job]:
         task = item.get("task")
         if not isinstance(task, str) or not task.strip():
             raise UsageError(f"{where}: \"task\" is required and must be a non-empty string")
-        model = item.get("model") or _default_model(where)
-        if isinstance(model, str) and model.startswith("scripted:"):
-            model = _scripted_model(model, path.parent, where)
-        try:
-            cfg = RunConfig.model_validate({
-                "model": {"model": model},
-                "limits": {"max_steps": item.get("max_steps", DEFAULT_MAX_STEPS), "max_cost": item.get("max_cost")},
-                "template": item.get("template", "default"),
-            })
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            raise UsageError(f"{where}: invalid {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
-        try:
-            template_dir(cfg.template)
-        except UsageError as exc:
-            raise UsageError(f"{where}: {exc.message}") from None
+        cfg = _line_config(item, path.parent, where, api_base)
         digest = hashlib.sha256(json.dumps(item, sort_keys=True).encode()).hexdigest()[:16]
         seen[digest] = seen.get(digest, 0) + 1
         jobs.append(Job(number, f"{digest}#{seen[digest]}", task, cfg))
@@ -131,11 +124,33 @@ def parse_file(path: Path) -> list[Job]:
     return jobs
 
 
-def _default_model(where: str) -> str:
+def _line_config(item: dict[str, Any], base: Path, where: str, api_base: str | None) -> RunConfig:
+    """The run settings of one line (its layers are in this module's docstring)."""
+    from orchestrator.runner import resolve_config, settings_file
+
+    layers = [{"model": {"api_base": api_base}}] if api_base else []
+    check = item.get("check")
+    if not isinstance(item.get("template", ""), str):
+        raise UsageError(f"{where}: \"template\" must be the name of a workspace template")
     try:
-        return default_model()
-    except UsageError as exc:
+        if item.get("settings") is not None:
+            if not isinstance(item["settings"], str) or not item["settings"].strip():
+                raise UsageError("\"settings\" must be the path of a JSON file of settings")
+            layers.append(settings_file(base / item["settings"], "settings file"))
+        cfg = resolve_config({
+            "model": {"model": item.get("model"), "api_base": item.get("api_base")},
+            "limits": {"max_steps": item.get("max_steps"), "max_cost": item.get("max_cost")},
+            "sandbox": {"image": item.get("image"), "workdir": item.get("workdir")},
+            "check": check if isinstance(check, dict) else {"command": check},
+        }, template=item.get("template"), layers=layers)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UsageError(f"{where}: invalid {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+    except UsageError as exc:  # a bad template or settings file, or no model anywhere
         raise UsageError(f"{where}: {exc.message}", hint=exc.hint) from None
+    if cfg.model.model.startswith("scripted:"):
+        cfg.model.model = _scripted_model(cfg.model.model, base, where)
+    return cfg
 
 
 def _scripted_model(model: str, base: Path, where: str) -> str:
@@ -210,10 +225,10 @@ class RowDisplay:
 
 class Batch:
     def __init__(self, batch_file: Path, runs_dir: Path, jobs: int = 4,
-                 on_end: Callable[[Row], None] | None = None) -> None:
+                 on_end: Callable[[Row], None] | None = None, api_base: str | None = None) -> None:
         # Absolute: the checkpoints' git is run from elsewhere, and a relative path would break it.
         self.file, self.runs_dir, self.jobs = batch_file, runs_dir.resolve(), max(1, jobs)
-        self.todo = parse_file(batch_file)  # raises UsageError before anything starts
+        self.todo = parse_file(batch_file, api_base)  # raises UsageError before anything starts
         self.manifest = Manifest(runs_dir, batch_file)
         self.rows = [Row(j.line, j.task) for j in self.todo]
         self.on_end = on_end or (lambda row: None)
@@ -247,7 +262,9 @@ class Batch:
             elif status in RESUMABLE or status == "running":
                 work.append((i, run))
             else:
-                self._fill(row, run, "skipped" if status == "done" else "left")
+                self._fill(row, run, "left")
+                if row.ok:
+                    row.action = "skipped"
         return work
 
     def run(self) -> list[Row]:
@@ -332,6 +349,7 @@ class Batch:
         row.completion_tokens = usage.get("completion_tokens", row.completion_tokens)
         row.cost_usd = usage.get("cost_usd", row.cost_usd) if usage else row.cost_usd
         row.result = meta.get("result")
+        row.check = meta.get("check")
         if row.status == "failed" and not row.error:
             row.error = row.result or _failure_reason(run)
 
@@ -373,6 +391,8 @@ def summary_doc(batch: Batch) -> dict[str, Any]:
         "totals": {
             "runs": len(rows),
             "done": sum(r["status"] == "done" for r in rows),
+            "checks_passed": sum(bool(r["check"] and r["check"]["passed"]) for r in rows),
+            "checks_failed": sum(bool(r["check"] and r["check"]["passed"] is False) for r in rows),
             "steps": sum(r["steps"] for r in rows),
             "tokens": sum(r["tokens"] for r in rows),
             "cost_usd": None if any(c is None for c in costs) else round(sum(costs), 6),
@@ -383,10 +403,11 @@ def summary_doc(batch: Batch) -> dict[str, Any]:
 
 
 def exit_code(batch: Batch) -> int:
-    """0 when every run is done, 130 when Ctrl-C stopped the batch, else 1."""
+    """0 when every run is done (and its check passed, where it has one), 130 when Ctrl-C stopped the
+    batch, else 1."""
     if batch.interrupted:
         return 130
-    return 0 if all(r.status == "done" for r in batch.rows) else 1
+    return 0 if all(r.ok for r in batch.rows) else 1
 
 
 def _money(cost: float | None) -> str:
@@ -397,7 +418,7 @@ def table(rows: list[Row], title: str | None = None):  # noqa: ANN201 - rich.tab
     from rich.table import Table
 
     t = Table(title=title, title_justify="left", expand=False)
-    for name, justify in (("#", "right"), ("id", "left"), ("task", "left"), ("status", "left"),
+    for name, justify in (("#", "right"), ("id", "left"), ("task", "left"), ("status", "left"), ("check", "left"),
                           ("steps", "right"), ("tokens", "right"), ("cost", "right"), ("", "left")):
         t.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis",
                      min_width=22 if name == "id" else None, max_width={"task": 40, "": 40}.get(name))
@@ -405,17 +426,23 @@ def table(rows: list[Row], title: str | None = None):  # noqa: ANN201 - rich.tab
         note = r.action if r.action in ("skipped", "resumed", "left") else ""
         if r.error:
             note = (note + ": " if note else "") + " ".join(r.error.split())[:60]
-        t.add_row(str(r.line), r.id or "-", " ".join(r.task.split())[:40], r.status, str(r.step),
+        t.add_row(str(r.line), r.id or "-", " ".join(r.task.split())[:40], r.status, _check_word(r), str(r.step),
                   f"{r.prompt_tokens + r.completion_tokens:,}", _money(r.cost_usd), note)
     return t
 
 
+def _check_word(row: Row) -> str:
+    from orchestrator.inspect.listing import check_word
+
+    return check_word(row.check) or "-"
+
+
 def render_summary(rows: list[Row]) -> str:
     """The summary as plain text, one line a run (like `cairn ls`), whatever the width of the output."""
-    lines = [f"{'LINE':>4}  {'ID':<23} {'STATUS':<11} {'STEPS':>5} {'TOKENS':>9} {'COST':>9}  {'':<8} TASK"]
+    lines = [f"{'LINE':>4}  {'ID':<23} {'STATUS':<11} {'CHECK':<6} {'STEPS':>5} {'TOKENS':>9} {'COST':>9}  {'':<8} TASK"]
     for r in rows:
         note = r.action if r.action in ("skipped", "resumed", "left") else ""
-        lines.append(f"{r.line:>4}  {r.id or '-':<23} {r.status:<11} {r.step:>5} "
+        lines.append(f"{r.line:>4}  {r.id or '-':<23} {r.status:<11} {_check_word(r):<6} {r.step:>5} "
                      f"{r.prompt_tokens + r.completion_tokens:>9,} {_money(r.cost_usd):>9}  {note:<8} "
                      f"{' '.join(r.task.split())[:60]}")
         if r.error:
@@ -423,7 +450,7 @@ def render_summary(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def run_batch(batch_file: Path, runs_dir: Path, jobs: int, json_output: bool) -> int:
+def run_batch(batch_file: Path, runs_dir: Path, jobs: int, json_output: bool, api_base: str | None = None) -> int:
     """The `cairn batch` command: returns its exit code."""
     from rich.console import Console
     from rich.live import Live
@@ -433,10 +460,11 @@ def run_batch(batch_file: Path, runs_dir: Path, jobs: int, json_output: bool) ->
 
     def ended(row: Row) -> None:
         if not json_output and not live_table:
-            err.print(f"line {row.line}: run {row.id} {row.status}" + (f" ({row.error})" if row.error else ""),
+            check = f", check {_check_word(row)}" if row.check else ""
+            err.print(f"line {row.line}: run {row.id} {row.status}{check}" + (f" ({row.error})" if row.error else ""),
                       highlight=False, markup=False)
 
-    batch = Batch(batch_file, runs_dir, jobs, on_end=ended)
+    batch = Batch(batch_file, runs_dir, jobs, on_end=ended, api_base=api_base)
     if live_table:
         with Live(get_renderable=lambda: table(batch.rows, f"batch {batch_file.name} · {jobs} at a time"),
                   console=err, refresh_per_second=4, transient=True):
@@ -449,7 +477,9 @@ def run_batch(batch_file: Path, runs_dir: Path, jobs: int, json_output: bool) ->
     else:
         t = doc["totals"]
         sys.stdout.write(render_summary(batch.rows) + "\n")
-        sys.stdout.write(f"{t['done']}/{t['runs']} done · {t['steps']} steps · {t['tokens']:,} tokens · "
+        checks = (f" · checks: {t['checks_passed']} passed, {t['checks_failed']} failed"
+                  if t["checks_passed"] or t["checks_failed"] else "")
+        sys.stdout.write(f"{t['done']}/{t['runs']} done{checks} · {t['steps']} steps · {t['tokens']:,} tokens · "
                          f"{_money(t['cost_usd'])}"
                          + (" · interrupted: run the batch again to resume" if batch.interrupted else "") + "\n")
     return doc["exit_code"]

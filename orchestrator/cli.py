@@ -18,8 +18,9 @@ from orchestrator.errors import CairnError, UsageError
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # else importing litellm waits on the network
 
 app = typer.Typer(help="cairn: a long-running agent whose memory is a filesystem, sandboxed in Docker.",
-                  epilog="Exit codes: 0 the task was reported done; 1 the run failed, stopped without a tool call, "
-                         "waits for an answer or was stopped by the loop guard; 2 a usage error; 3 a budget ran out; "
+                  epilog="Exit codes: 0 the task was reported done (and its check passed); 1 the run failed, stopped "
+                         "without a tool call, waits for an answer, was stopped by the loop guard or its check "
+                         "failed; 2 a usage error; 3 a budget ran out; "
                          "4 the sandbox could not be started; 130 interrupted (resumable).",
                   no_args_is_help=False, add_completion=False, pretty_exceptions_enable=False)
 image_app = typer.Typer(help="The sandbox image.", no_args_is_help=True)
@@ -60,12 +61,16 @@ def run(
     image: Optional[str] = typer.Option(None, "--image", help="Sandbox image (default: the one cairn builds); any Linux image works."),
     workdir: Optional[str] = typer.Option(None, "--workdir", metavar="PATH", help="The agent works in PATH (e.g. /app; default /workspace): the image's content there becomes the run's workspace, mounted back at PATH."),
     sandbox_user: Optional[str] = typer.Option(None, "--sandbox-user", metavar="UID:GID", help="Run the agent as this uid:gid (never 0); see --workspace."),
-    config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", help="An agent.json (tiny-agents schema: model, MCP servers), or a folder with one and an optional PROMPT.md."),
+    config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", help="An agent.json (tiny-agents schema: model, MCP servers), or a folder with one, an optional PROMPT.md and an optional cairn.json of settings."),
+    check: Optional[str] = typer.Option(None, "--check", metavar="CMD", help="A command that says whether the task is done: run in the sandbox's work directory, in a fresh shell, after task_done; exit code 0 passes, else the run exits 1."),
+    check_rounds: Optional[int] = typer.Option(None, "--check-rounds", metavar="N", min=0, help="When the check fails, send its output back to the agent and go on, at most N times (default 0)."),
+    settings: Optional[Path] = typer.Option(None, "--settings", metavar="FILE", help="A JSON file of settings (any fields of a run's config, as a template's cairn.json), e.g. {\"model\": {\"context_window\": 32768}}."),
     json_output: bool = JsonOut,
 ) -> None:
-    """Start a run. Settings: built-in defaults < the template's cairn.json < the options given here."""
+    """Start a run. Settings: built-in defaults < the template's cairn.json < an agent folder's cairn.json
+    < the --settings file < the options given here."""
     from orchestrator.llm.scripted import check_model
-    from orchestrator.runner import create_run, resolve_config
+    from orchestrator.runner import agent_folder_settings, create_run, resolve_config, settings_file
 
     if workspace is not None and template is not None:
         raise UsageError("--template and --workspace do not go together: cairn adds no files to your folder")
@@ -73,12 +78,16 @@ def run(
         raise UsageError("--workspace and --from-git do not go together")
     if ref is not None and from_git is None:
         raise UsageError("--ref goes with --from-git URL")
+    layers = [agent_folder_settings(config)] if config is not None and config.exists() else []
+    if settings is not None:
+        layers.append(settings_file(settings))
     try:
         cfg = resolve_config({
             "model": {"model": model, "api_base": api_base},
             "limits": {"max_steps": max_steps, "max_cost": max_cost, "max_tokens": max_tokens},
             "sandbox": {"network": network, "image": image, "user": sandbox_user, "workdir": workdir},
-        }, template=template, model_elsewhere=config is not None)
+            "check": {"command": check, "rounds": check_rounds},
+        }, template=template, model_elsewhere=config is not None, layers=layers)
     except ValidationError as exc:
         raise UsageError(_one_line(exc)) from None
     if config is not None:  # the agent folder: its model unless --model, its prompt, its MCP servers
@@ -142,13 +151,21 @@ def resume(
     if run_is_live(run_dir):
         raise UsageError(f"run {run_dir.id} is running in another process")
     status = run_dir.read_meta().get("status")
+    source = "answer" if message else "user"
     if not message and _has_said(run_dir):
         pass  # a `cairn say` message is waiting to be delivered: that is the instruction
     elif status == "waiting" and not message:
         raise UsageError(f"run {run_dir.id} waits for an answer: {run_dir.read_meta().get('result')}",
                          hint=f'cairn resume {run_dir.id} --message "ANSWER"')
     elif status == "done" and not message:
-        raise UsageError(f"run {run_dir.id} is done; to go on, give it a new instruction with --message")
+        from orchestrator.check import feedback, last_failed
+        from orchestrator.runner import load_config
+
+        failed = last_failed(run_dir.events.read()[0])
+        if failed is None:
+            raise UsageError(f"run {run_dir.id} is done; to go on, give it a new instruction with --message")
+        # Its check failed: the agent goes on from the check's output, as a round of --check-rounds would.
+        message, source = feedback(failed, load_config(run_dir).sandbox.workdir), "resume"
     if model:
         from orchestrator.llm.scripted import check_model
 
@@ -162,7 +179,7 @@ def resume(
     meta["config"] = cfg.model_dump(mode="json")
     run_dir.write_meta({**meta, "updated": time.time()})
     run_dir._external = False  # trust may have changed which workspace it works on
-    _drive(run_dir, cfg, json_output, message=message, resumed=True)
+    _drive(run_dir, cfg, json_output, message=message, resumed=True, source=source)
 
 
 def _fork(source, step: int, message: Optional[str], runs_dir: Optional[Path], json_output: bool):  # noqa: ANN001,ANN202
@@ -185,22 +202,22 @@ def _has_said(run_dir) -> bool:  # noqa: ANN001 - RunDir, imported lazily
 
 
 def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = None,  # noqa: ANN001
-           interactive: bool = False, resumed: bool = False) -> None:
+           interactive: bool = False, resumed: bool = False, source: str | None = None) -> None:
     from orchestrator.display import make_display
-    from orchestrator.inspect.timeline import timeline
+    from orchestrator.inspect.timeline import check_line, timeline
     from orchestrator.runner import Session, exit_code, mark_failed
 
     display = make_display(json_output)
     session = None
     try:
         with Session(run_dir, cfg, display, resumed=resumed) as session:
-            status = session.go(message, source="answer" if resumed and message else "user")
+            status = session.go(message, source=source or ("answer" if resumed and message else "user"))
             while interactive and status != "interrupted":
                 reply = _ask("you> ", allow_eof=True)
                 if reply is None:
                     break
                 status = session.go(reply)
-            error = session.agent.error
+            error, verdict = session.agent.error, session.agent.state.check
     except CairnError as exc:
         # A new run that never started says why in its log (the agent's own failures end inside the
         # loop); a resume that never started leaves the run as it was.
@@ -214,8 +231,10 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
     else:
         doc = timeline(run_dir)
         typer.echo(f"run {run_dir.id}: {status}" + (f": {doc['result']}" if doc["result"] else ""), err=True)
+        if doc["check"] is not None and doc["check"]["passed"] is not None:
+            typer.echo(f"  {check_line(doc['check'])}", err=True)
         typer.echo(f"  inspect it with: cairn show {run_dir.id}", err=True)
-    raise typer.Exit(exit_code(status, error))
+    raise typer.Exit(exit_code(status, error, verdict if status == "done" else None))
 
 
 def _ask(prompt: str, allow_eof: bool = False) -> str | None:
@@ -237,17 +256,19 @@ def _ask(prompt: str, allow_eof: bool = False) -> str | None:
 @app.command()
 def batch(
     file: Path = typer.Argument(..., metavar="FILE.jsonl", help="One JSON object a line: task (required), "
-                                "model, template, max_steps, max_cost."),
+                                "model, api_base, template, image, workdir, check, settings, max_steps, max_cost."),
     jobs: int = typer.Option(4, "--jobs", "-j", min=1, help="Runs at a time, each in its own sandbox."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", metavar="URL", help="The OpenAI-compatible endpoint of every line that names none (its api_base key or settings file)."),
     runs_dir: Optional[Path] = RunsDir,
     json_output: bool = JsonOut,
 ) -> None:
     """Many runs at once, with a live table and a summary. Running the same file again skips the done
-    runs and resumes the interrupted or crashed ones. Exit code: 0 if every run is done, 1 if any is not,
+    runs and resumes the interrupted or crashed ones. Exit code: 0 if every run is done (and its check
+    passed, where a line has one), 1 if any is not,
     2 for a bad line (nothing is started), 130 when Ctrl-C stopped the batch (run it again to resume)."""
     from orchestrator.batch import run_batch
 
-    raise typer.Exit(run_batch(file, _runs_dir(runs_dir), jobs, json_output))
+    raise typer.Exit(run_batch(file, _runs_dir(runs_dir), jobs, json_output, api_base=api_base))
 
 
 @app.command("ls")
@@ -270,7 +291,7 @@ def show(
     json_output: bool = JsonOut,
 ) -> None:
     """The timeline of a run, or one step whole."""
-    from orchestrator.inspect.timeline import step_lines, timeline
+    from orchestrator.inspect.timeline import check_line, step_lines, timeline
 
     run_dir = _find(runs_dir, run_ref)
     doc = _readable(run_dir, lambda: timeline(run_dir))
@@ -295,8 +316,13 @@ def show(
                f"{u['completion_tokens']:,} completion; {cost}")
     for c in doc["compactions"]:
         typer.echo(f"compaction at step {c['step']} ({c['kind']}): {c['tokens_before']:,} → {c['tokens_after']:,} tokens")
+    for c in doc["checks"][:-1]:
+        typer.echo(f"check #{c['round']} after step {c['step']}: {check_line(c).removeprefix('check ')}"
+                   + (" → sent back to the agent" if c["sent_back"] else ""))
     if doc["result"]:
         typer.echo(f"result: {doc['result']}")
+    if doc["check"] is not None:
+        typer.echo(check_line(doc["check"]))
 
 
 def _readable(run_dir, read: Any) -> Any:  # noqa: ANN001 - RunDir, imported lazily

@@ -124,6 +124,23 @@ class ContextConfig(Settings):
         return low
 
 
+class CheckConfig(Settings):
+    """`--check CMD`: a command that says whether the task is done. It runs in the sandbox after task_done,
+    in the work directory, in a fresh shell; exit code 0 means the task is done (orchestrator/check.py)."""
+
+    command: str | None = Field(None, description="The shell command; None: no check.")
+    rounds: int = Field(0, ge=0, description="How often a failed check's output goes back to the agent, which "
+                        "then goes on, before the run ends with the check failed.")
+    timeout: float = Field(600.0, gt=0, description="Seconds the check may run; past that it is killed and fails.")
+
+    @field_validator("command")
+    @classmethod
+    def _not_blank(cls, command: str | None) -> str | None:
+        if command is not None and not command.strip():
+            raise ValueError("the check command is empty")
+        return command
+
+
 REDACTED = "<redacted>"
 
 
@@ -168,6 +185,7 @@ class RunConfig(Settings):
     template: str = "default"
     system_prompt_extra: str = ""
     mcp: McpConfig = Field(default_factory=McpConfig)
+    check: CheckConfig = Field(default_factory=CheckConfig)
 
 
 def stored_config(data: dict) -> RunConfig:

@@ -34,6 +34,11 @@ def event_line(event: ev.Event) -> str | None:
         return f"[{event.step}] {short(event.message['content'], 120)}"
     if isinstance(event, ev.UserMessage) and event.source in ("say", "inbox"):
         return f"[{event.step}] ✉ message ({event.source}): {short(event.text, 100)}"
+    if isinstance(event, ev.CheckFinished):
+        verdict = "passed" if event.passed else "failed"
+        code = "could not run" if event.exit_code is None else f"exit code {event.exit_code}"
+        then = "; its output goes back to the agent" if event.sent_back else ""
+        return f"[{event.step}] check {verdict} ({code}): {short(event.command, 80)}{then}"
     if isinstance(event, ev.Compaction):
         return f"      ⟲ compaction ({event.kind}): {event.tokens_before:,} → {event.tokens_after:,} tokens"
     if isinstance(event, ev.Notice):

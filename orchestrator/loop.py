@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any, Callable, Protocol
 
+from orchestrator.check import check_done
 from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError
 from orchestrator.context import CannotCompact, TokenCounter, build_request, compact, needs_compaction
@@ -112,6 +113,8 @@ class Agent:
             raise Finished("stopped", "the model answered without a tool call", result=reply.message.get("content"))
         ending = self.run_tools(reply.tool_calls, step)
         self.checkpoint(step)  # before any ending: the last step's work is kept too
+        if ending is not None and ending.status == "done" and self.cfg.check.command and not self.tag:
+            ending = check_done(self, step, ending)  # the run's check; a sub-agent's task_done is not the run's
         if ending is not None:
             raise ending
         warning = self.guard.check(self.state.signatures)
@@ -331,7 +334,7 @@ class Agent:
     def _save_meta(self) -> None:
         t = self.state.totals
         self.run_dir.update_meta(
-            status=self.state.status, steps=self.state.step, result=self.state.result,
+            status=self.state.status, steps=self.state.step, result=self.state.result, check=self.state.check,
             usage={"prompt_tokens": t.prompt_tokens, "cached_tokens": t.cached_tokens,
                    "completion_tokens": t.completion_tokens,
                    "cost_usd": t.cost_usd if t.cost_known else None, "cache_hit_ratio": round(t.cache_hit_ratio, 4)},

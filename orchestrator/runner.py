@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from orchestrator.config import RunConfig, default_model
 from orchestrator.errors import EXIT_BUDGET, EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED, CairnError, UsageError
 from orchestrator.prompts import system_prompt
@@ -25,10 +27,13 @@ TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "workspace_templates"
 EXIT_CODES = {"done": EXIT_DONE, "budget": EXIT_BUDGET, "interrupted": EXIT_INTERRUPTED}
 
 
-def exit_code(status: str, error: CairnError | None = None) -> int:
-    """CONTRACTS.md: 0 done, 3 budget, 130 interrupted, 4 no sandbox, 1 for every other ending."""
+def exit_code(status: str, error: CairnError | None = None, check: dict[str, Any] | None = None) -> int:
+    """CONTRACTS.md: 0 done (and its check passed, when there is one: `check` is the run's last verdict),
+    3 budget, 130 interrupted, 4 no sandbox, 1 for every other ending."""
     if error is not None:
         return error.exit_code
+    if status == "done" and check is not None and not check.get("passed"):
+        return EXIT_FAILED
     return EXIT_CODES.get(status, EXIT_FAILED)
 
 
@@ -58,15 +63,56 @@ def template_settings(name: str) -> dict[str, Any]:
     return settings
 
 
-def resolve_config(options: dict[str, Any], template: str | None = None, model_elsewhere: bool = False) -> RunConfig:
-    """Built-in defaults < the template's cairn.json < `options`, the settings the user gave (a nested
-    dict like RunConfig's, holding only what was actually given: a None there is not a choice).
+def settings_file(path: Path, what: str = "--settings") -> dict[str, Any]:
+    """A JSON file of run settings (`cairn run --settings FILE`, a batch line's `settings`, an agent
+    folder's cairn.json): any RunConfig fields, nested as in run.json, like a template's cairn.json.
+    A bad file is a one-line UsageError that names it."""
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{what} {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} {path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    if not isinstance(settings, dict):
+        raise UsageError(f"{what} {path}: must be a JSON object of settings, like "
+                         '{"model": {"context_window": 32768}}')
+    try:
+        RunConfig.model_validate(settings)
+    except ValidationError as exc:
+        raise UsageError(f"{what} {path}: {_invalid(exc)}") from None
+    return settings
+
+
+def agent_folder_settings(config: Path) -> dict[str, Any]:
+    """The `cairn.json` beside an agent folder's agent.json (`--config PATH`): cairn's own settings of that
+    agent (a check, limits, the sandbox), kept out of agent.json so that the file stays tiny-agents'."""
+    folder = config if config.is_dir() else config.parent
+    path = folder / "cairn.json"
+    return settings_file(path, "the agent folder's settings") if path.is_file() else {}
+
+
+def _invalid(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    message = "unknown setting (a typo?)" if first["type"] == "extra_forbidden" else first["msg"]
+    return f"invalid setting {where}: {message}"
+
+
+def resolve_config(options: dict[str, Any], template: str | None = None, model_elsewhere: bool = False,
+                   layers: list[dict[str, Any]] | tuple[dict[str, Any], ...] = ()) -> RunConfig:
+    """Built-in defaults < the template's cairn.json < `layers` (settings files, in order) < `options`,
+    the settings the user gave (a nested dict like RunConfig's, holding only what was actually given: a
+    None there is not a choice). A settings file may name the template; the template argument wins.
 
     The model is never a silent default: it comes from the options, the template, `$CAIRN_MODEL`, or
     (`model_elsewhere`) an agent folder that is applied afterwards; else this is a UsageError.
     Raises pydantic's ValidationError for a bad option."""
-    name = template or options.get("template") or "default"
-    merged = _merge(template_settings(name), _drop_none(options))
+    name = template or options.get("template") or next(
+        (layer["template"] for layer in reversed(layers) if layer.get("template")), None) or "default"
+    merged = template_settings(name)
+    for layer in layers:
+        merged = _merge(merged, layer)
+    merged = _merge(merged, _drop_none(options))
     merged["template"] = name
     if not merged.get("model", {}).get("model") and not model_elsewhere:
         merged.setdefault("model", {})["model"] = default_model()

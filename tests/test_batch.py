@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator.batch import Batch
 from orchestrator.config import RunConfig
+from orchestrator.context.offload import check_path
 from orchestrator.store.runs import RunDir
 from tests.test_cli import cairn
 
@@ -91,7 +92,8 @@ def test_a_batch_with_a_failing_task_and_its_second_pass(tmp_path, runs_dir, san
     assert a["tokens"] == a["prompt_tokens"] + a["completion_tokens"] > 0
     assert "401" in b["error"] and b["steps"] == 0
     assert doc["totals"] == {"runs": 3, "done": 2, "steps": 6, "tokens": a["tokens"] + b["tokens"] + c["tokens"],
-                             "cost_usd": None}  # the scripted model has no price
+                             "cost_usd": None,  # the scripted model has no price
+                             "checks_passed": 0, "checks_failed": 0}
     assert doc["exit_code"] == 1 and doc["interrupted"] is False
     assert (runs_dir / a["id"] / "workspace" / "hello.py").is_file()
     assert json.loads(cairn("show", c["id"], "--json", runs_dir=runs_dir).stdout)["steps"][1]["tool_calls"][0][
@@ -123,6 +125,64 @@ def test_a_batch_with_a_failing_task_and_its_second_pass(tmp_path, runs_dir, san
     out = cairn("batch", str(batch), runs_dir=runs_dir)  # the summary table, for a person
     assert out.returncode == 1
     assert "2/3 done" in out.stdout and "skipped" in out.stdout and "401" in out.stdout
+
+
+def test_line_keys_image_workdir_check_api_base_and_settings_reach_the_runs_config(tmp_path):
+    (tmp_path / "small.json").write_text(json.dumps({"model": {"context_window": 32768, "api_base": "http://file/v1"},
+                                                     "check": {"command": "make check", "rounds": 2}}))
+    batch_file = write_batch(
+        tmp_path / "b.jsonl",
+        {"task": "plain"},
+        {"task": "own endpoint", "api_base": "http://line/v1", "image": "my-image:1", "workdir": "/app",
+         "check": "pytest -q"},
+        {"task": "from a file", "settings": "small.json", "check": {"command": "make test", "timeout": 60}},
+    )
+    plain, own, from_file = (job.cfg for job in Batch(batch_file, tmp_path / "runs", api_base="http://batch/v1").todo)
+    assert plain.model.api_base == "http://batch/v1" and plain.check.command is None  # --api-base: lines naming none
+    assert own.model.api_base == "http://line/v1"
+    assert (own.sandbox.image, own.sandbox.workdir, own.check.command) == ("my-image:1", "/app", "pytest -q")
+    assert from_file.model.api_base == "http://file/v1" and from_file.model.context_window == 32768
+    assert (from_file.check.command, from_file.check.rounds, from_file.check.timeout) == ("make test", 2, 60)
+
+
+@pytest.mark.parametrize("line, says", [
+    ({"task": "t", "settings": "missing.json"}, "line 1: settings file "),
+    ({"task": "t", "check": ""}, "line 1: invalid check.command"),
+    ({"task": "t", "check": {"command": "x", "rounds": -1}}, "line 1: invalid check.rounds"),
+    ({"task": "t", "template": 3}, 'line 1: "template" must be the name'),
+])
+def test_a_bad_check_or_settings_on_a_line_is_a_usage_error_naming_it(tmp_path, runs_dir, line, says):
+    out = cairn("batch", str(write_batch(tmp_path / "b.jsonl", line)), runs_dir=runs_dir)
+    assert out.returncode == 2 and says in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert not runs_dir.exists() or not list(runs_dir.iterdir())
+
+
+@pytest.mark.docker
+def test_a_batch_reports_each_runs_check_and_a_failed_check_fails_the_batch(tmp_path, runs_dir, sandbox_image):
+    check = "test -f hello.py"
+    ok_script(tmp_path / "a.json")
+    write_script(tmp_path / "b.json", tool("task_done", summary="did nothing"))
+    batch = write_batch(tmp_path / "tasks.jsonl",
+                        {"task": "write hello.py", "model": "scripted:a.json", "check": check},
+                        {"task": "write hello.py too", "model": "scripted:b.json", "check": check})
+    out = cairn("batch", str(batch), "--api-base", "http://127.0.0.1:9/v1", "--json", runs_dir=runs_dir)
+    assert out.returncode == 1, out.stderr[-3000:]
+    doc = json.loads(out.stdout)
+    a, b = doc["runs"]
+    assert (a["status"], a["check"]["passed"], b["status"], b["check"]["passed"]) == ("done", True, "done", False)
+    assert b["check"] == {"command": check, "passed": False, "exit_code": 1, "output_path": check_path(1),
+                          "round": 1}
+    assert (doc["totals"]["checks_passed"], doc["totals"]["checks_failed"]) == (1, 1)
+    assert json.loads((runs_dir / a["id"] / "state" / "run.json").read_text())["config"]["model"]["api_base"] \
+        == "http://127.0.0.1:9/v1"
+
+    again = cairn("batch", str(batch), runs_dir=runs_dir)  # the done run is skipped; the failed check is left
+    assert again.returncode == 1
+    rows = [line.split() for line in again.stdout.splitlines()[1:3]]
+    assert rows[0][2:4] == ["done", "passed"] and "skipped" in rows[0]
+    assert rows[1][2:4] == ["done", "failed"] and "left" in rows[1]
+    assert "1 passed, 1 failed" in again.stdout
 
 
 class EngineProxy:

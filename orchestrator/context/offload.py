@@ -44,6 +44,12 @@ def obs_path(step: int, tool: str, call_id: str | None = None) -> str:
     return f"{OBS_DIR}/{name}.txt"
 
 
+def check_path(number: int) -> str:
+    """Where the output of the run's `number`-th check is saved (orchestrator/check.py): among cairn's own
+    files, beside the offloaded outputs, so that it moves with them."""
+    return f"{OBS_DIR.rsplit('/', 1)[0]}/checks/check-{number}.txt"
+
+
 def count_lines(text: str) -> int:
     """Lines as `file_read` sees them: split on newlines; a final newline does not open a new line."""
     if not text:

@@ -94,7 +94,8 @@ def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
 
 def _unreadable_row(run: RunDir, why: str) -> dict[str, Any]:
     return {"id": run.id, "task": "", "status": UNREADABLE, "reason": why, "steps": 0, "tokens": 0,
-            "cache_hit_ratio": 0.0, "cost_usd": None, "started": 0, "duration_s": None}
+            "cache_hit_ratio": 0.0, "cost_usd": None, "started": 0, "duration_s": None,
+            "check": None}
 
 
 def _row(run: RunDir) -> dict[str, Any]:
@@ -121,19 +122,27 @@ def _row(run: RunDir) -> dict[str, Any]:
         "cost_usd": usage.get("cost_usd"),
         "started": created,
         "duration_s": round((meta.get("updated") or time.time()) - created, 1) if created else None,
+        "check": check_word(meta.get("check")),
     }
+
+
+def check_word(check: dict[str, Any] | None) -> str | None:
+    """`passed` or `failed` for a run whose check ran (--check), else None."""
+    if not check or check.get("passed") is None:
+        return None
+    return "passed" if check["passed"] else "failed"
 
 
 def render_runs(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no runs yet (start one with: cairn run \"TASK\")"
-    head = f"{'ID':<23} {'STATUS':<11} {'STEPS':>5} {'TOKENS':>9} {'CACHE':>5} {'COST':>9} {'STARTED':<16} {'TIME':>7}  TASK"
+    head = f"{'ID':<23} {'STATUS':<11} {'CHECK':<6} {'STEPS':>5} {'TOKENS':>9} {'CACHE':>5} {'COST':>9} {'STARTED':<16} {'TIME':>7}  TASK"
     lines = [head]
     for r in rows:
         cost = f"${r['cost_usd']:.4f}" if r["cost_usd"] is not None else "unknown"
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else "?"
         duration = f"{r['duration_s']:.0f}s" if r["duration_s"] is not None else "?"
         task = " ".join(r["task"].split()) if r["status"] != UNREADABLE else f"({r['reason']})"
-        lines.append(f"{r['id']:<23} {r['status']:<11} {r['steps']:>5} {r['tokens']:>9,} {r['cache_hit_ratio']:>5.0%} "
+        lines.append(f"{r['id']:<23} {r['status']:<11} {r['check'] or '-':<6} {r['steps']:>5} {r['tokens']:>9,} {r['cache_hit_ratio']:>5.0%} "
                      f"{cost:>9} {started:<16} {duration:>7}  {task[:60]}")
     return "\n".join(lines)

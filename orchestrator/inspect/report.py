@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.inspect.timeline import new_step, step_lines, timeline, walk
+from orchestrator.inspect.timeline import check_line, new_step, step_lines, timeline, walk
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
 
@@ -66,7 +66,7 @@ def report_data(run: RunDir) -> dict[str, Any]:
     for n, files in changes.items():
         steps.setdefault(n, _page_step(new_step(n), children))["files"] = files
     return {**doc, "steps": [steps[n] for n in sorted(steps) if n > 0], "preamble": steps.get(0),
-            "todos": todos, "files_source": files_source}
+            "todos": todos, "files_source": files_source, "check_rounds": walked["checks"]}
 
 
 def _page_step(step: dict[str, Any], children: dict[str, Any]) -> dict[str, Any]:
@@ -161,6 +161,8 @@ details.step > summary { cursor: pointer; padding: 6px 10px; list-style: none; d
 details.step > summary::-webkit-details-marker { display: none; }
 details.step[open] > summary { border-bottom: 1px solid var(--line); background: var(--soft); }
 details.step .body { padding: 6px 12px 10px; }
+details.check-round { border: 1px solid var(--line); border-radius: 6px; margin: 6px 0; }
+details.check-round > summary { cursor: pointer; padding: 6px 10px; } details.check-round .body { padding: 6px 12px 10px; }
 .idx { font-weight: 700; min-width: 44px; } .tools { flex: 1; } .tok { color: var(--dim); font-size: 12px; white-space: nowrap; }
 .tool-name { font-family: ui-monospace, monospace; font-weight: 600; }
 .mark-err { color: var(--err); font-weight: 700; } .mark-off { color: var(--orange); font-weight: 700; }
@@ -233,6 +235,7 @@ def render_report(run: RunDir) -> str:
         f'<pre id="task">{esc(data["task"])}</pre>',
         "<h2>Result</h2>",
         f'<pre id="result">{esc(result)}</pre>' if result else '<p class="meta" id="result">(no result)</p>',
+        *_check(data["check"], data["check_rounds"]),
         "<h2>Tokens and cost per step</h2>",
         _chart(data["steps"], data["compactions"]),
         "<h2>Timeline</h2>",
@@ -307,6 +310,23 @@ def _step(step: dict[str, Any]) -> str:
                f'{u["completion_tokens"]:,} completion tokens; {u["requests"]} model request(s){esc(cost)}</p>')
     out.append("</div></details>")
     return "\n".join(out)
+
+
+def _check(check: dict[str, Any] | None, rounds: list[dict[str, Any]]) -> list[str]:
+    """The check (--check): its verdict as a badge, then each time it ran, with what the agent was shown."""
+    if check is None:
+        return []
+    verdict = "not run" if check["passed"] is None else ("passed" if check["passed"] else "failed")
+    out = ["<h2>Check</h2>",
+           f'<p id="check" data-passed="{esc(verdict)}"><span class="badge {"done" if check["passed"] else "failed"}">'
+           f'{esc(verdict)}</span> {esc(check_line(check))}</p>']
+    for c in rounds:
+        what = "sent back to the agent" if c["sent_back"] else "the run's verdict"
+        out.append(f'<details class="check-round" data-round="{c["round"]}"><summary><span class="idx">'
+                   f'#{c["round"]}</span><span class="tools">after <a href="#step-{c["step"]}">step {c["step"]}</a>: '
+                   f'{esc(check_line(c))}</span><span class="tok">{esc(what)}</span></summary>'
+                   f'<div class="body"><pre>{esc(_clip(c["output"], RESULT_PREVIEW))}</pre></div></details>')
+    return out
 
 
 def _todos(todos: list[dict[str, Any]]) -> str:

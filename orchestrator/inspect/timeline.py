@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from orchestrator.store import events as ev
+from orchestrator.store.replay import check_verdict
 from orchestrator.store.runs import RunDir
 
 
@@ -28,7 +29,7 @@ def walk(run: RunDir) -> dict[str, Any]:
     """One pass over the event log, keeping everything its views need whole: each step's text, the
     messages it got, its notices, its calls (raw arguments, whole results), the usage of its own last
     model request and the sum of all its requests (a sub-agent's included); the run's totals, its
-    compactions, and how it ended. `timeline` (show, ls) and the report page are views of this."""
+    compactions, its checks (--check), and how it ended. `timeline` (show, ls) and the report page are views of this."""
     meta = run.read_meta()
     events, torn = run.events.read()
     steps: dict[int, dict[str, Any]] = {}
@@ -37,6 +38,7 @@ def walk(run: RunDir) -> dict[str, Any]:
     usage = {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
     cost_known = True
     status, result, task, compactions = meta.get("status", "running"), meta.get("result"), meta.get("task", ""), []
+    checks: list[dict[str, Any]] = []
 
     def step_of(n: int, show: bool = True) -> dict[str, Any]:
         if show:
@@ -78,13 +80,16 @@ def walk(run: RunDir) -> dict[str, Any]:
                                 "tokens_after": e.tokens_after, "summary_path": e.summary_path})
         elif isinstance(e, ev.Notice):
             step_of(e.step)["notices"].append(e.text)
+        elif isinstance(e, ev.CheckFinished):
+            checks.append({**check_verdict(e), "step": e.step, "timed_out": e.timed_out, "error": e.error,
+                           "sent_back": e.sent_back, "duration_ms": e.duration_ms, "output": e.output})
         elif isinstance(e, ev.StatusChanged):
             status, result = e.status, e.result if e.result is not None else result
 
     usage["cost_usd"] = round(usage["cost_usd"], 6) if cost_known else None
     usage["cache_hit_ratio"] = round(usage["cached_tokens"] / usage["prompt_tokens"], 4) if usage["prompt_tokens"] else 0.0
     return {"meta": meta, "events": events, "torn": torn, "task": task, "status": status, "result": result,
-            "steps": steps, "shown": shown, "usage": usage, "compactions": compactions}
+            "steps": steps, "shown": shown, "usage": usage, "compactions": compactions, "checks": checks}
 
 
 def new_step(n: int) -> dict[str, Any]:
@@ -110,8 +115,31 @@ def timeline(run: RunDir, walked: dict[str, Any] | None = None) -> dict[str, Any
                   for n, step in sorted(w["steps"].items()) if n > 0 and n in w["shown"]],
         "compactions": w["compactions"],
         "usage": w["usage"],
+        "check": _check(meta, w["checks"]),
+        "checks": [{key: c[key] for key in ("round", "step", "command", "passed", "exit_code", "output_path",
+                                             "timed_out", "sent_back")} for c in w["checks"]],
         "torn_last_line": w["torn"],
     }
+
+
+def _check(meta: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's check as CONTRACTS.md has it: the last one's verdict; for a run with a check that has not
+    run yet (no task_done so far), its command with `passed` null; None for a run without a check."""
+    if checks:
+        last = checks[-1]
+        return {key: last[key] for key in ("command", "passed", "exit_code", "output_path")}
+    command = ((meta.get("config") or {}).get("check") or {}).get("command")
+    return {"command": command, "passed": None, "exit_code": None, "output_path": None} if command else None
+
+
+def check_line(check: dict[str, Any]) -> str:
+    """One line on a check, for show, the end of a run and the report: its verdict, code and output file."""
+    if check.get("passed") is None:
+        return f"check: not run yet · {check['command']}"
+    verdict = "passed" if check["passed"] else "failed"
+    code = "could not run" if check.get("exit_code") is None else f"exit code {check['exit_code']}"
+    saved = f" · output in {check['output_path']}" if check.get("output_path") else ""
+    return f"check {verdict} ({code}) · {check['command']}{saved}"
 
 
 def _shown_call(run: RunDir, c: dict[str, Any]) -> dict[str, Any]:

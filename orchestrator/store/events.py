@@ -98,6 +98,24 @@ class StatusChanged(_Event):
     result: str | None = None
 
 
+class CheckFinished(_Event):
+    """The run's check (`--check CMD`) ran after a task_done. `output` is what the agent is shown of it
+    (whole when small, else a preview pointing at `output_path`, which holds it whole); `sent_back`:
+    it went back to the agent as a message (a round of --check-rounds) and the run went on."""
+
+    type: Literal["check_finished"] = "check_finished"
+    command: str
+    round: int  # 1 for the run's first check, 2 for its second, ...
+    exit_code: int | None  # None: the check could not be run at all (`error` says why)
+    passed: bool
+    output_path: str | None = None
+    output: str = ""
+    timed_out: bool = False
+    duration_ms: float | None = None
+    error: str | None = None
+    sent_back: bool = False
+
+
 class Checkpoint(_Event):
     type: Literal["checkpoint"] = "checkpoint"
     commit: str | None
@@ -116,6 +134,7 @@ Event = Annotated[
         Notice,
         StatusChanged,
         Checkpoint,
+        CheckFinished,
     ],
     Field(discriminator="type"),
 ]

@@ -38,7 +38,7 @@ from orchestrator.store.runs import RunDir
 
 ACTIONS = ("model_request", "assistant_message", "tool_started", "tool_finished", "compaction")
 TAIL_KEPT = ("checkpoint", "notice")
-RUN_SPECIFIC = ("id", "created", "updated", "status", "steps", "result", "usage", "forked_from")
+RUN_SPECIFIC = ("id", "created", "updated", "status", "steps", "result", "usage", "check", "forked_from")
 
 
 @dataclass

@@ -31,6 +31,9 @@ class RunState:
         self.started: set[str] = set()  # of those, the ones that began to run
         self.signatures: list[str] = []
         self.summaries = 0
+        self.checks = 0  # checks run (--check), and the last one's verdict
+        self.check: dict[str, Any] | None = None
+        self.check_rounds = 0  # failed checks sent back to the agent since a person last spoke
         self.n_events = 0
 
     def apply(self, event: ev.Event) -> None:
@@ -48,6 +51,8 @@ class RunState:
 
     def _on_user_message(self, e: ev.UserMessage) -> None:
         self.history.append(self._id(), {"role": "user", "content": e.text}, e.step, kind="user")
+        if e.source != "check":  # a person's word gives the check its rounds again
+            self.check_rounds = 0
 
     def _on_model_request(self, e: ev.ModelRequest) -> None:
         u = e.usage
@@ -94,7 +99,20 @@ class RunState:
         if e.kind == "summary":
             self.summaries += 1
 
+    def _on_check_finished(self, e: ev.CheckFinished) -> None:
+        self.checks = e.round
+        self.check = check_verdict(e)
+        if e.sent_back:
+            self.check_rounds += 1
+
     def _on_status(self, e: ev.StatusChanged) -> None:
         self.status = e.status
         if e.result is not None:
             self.result = e.result
+
+
+def check_verdict(e: ev.CheckFinished) -> dict[str, Any]:
+    """A check as `cairn show --json`, run.json and `ls` give it (CONTRACTS.md: command, passed, exit_code,
+    output_path)."""
+    return {"command": e.command, "passed": e.passed, "exit_code": e.exit_code, "output_path": e.output_path,
+            "round": e.round}
