@@ -128,8 +128,11 @@ def timeline(run: RunDir, walked: dict[str, Any] | None = None) -> dict[str, Any
         "created": meta.get("created"),
         "updated": meta.get("updated"),
         "steps": [{"index": n, "text": step["text"], "tool_calls": [_shown_call(run, c) for c in step["calls"]],
-                   "usage": step["usage"], "notices": step["notices"], "messages": step["messages"]}
+                   "usage": step["usage"], "notices": step["notices"]}
                   for n, step in sorted(w["steps"].items()) if n > 0 and n in w["shown"]],
+        # Messages from outside, where they reached the run: a `cairn say` message reaches the step after
+        # it was sent, which a run that then failed may never have shown.
+        "messages": [{"step": n, **m} for n, step in sorted(w["steps"].items()) for m in step["messages"]],
         "compactions": w["compactions"],
         "usage": w["usage"],
         "torn_last_line": w["torn"],
@@ -169,25 +172,36 @@ def step_lines(doc: dict[str, Any], indent: str = "") -> list[str]:
     """One line a tool call: step, tool, arguments in short, result in short, error and offload marks;
     one line a message from outside (`cairn say`, INBOX.md, a resume's answer) where it reached the run.
     A sub-agent's steps follow its agent_delegate call, indented."""
+    lines: list[str] = []
+    steps = {step["index"]: step for step in doc["steps"]}
+    messages: dict[int, list[dict[str, Any]]] = {}
+    for m in doc.get("messages") or []:
+        messages.setdefault(m["step"], []).append(m)
+    for n in sorted(set(steps) | set(messages)):
+        lines += [_message_line(n, m, indent) for m in messages.get(n, []) if m["source"] in ARRIVING]
+        step = steps.get(n)
+        if step is not None:
+            lines += _call_lines(step, indent)
+        lines += [_message_line(n, m, indent) for m in messages.get(n, []) if m["source"] not in ARRIVING]
+    return lines
+
+
+def _call_lines(step: dict[str, Any], indent: str) -> list[str]:
     lines = []
-    for step in doc["steps"]:
-        tokens = (step["usage"] or {}).get("prompt_tokens", 0)
-        messages = step.get("messages") or []
-        lines += [_message_line(step["index"], m, indent) for m in messages if m["source"] in ARRIVING]
-        if step["text"] and not step["tool_calls"]:
-            lines.append(f"{indent}{step['index']:>4}  {'(text)':<12} {_preview(step['text'], 90)}")
-        for call in step["tool_calls"]:
-            mark = "✗" if call["error"] else ("…" if not call["finished"] else " ")
-            args = call["arguments"] if isinstance(call["arguments"], str) else json.dumps(call["arguments"])
-            saved = f"  ⇢ {call['offloaded_to']}" if call["offloaded_to"] else ""
-            lines.append(f"{indent}{step['index']:>4} {mark}{call['name']:<12} {_preview(args, 50):<50} "
-                         f"→ {_preview(call['result'], 50)}{saved}  [{tokens:,} tok]")
-            child = call.get("child")
-            if child:
-                inner = indent + "     ┆ "
-                lines.append(f"{inner}sub-agent {child['id']} [{child['status']}]: {_preview(child['task'], 70)}")
-                lines += step_lines(child, inner)
-        lines += [_message_line(step["index"], m, indent) for m in messages if m["source"] not in ARRIVING]
+    tokens = (step["usage"] or {}).get("prompt_tokens", 0)
+    if step["text"] and not step["tool_calls"]:
+        lines.append(f"{indent}{step['index']:>4}  {'(text)':<12} {_preview(step['text'], 90)}")
+    for call in step["tool_calls"]:
+        mark = "✗" if call["error"] else ("…" if not call["finished"] else " ")
+        args = call["arguments"] if isinstance(call["arguments"], str) else json.dumps(call["arguments"])
+        saved = f"  ⇢ {call['offloaded_to']}" if call["offloaded_to"] else ""
+        lines.append(f"{indent}{step['index']:>4} {mark}{call['name']:<12} {_preview(args, 50):<50} "
+                     f"→ {_preview(call['result'], 50)}{saved}  [{tokens:,} tok]")
+        child = call.get("child")
+        if child:
+            inner = indent + "     ┆ "
+            lines.append(f"{inner}sub-agent {child['id']} [{child['status']}]: {_preview(child['task'], 70)}")
+            lines += step_lines(child, inner)
     return lines
 
 
