@@ -408,8 +408,8 @@ def diff(
     if text:
         page(text)
     else:
-        typer.echo(f"(no changes{'' if step is None else f' in step {step}'}"
-                   f"{' in ' + ', '.join(paths) if paths else ''})", err=True)
+        where = f" to {', '.join(paths)}" if paths else ""
+        typer.echo(f"(no changes{where}{'' if step is None else f' in step {step}'})", err=True)
 
 
 @app.command()

@@ -191,6 +191,15 @@ def test_an_old_date_first_id_still_resolves_by_prefix(runs_dir):
     assert json.loads(cairn("show", "2026112", "--json", runs_dir=runs_dir).stdout)["id"] == old
 
 
+def test_ls_says_a_run_that_never_recorded_its_end_crashed_and_can_resume(runs_dir):
+    from orchestrator.store.runs import RunDir
+
+    run = RunDir.create(runs_dir, {"task": "crashed", "status": "running"})
+    [row] = json.loads(cairn("ls", "--json", runs_dir=runs_dir).stdout)
+    assert row["status"] == "interrupted" and "a crash or a kill" in row["reason"] and "cairn resume" in row["reason"]
+    assert row["id"] == run.id
+
+
 def test_ls_lists_runs_oldest_first_whatever_their_ids(runs_dir):
     made = [_made(runs_dir, 1000.0 + i) for i in range(4)]
     assert [r["id"] for r in json.loads(cairn("ls", "--json", runs_dir=runs_dir).stdout)] == made
@@ -317,3 +326,38 @@ def test_show_prints_the_messages_said_to_a_run(runs_dir, sandbox_image, tmp_pat
     lines = cairn("show", run, runs_dir=runs_dir).stdout.splitlines()
     said = lines.index("   2 ✉say          use the second option, please")
     assert lines[said + 1].startswith("   2  task_done")  # where it reached the run: before step 2's call
+
+
+# -- interactive mode -----------------------------------------------------------------------------
+
+
+@pytest.mark.docker
+def test_interactive_mode_shows_the_answer_and_a_clean_prompt(runs_dir, sandbox_image, tmp_path):
+    import pty
+    import select
+
+    model = script(tmp_path / "chat.json", {"content": "Hello! Which file should I start with?"}, DONE)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", "--model", model],
+                            stdin=follower, stdout=follower, stderr=follower, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "CAIRN_RUNS_DIR": str(runs_dir)})
+    os.close(follower)
+
+    def read_until(prompt: bytes, seconds: float = 120) -> bytes:
+        seen, deadline = b"", time.time() + seconds
+        while prompt not in seen:
+            assert time.time() < deadline, seen
+            if select.select([leader], [], [], 1)[0]:
+                seen += os.read(leader, 4096)
+        return seen
+
+    read_until(b"task> ")
+    os.write(leader, b"say hello\n")
+    turn = read_until(b"you> ")
+    assert b"Hello! Which file should I start with?" in turn  # the answer, whole
+    assert b"status: stopped" not in turn  # a text answer ends the turn; it is not news
+    assert not select.select([leader], [], [], 1.5)[0]  # no status line redrawn under the prompt
+    os.write(leader, b"a.txt\n")
+    read_until(b"you> ")
+    os.write(leader, b"\x04")
+    assert proc.wait(timeout=60) == 0
