@@ -99,6 +99,7 @@ class Agent:
             self.inbox_watcher = None
         self.emit(ev.StatusChanged(step=self.state.step, status=end.status, reason=end.reason, result=end.result))
         self._save_meta()
+        self.run_dir.take_stop_request()  # a `cairn stop` that came as the run ended is not for its next run
         return self.state.status
 
     def step(self) -> None:
