@@ -350,8 +350,8 @@ class Batch:
         row.cost_usd = usage.get("cost_usd", row.cost_usd) if usage else row.cost_usd
         row.result = meta.get("result")
         row.check = meta.get("check")
-        if row.status == "failed" and not row.error:
-            row.error = row.result or _failure_reason(run)
+        if row.status not in ("done", "running") and not row.error:  # every end but done says why
+            row.error = _end_reason(run, row.status, row.result)
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         self._sigints += 1
@@ -371,10 +371,15 @@ class Batch:
         raise KeyboardInterrupt
 
 
-def _failure_reason(run: RunDir) -> str | None:
+def _end_reason(run: RunDir, status: str, result: str | None) -> str | None:
+    """The one-line reason `cairn show` gives for the run's end (inspect/timeline.end_error)."""
+    from orchestrator.inspect.timeline import end_error
+
     for event in reversed(run.events.read()[0]):
-        if isinstance(event, ev.StatusChanged) and event.status == "failed":
-            return event.reason
+        if isinstance(event, ev.StatusChanged):
+            error = end_error(status, result, {"reason": event.reason, "index": None, "type": event.type,
+                                               "step": event.step})
+            return error["reason"] if error else None
     return None
 
 
@@ -455,7 +460,7 @@ def run_batch(batch_file: Path, runs_dir: Path, jobs: int, json_output: bool, ap
     from rich.console import Console
     from rich.live import Live
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)  # piped, a line stays whole
     live_table = not json_output and err.is_terminal
 
     def ended(row: Row) -> None:

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 from pydantic import ValidationError
@@ -28,6 +28,68 @@ app.add_typer(image_app, name="image")
 
 RunsDir = typer.Option(None, "--runs-dir", help="Where runs live (default $CAIRN_RUNS_DIR, else ~/.cairn/runs).")
 JsonOut = typer.Option(False, "--json", help="Print one JSON document on stdout and nothing else.")
+RUN_HELP = "A run id, a unique prefix of one, or @last (or -) for the newest run."
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"cairn {version()}")
+        raise typer.Exit()
+
+
+def version() -> str:
+    """The installed package's version (the source tree's, when run from a checkout that is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version as installed
+
+    try:
+        return installed("cairn-agent")
+    except PackageNotFoundError:
+        from orchestrator import __version__
+
+        return __version__
+
+
+@app.callback()
+def _app(show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                           help="Print the version and exit.")) -> None:
+    pass
+
+
+def _plain_metavars() -> None:
+    """Option help as `--step N`, `--json`, `--model TEXT`, not `--json <bool>`, `--model <str>`: typer
+    labels every parameter with its Python type, flags too. Done once, for every command: a flag shows
+    no label, an argument its upper-case name, an option its metavar when it has one, else a short word."""
+    from typer import core
+
+    words = {"int": "N", "float": "NUMBER", "str": "TEXT", "bool": "BOOL"}
+
+    def plain(typed: Any) -> Any:
+        def label(self: Any, ctx: Any) -> str | None:
+            if self.metavar is not None and not isinstance(self, core.TyperArgument):
+                return self.metavar
+            if isinstance(self, core.TyperArgument) or getattr(self, "is_flag", False) or getattr(self, "count", False):
+                return None  # an argument's name is its label; a flag takes no value
+            shown = typed(self, ctx)  # typer's own, e.g. "<int range>", "<path>", "<none|bridge>"
+            if not shown:
+                return shown
+            inner = shown.strip("<>").replace(" range", "")
+            return words.get(inner, inner if "|" in inner else inner.upper())
+        return label
+
+    def usage_name(self: Any) -> str:
+        name = self.metavar or self.name.upper()
+        name = name if self.required else f"[{name}]"
+        return name + ("..." if self.nargs != 1 and not self.metavar else "")
+
+    for cls in (core.TyperOption, core.TyperArgument):
+        if hasattr(cls, "display_type_rich"):  # typer 0.2x; older ones print no type labels
+            cls.display_type_rich = plain(cls.display_type_rich)
+    if hasattr(core.TyperArgument, "_usage_display_name"):
+        core.TyperArgument._usage_display_name = usage_name
+        core.TyperArgument.display_name_raw = property(lambda self: self.metavar or self.name.upper())
+
+
+_plain_metavars()
 
 
 def _runs_dir(value: Optional[Path]) -> Path:
@@ -207,15 +269,18 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
     from orchestrator.inspect.timeline import check_line, timeline
     from orchestrator.runner import Session, exit_code, mark_failed
 
-    display = make_display(json_output)
+    display = make_display(json_output, chat=interactive)
+    run_dir.take_stop_request()  # a `cairn stop` that came as the run was ending is not for this one
     session = None
     try:
         with Session(run_dir, cfg, display, resumed=resumed) as session:
             status = session.go(message, source=source or ("answer" if resumed and message else "user"))
             while interactive and status != "interrupted":
+                display.pause()  # no status line redrawn under the prompt while the person types
                 reply = _ask("you> ", allow_eof=True)
                 if reply is None:
                     break
+                display.resume()
                 status = session.go(reply)
             error, verdict = session.agent.error, session.agent.state.check
     except CairnError as exc:
@@ -230,11 +295,19 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
         _print_json(timeline(run_dir))
     else:
         doc = timeline(run_dir)
-        typer.echo(f"run {run_dir.id}: {status}" + (f": {doc['result']}" if doc["result"] else ""), err=True)
+        said = doc["result"] or (doc["error"] or {}).get("reason")
+        typer.secho(f"run {run_dir.id}: {status}" + (f": {said}" if said else ""), err=True, fg=_status_colour(status))
         if doc["check"] is not None and doc["check"]["passed"] is not None:
             typer.echo(f"  {check_line(doc['check'])}", err=True)
         typer.echo(f"  inspect it with: cairn show {run_dir.id}", err=True)
     raise typer.Exit(exit_code(status, error, verdict if status == "done" else None))
+
+
+def _status_colour(status: str) -> str | None:
+    """Done green, a failure red, the rest plain (click drops colours when the stream is not a terminal)."""
+    if os.environ.get("NO_COLOR"):
+        return None
+    return {"done": "green", "failed": "red", "looping": "red", "budget": "yellow"}.get(status)
 
 
 def _ask(prompt: str, allow_eof: bool = False) -> str | None:
@@ -273,28 +346,32 @@ def batch(
 
 @app.command("ls")
 def ls(runs_dir: Optional[Path] = RunsDir, json_output: bool = JsonOut) -> None:
-    """List runs."""
+    """List runs, oldest first; a run that did not finish says why (the REASON column, `reason` in JSON)."""
     from orchestrator.inspect.listing import list_runs, render_runs
+
+    from orchestrator.terminal import width
 
     rows = list_runs(_runs_dir(runs_dir))
     if json_output:
         _print_json(rows)
     else:
-        typer.echo(render_runs(rows))
+        typer.echo(render_runs(rows, width(sys.stdout)))
 
 
 @app.command()
 def show(
-    run_ref: str = typer.Argument(..., metavar="RUN"),
-    step: Optional[int] = typer.Option(None, "--step", help="Show one step whole."),
+    run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP),
+    step: Optional[int] = typer.Option(None, "--step", help="Show one step whole: its messages, text, calls and whole results."),
     runs_dir: Optional[Path] = RunsDir,
     json_output: bool = JsonOut,
 ) -> None:
-    """The timeline of a run, or one step whole."""
-    from orchestrator.inspect.timeline import check_line, step_lines, timeline
+    """The timeline of a run (with the messages it got, and why it ended), or one step whole."""
+    from orchestrator.inspect.timeline import check_line, step_lines, step_text, timeline, walk
+    from orchestrator.terminal import page
 
     run_dir = _find(runs_dir, run_ref)
-    doc = _readable(run_dir, lambda: timeline(run_dir))
+    walked = _readable(run_dir, lambda: walk(run_dir))
+    doc = timeline(run_dir, walked)
     if step is not None:
         matches = [s for s in doc["steps"] if s["index"] == step]
         if not matches:
@@ -302,7 +379,7 @@ def show(
         if json_output:
             _print_json(matches[0])
         else:
-            typer.echo(json.dumps(matches[0], indent=2, ensure_ascii=False))
+            page(step_text(walked, step))
         return
     if json_output:
         _print_json(doc)
@@ -310,7 +387,7 @@ def show(
     u = doc["usage"]
     cost = f"${u['cost_usd']:.4f}" if u["cost_usd"] is not None else "cost unknown"
     typer.echo(f"run {doc['id']}  [{doc['status']}]  model {doc['model']}")
-    typer.echo(f"task: {doc['task']}")
+    typer.echo(f"task: {' '.join(doc['task'].split())}")
     typer.echo("\n".join(step_lines(doc)) or "(no steps yet)")
     typer.echo(f"tokens: {u['prompt_tokens']:,} prompt ({u['cache_hit_ratio']:.0%} cached), "
                f"{u['completion_tokens']:,} completion; {cost}")
@@ -323,6 +400,8 @@ def show(
         typer.echo(f"result: {doc['result']}")
     if doc["check"] is not None:
         typer.echo(check_line(doc["check"]))
+    if doc["error"]:
+        typer.secho(f"{doc['status']}: {doc['error']['reason']}", fg=_status_colour(doc["status"]))
 
 
 def _readable(run_dir, read: Any) -> Any:  # noqa: ANN001 - RunDir, imported lazily
@@ -362,33 +441,45 @@ def files(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[
 
 @app.command()
 def diff(
-    run_ref: str = typer.Argument(..., metavar="RUN"),
+    run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP),
+    paths: Optional[List[str]] = typer.Argument(None, metavar="PATH...",
+                                                help="Only these files or folders, relative to the workspace "
+                                                     "(after --: cairn diff RUN -- src/)."),
     step: Optional[int] = typer.Option(None, "--step", help="What step N changed (default: the whole run)."),
+    stat: bool = typer.Option(False, "--stat", help="A summary: the files changed and how much (git's diffstat)."),
+    everything: bool = typer.Option(False, "--all", help="Include cairn's own files (saved outputs, fetched pages)."),
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
-    """What the run changed in its workspace, as a unified diff (from its checkpoints)."""
+    """What the run changed in its workspace, as a unified diff (from its checkpoints), without cairn's
+    own files unless --all. On a terminal: in colour, through $PAGER (less) when longer than the screen."""
     from orchestrator.inspect.changes import diff as run_diff
+    from orchestrator.terminal import colour, page, width
 
-    text = run_diff(_find(runs_dir, run_ref), step)
+    if step is not None and step < 0:
+        raise UsageError("--step is 0 or more")
+    text = run_diff(_find(runs_dir, run_ref), step, paths=paths, everything=everything, stat=stat,
+                    colour=colour(sys.stdout), stat_width=width(sys.stdout))
     if text:
-        typer.echo(text)
+        page(text)
     else:
-        typer.echo(f"(no changes{'' if step is None else f' in step {step}'})", err=True)
-
+        where = f" to {', '.join(paths)}" if paths else ""
+        typer.echo(f"(no changes{where}{'' if step is None else f' in step {step}'})", err=True)
 
 
 @app.command()
 def report(
-    run_ref: str = typer.Argument(..., metavar="RUN"),
-    output: Path = typer.Option(..., "--output", "-o", help="The HTML file to write."),
+    run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE.html",
+                                          help="The HTML file to write (default: RUN.html in this folder)."),
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
-    """Write one self-contained HTML page of the run (timeline, todo, files, tokens and cost)."""
+    """Write one self-contained HTML page of the run (timeline, todo, files, tokens and cost); print its path."""
     from orchestrator.inspect.report import write_report
 
     run_dir = _find(runs_dir, run_ref)
-    _readable(run_dir, lambda: write_report(run_dir, output))
-    typer.echo(f"wrote {output}", err=True)
+    out = output or Path(f"{run_dir.id}.html")
+    _readable(run_dir, lambda: write_report(run_dir, out))
+    typer.echo(str(out))
 
 
 @app.command()
@@ -419,6 +510,74 @@ def say(
     else:
         typer.echo(f"run {run_dir.id} is not running; it gets the message when it is resumed "
                    f"(cairn resume {run_dir.id})", err=True)
+
+
+@app.command("rm")
+def rm(
+    run_refs: List[str] = typer.Argument(..., metavar="RUN...", help=RUN_HELP),
+    runs_dir: Optional[Path] = RunsDir,
+) -> None:
+    """Remove runs: each one's directory and its sandbox container. A live run is refused (cairn stop it
+    first); the folder of a run made with --workspace is the user's, and is left as it is."""
+    import shutil
+
+    from orchestrator.errors import SandboxError
+    from orchestrator.runner import run_is_live
+    from orchestrator.sandbox.container import container_name
+
+    runs = list({r.id: r for r in (_find(runs_dir, ref) for ref in run_refs)}.values())  # all found, or none removed
+    for run_dir in runs:
+        if run_is_live(run_dir):
+            raise UsageError(f"run {run_dir.id} is running; stop it first", hint=f"cairn stop {run_dir.id}")
+    try:
+        from orchestrator.sandbox.engine import connect
+
+        client = connect(timeout=15)
+    except SandboxError as exc:
+        client = None
+        typer.echo(f"cairn: {exc.message}: the runs' containers ({', '.join(container_name(r.id) for r in runs)}) "
+                   "are left; `cairn gc` removes them later", err=True)
+    for run_dir in runs:
+        gone = client is not None and _remove_container(client, container_name(run_dir.id))
+        try:
+            shutil.rmtree(run_dir.root)
+        except OSError as exc:
+            raise CairnError(f"cannot remove {run_dir.root}: {exc.strerror or exc}",
+                             hint="files the sandbox made as another user: remove the folder as that user") from None
+        typer.echo(f"removed run {run_dir.id}" + (f" and its container {container_name(run_dir.id)}" if gone else ""))
+        if run_dir.external_workspace:
+            typer.echo(f"  its folder {run_dir.external_workspace} is yours, and was left as it is", err=True)
+
+
+def _remove_container(client: Any, name: str) -> bool:
+    """True when there was a container of that name, and it is gone."""
+    import docker
+
+    from orchestrator.sandbox.container import remove
+
+    try:
+        client.api.inspect_container(name)
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.DockerException:
+        pass  # `remove` says what the engine says
+    remove(client, name)
+    return True
+
+
+@app.command()
+def stop(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_dir: Optional[Path] = RunsDir) -> None:
+    """Stop a live run between actions, as Ctrl-C does: it ends `interrupted`, and `cairn resume` continues it.
+    Works for a run of a batch too."""
+    from orchestrator.runner import run_is_live
+
+    run_dir = _find(runs_dir, run_ref)
+    if not run_is_live(run_dir):
+        status = run_dir.read_meta().get("status", "running")
+        raise CairnError(f"run {run_dir.id} is not running (its status: "
+                         f"{'interrupted, by a crash' if status == 'running' else status})")
+    run_dir.request_stop()
+    typer.echo(f"run {run_dir.id} stops after its current action; then `cairn resume {run_dir.id}` continues it")
 
 
 @app.command("export")
@@ -533,9 +692,10 @@ def _one_line(exc: ValidationError) -> str:
 
 def main() -> None:
     try:
-        app()
+        app(prog_name="cairn")
     except CairnError as exc:
-        typer.echo(f"cairn: error: {exc.message}", err=True)
+        # click drops the colour when stderr is not a terminal; NO_COLOR is honoured here too
+        typer.secho(f"cairn: error: {exc.message}", err=True, fg=None if os.environ.get("NO_COLOR") else "red")
         if exc.hint:
             typer.echo(f"  hint: {exc.hint}", err=True)
         sys.exit(exc.exit_code)

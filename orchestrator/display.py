@@ -56,6 +56,12 @@ class Quiet:
     def event(self, event: ev.Event, state: RunState) -> None:
         pass
 
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -63,8 +69,9 @@ class Quiet:
 class LiveDisplay:
     """Action lines scroll above a status line: step, tool, tokens, cache hits, cost, elapsed."""
 
-    def __init__(self, console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, chat: bool = False) -> None:
         self.console = console or Console(stderr=True)
+        self.chat = chat  # an interactive session: answers are shown whole, and a text answer is no "stop"
         self.started = time.time()
         self.current = "starting"
         self.state: RunState | None = None
@@ -92,16 +99,40 @@ class LiveDisplay:
             self.console.print(line, highlight=False, markup=False, emoji=False)
 
     def _line(self, event: ev.Event) -> str | None:
+        if self.chat:
+            said = self._chat_line(event)
+            if said is not False:
+                return said
         if isinstance(event, ev.ToolStarted):
             self.current = f"{event.name} {short(event.arguments, 60)}"
         elif isinstance(event, ev.ToolFinished):
             self.current = "thinking"
         return event_line(event)
 
+    def _chat_line(self, event: ev.Event) -> str | None | bool:
+        """In a chat, the model's answer (text without a tool call) is the reply: shown whole, and the
+        run's "stopped" that follows it is the turn ending, not news. False: the usual line."""
+        if isinstance(event, ev.AssistantMessage) and event.message.get("content") and not event.message.get("tool_calls"):
+            return f"\n{event.message['content'].strip()}\n"
+        if isinstance(event, ev.StatusChanged) and event.status in ("stopped", "running"):
+            return None
+        return False
+
+    def pause(self) -> None:
+        """Before a prompt: the status line goes, so that nothing redraws under what the person types."""
+        if self.live.is_started:
+            self.live.stop()
+
+    def resume(self) -> None:
+        if self.console.is_terminal and not self.live.is_started:
+            self.started = time.time()
+            self.live.start()
+
     def close(self) -> None:
         if self.live.is_started:
             self.live.stop()
 
 
-def make_display(json_output: bool) -> Quiet | LiveDisplay:
-    return Quiet() if json_output else LiveDisplay(Console(stderr=True))
+def make_display(json_output: bool, chat: bool = False) -> Quiet | LiveDisplay:
+    # soft_wrap: a line is never broken by rich; piped (80 columns by rich's reckoning) it stays one line
+    return Quiet() if json_output else LiveDisplay(Console(stderr=True, soft_wrap=True), chat=chat)

@@ -18,7 +18,7 @@ from orchestrator.errors import CairnError
 from orchestrator.context import CannotCompact, TokenCounter, build_request, compact, needs_compaction
 from orchestrator.context import render_tail, shape_result
 from orchestrator.context.offload import CAIRN_DIR, obs_path
-from orchestrator.delegate import delegate, resumable_child, resume_delegate
+from orchestrator.delegate import delegate, resumable_child, resume_delegate, top_of
 from orchestrator.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
 from orchestrator.llm.client import ContextOverflow
 from orchestrator.llm.types import Reply, ToolCall
@@ -101,6 +101,7 @@ class Agent:
             self.inbox_watcher = None
         self.emit(ev.StatusChanged(step=self.state.step, status=end.status, reason=end.reason, result=end.result))
         self._save_meta()
+        self.run_dir.take_stop_request()  # a `cairn stop` that came as the run ended is not for its next run
         return self.state.status
 
     def step(self) -> None:
@@ -120,8 +121,15 @@ class Agent:
         warning = self.guard.check(self.state.signatures)
         if warning:
             self.notices.append(warning)
+        if self._stop_asked():
+            raise Finished("interrupted", "stopped by cairn stop")
         if self.stop_requested:
             raise Finished("interrupted", "stopped by Ctrl-C")
+
+    def _stop_asked(self) -> bool:
+        """`cairn stop` (store/runs.py): a sub-agent sees its top run's request and stops; the top run takes it."""
+        top = top_of(self.run_dir)
+        return top.stop_path.exists() if top is not self.run_dir else top.take_stop_request()
 
     def run_tools(self, calls: list[ToolCall], step: int) -> Finished | None:
         """Runs the calls in order, each recorded before the next; returns how the run ends, if a call ends it."""

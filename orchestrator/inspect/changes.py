@@ -5,6 +5,7 @@ Reads only `state/checkpoints.git` (never the live workspace), and imports no mo
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UsageError
@@ -22,23 +23,57 @@ def _checkpoints(run: RunDir) -> tuple[Checkpoints, dict[int, str]]:
     return cp, steps
 
 
-def diff(run: RunDir, step: int | None = None) -> str:
-    """A unified diff: what step `step` changed, or with no step the whole run (first to last
-    checkpoint). Binary files are named, not shown. Empty when nothing changed."""
+# cairn's own files in a workspace (saved outputs, fetched pages, summaries, the inbox): left out of
+# `cairn diff` unless --all. The one place that says which they are, as a git pathspec.
+CAIRN_OWN = [":(exclude,top).cairn"]
+
+
+def diff(run: RunDir, step: int | None = None, paths: list[str] | None = None, everything: bool = False,
+         stat: bool = False, colour: bool = False, stat_width: int | None = None) -> str:
+    """A unified diff (or with `stat` git's diffstat): what step `step` changed, or with no step the
+    whole run (first to last checkpoint), limited to `paths` (relative to the workspace) when given,
+    without cairn's own files unless `everything`. Binary files are named, not shown. Empty when
+    nothing changed."""
+    pathspecs = _pathspecs(paths) + ([] if everything else CAIRN_OWN)
     cp, steps = _checkpoints(run)
     if step is None:
         before, after = steps[min(steps)], steps[max(steps)]
     else:
-        if step < 0:
-            raise UsageError("a step is 0 or more")
+        last = last_step(run, steps)
+        if not 0 <= step <= last:
+            raise UsageError(f"run {run.id} has no step {step}: its steps are 0 to {last}")
         after = cp.commit_at(step, steps)
         if after is None:
             raise UsageError(f"run {run.id} has no checkpoint at or before step {step}")
         before = cp.commit_at(step - 1, steps) or EMPTY_TREE
     if before == after:
         return ""
-    return make_git(cp.git_dir).diff("--no-color", "--no-ext-diff", "--no-textconv", "--find-renames",
-                                     before, after, "--")
+    how = [f"--stat={stat_width or 1000}"] if stat else []
+    return make_git(cp.git_dir).diff(
+        "--color=always" if colour else "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames", *how,
+        before, after, "--", *pathspecs)
+
+
+def _pathspecs(paths: list[str] | None) -> list[str]:
+    """The path arguments of `cairn diff RUN -- PATH...`, relative to the workspace (`src/`, `./src` and
+    `/workspace/src` name the same folder); git's wildcards work in them."""
+    out = []
+    for raw in paths or []:
+        path = raw
+        if path == "/workspace" or path.startswith("/workspace/"):
+            path = path[len("/workspace"):].lstrip("/")
+        if path.startswith("/"):
+            raise UsageError(f"{raw}: give a path relative to the workspace (as `cairn files` lists them)")
+        if ".." in Path(path).parts:
+            raise UsageError(f"{raw}: a path in the workspace has no '..'")
+        out.append(f":(top){path or '.'}")
+    return out
+
+
+def last_step(run: RunDir, steps: dict[int, str]) -> int:
+    """The run's last step: the newest in its log (a step that changed nothing has no checkpoint)."""
+    events, _torn = run.events.read()
+    return max([max(steps), *(getattr(e, "step", 0) or 0 for e in events)])
 
 
 def files(run: RunDir) -> dict[str, Any]:

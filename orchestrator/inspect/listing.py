@@ -7,6 +7,8 @@ a hand edit) is listed as `unreadable` with one line why, and never stops the ot
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.errors import UsageError
-from orchestrator.inspect.timeline import timeline
+from orchestrator.inspect.timeline import end_error, one_line, timeline
 from orchestrator.runner import run_is_live
 from orchestrator.store import events as ev
 from orchestrator.store.runs import STATUSES, RunDir
@@ -81,10 +83,12 @@ def check_readable(run: RunDir, events_too: bool = False) -> None:
     if why:
         raise UsageError(f"run {run.id} is unreadable: {why}")
 
+CRASHED = "the cairn process ended without recording how (a crash or a kill); cairn resume continues it"
+
 
 def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
     rows = []
-    for run in RunDir.all(runs_dir):
+    for run in sorted(RunDir.all(runs_dir), key=lambda r: (r.started(), r.id)):  # ids do not sort by time
         try:
             rows.append(_row(run))
         except (UsageError, ValidationError):
@@ -94,8 +98,7 @@ def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
 
 def _unreadable_row(run: RunDir, why: str) -> dict[str, Any]:
     return {"id": run.id, "task": "", "status": UNREADABLE, "reason": why, "steps": 0, "tokens": 0,
-            "cache_hit_ratio": 0.0, "cost_usd": None, "started": 0, "duration_s": None,
-            "check": None}
+            "cache_hit_ratio": 0.0, "cost_usd": None, "started": 0, "duration_s": None, "check": None}
 
 
 def _row(run: RunDir) -> dict[str, Any]:
@@ -110,6 +113,11 @@ def _row(run: RunDir) -> dict[str, Any]:
         doc = timeline(run)
         usage, steps = doc["usage"], len(doc["steps"])
         status = "running" if run_is_live(run) else "interrupted"
+    if status == "interrupted" and meta.get("status", "running") == "running":
+        reason = CRASHED
+    else:
+        error = end_error(status, meta.get("result"), _last_status(run))
+        reason = error["reason"] if error else None
     usage = usage or {}
     created = meta.get("created") or 0
     return {
@@ -123,6 +131,7 @@ def _row(run: RunDir) -> dict[str, Any]:
         "started": created,
         "duration_s": round((meta.get("updated") or time.time()) - created, 1) if created else None,
         "check": check_word(meta.get("check")),
+        "reason": reason,
     }
 
 
@@ -133,16 +142,65 @@ def check_word(check: dict[str, Any] | None) -> str | None:
     return "passed" if check["passed"] else "failed"
 
 
-def render_runs(rows: list[dict[str, Any]]) -> str:
+def _last_status(run: RunDir, tail: int = 65536) -> dict[str, Any] | None:
+    """The run's last StatusChanged event, read from the end of its log: the end of a run is its last
+    line or nearly, and `ls` should not read a whole long log per run to find it."""
+    try:
+        with open(run.events.path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - tail))
+            chunk = f.read()
+    except OSError:
+        return None
+    lines = chunk.split(b"\n")
+    if size > tail:
+        lines = lines[1:]  # the first is likely cut
+    for line in reversed(lines):
+        if b'"type": "status"' not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        return {"reason": event.get("reason") or "", "step": event.get("step"), "type": "status", "index": None}
+    return _status_of(run) if size > tail else None  # further back than the tail: read the whole log
+
+
+def _status_of(run: RunDir) -> dict[str, Any] | None:
+    events, _torn = run.events.read()
+    for e in reversed(events):
+        if getattr(e, "type", None) == "status":
+            return {"reason": e.reason, "step": e.step, "type": "status", "index": None}
+    return None
+
+
+def render_runs(rows: list[dict[str, Any]], width: int | None = None) -> str:
+    """The table of `cairn ls`. A run that did not finish says why in a last column, cut to `width`
+    (the terminal's) when there is one; piped, every line is whole."""
     if not rows:
         return "no runs yet (start one with: cairn run \"TASK\")"
-    head = f"{'ID':<23} {'STATUS':<11} {'CHECK':<6} {'STEPS':>5} {'TOKENS':>9} {'CACHE':>5} {'COST':>9} {'STARTED':<16} {'TIME':>7}  TASK"
+    reasons = any(r.get("reason") for r in rows)
+    task_width = 40 if reasons else 60
+    head = (f"{'ID':<23} {'STATUS':<11} {'CHECK':<6} {'STEPS':>5} {'TOKENS':>9} {'CACHE':>5} {'COST':>9} {'STARTED':<16} {'TIME':>7}  "
+            + (f"{'TASK':<{task_width}}  REASON" if reasons else "TASK"))
     lines = [head]
     for r in rows:
         cost = f"${r['cost_usd']:.4f}" if r["cost_usd"] is not None else "unknown"
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else "?"
         duration = f"{r['duration_s']:.0f}s" if r["duration_s"] is not None else "?"
-        task = " ".join(r["task"].split()) if r["status"] != UNREADABLE else f"({r['reason']})"
-        lines.append(f"{r['id']:<23} {r['status']:<11} {r['check'] or '-':<6} {r['steps']:>5} {r['tokens']:>9,} {r['cache_hit_ratio']:>5.0%} "
-                     f"{cost:>9} {started:<16} {duration:>7}  {task[:60]}")
+        task = _clip(" ".join(r["task"].split()), task_width) if r["status"] != UNREADABLE else ""
+        line = (f"{r['id']:<23} {r['status']:<11} {r['check'] or '-':<6} {r['steps']:>5} {r['tokens']:>9,} {r['cache_hit_ratio']:>5.0%} "
+                f"{cost:>9} {started:<16} {duration:>7}  ")
+        if r.get("reason"):
+            line += f"{task:<{task_width}}  " + (_clip(r["reason"], width - len(line) - task_width - 2)
+                                                 if width else r["reason"])
+        else:
+            line += task
+        lines.append(line.rstrip())
     return "\n".join(lines)
+
+
+def _clip(text: str, width: int) -> str:
+    if width < 2:
+        return ""
+    return text if len(text) <= width else text[: width - 1] + "…"

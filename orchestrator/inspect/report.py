@@ -156,6 +156,8 @@ pre { background: var(--soft); border: 1px solid var(--line); border-radius: 6px
       max-height: 420px; overflow: auto; }
 .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600; background: var(--soft); border: 1px solid var(--line); }
 .badge.done { color: var(--ok); border-color: var(--ok); } .badge.failed, .badge.looping, .badge.budget { color: var(--err); border-color: var(--err); }
+.banner { margin: 12px 0 0; padding: 8px 12px; border-radius: 6px; border: 1px solid var(--orange); background: #fff8eb; }
+.banner.failed, .banner.looping, .banner.budget { border-color: var(--err); background: #fdf0ef; color: var(--err); }
 details.step { border: 1px solid var(--line); border-radius: 6px; margin: 6px 0; }
 details.step > summary { cursor: pointer; padding: 6px 10px; list-style: none; display: flex; gap: 10px; align-items: baseline; }
 details.step > summary::-webkit-details-marker { display: none; }
@@ -231,6 +233,7 @@ def render_report(run: RunDir) -> str:
         f'<span><b id="n-steps">{len(data["steps"])}</b> steps</span>'
         f"<span>{u['prompt_tokens']:,} prompt tokens ({u['cache_hit_ratio']:.0%} cached)</span>"
         f"<span>{u['completion_tokens']:,} completion tokens</span><span>{esc(cost)}</span></div>",
+        _banner(data),
         "<h2>Task</h2>",
         f'<pre id="task">{esc(data["task"])}</pre>',
         "<h2>Result</h2>",
@@ -254,6 +257,16 @@ def render_report(run: RunDir) -> str:
         parts += ["<h2>Torn last line of the event log</h2>", f"<pre>{esc(data['torn_last_line'])}</pre>"]
     parts += [f"<script>{JS}</script>", "</body></html>"]
     return "\n".join(parts) + "\n"
+
+
+def _banner(data: dict[str, Any]) -> str:
+    """Why a run that did not finish ended, at the top of the page (timeline.end_error)."""
+    error = data.get("error")
+    if not error:
+        return ""
+    where = f" (step {error['event']['step']})" if error.get("event") and error["event"].get("step") else ""
+    return (f'<div class="banner {esc(data["status"])}" id="reason" role="alert"><b>{esc(data["status"])}</b>'
+            f"{esc(where)}: {esc(error['reason'])}</div>")
 
 
 def write_report(run: RunDir, out: Path) -> Path:

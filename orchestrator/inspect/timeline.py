@@ -39,13 +39,14 @@ def walk(run: RunDir) -> dict[str, Any]:
     cost_known = True
     status, result, task, compactions = meta.get("status", "running"), meta.get("result"), meta.get("task", ""), []
     checks: list[dict[str, Any]] = []
+    end: dict[str, Any] | None = None  # the StatusChanged that ended the run, and where it is in the log
 
     def step_of(n: int, show: bool = True) -> dict[str, Any]:
         if show:
             shown.add(n)
         return steps.setdefault(n, new_step(n))
 
-    for e in events:
+    for index, e in enumerate(events):
         if isinstance(e, ev.RunStarted):
             task = e.task
         elif isinstance(e, ev.ModelRequest):
@@ -85,11 +86,31 @@ def walk(run: RunDir) -> dict[str, Any]:
                            "sent_back": e.sent_back, "duration_ms": e.duration_ms, "output": e.output})
         elif isinstance(e, ev.StatusChanged):
             status, result = e.status, e.result if e.result is not None else result
+            end = {"index": index, "type": e.type, "step": e.step, "reason": e.reason}
 
     usage["cost_usd"] = round(usage["cost_usd"], 6) if cost_known else None
     usage["cache_hit_ratio"] = round(usage["cached_tokens"] / usage["prompt_tokens"], 4) if usage["prompt_tokens"] else 0.0
     return {"meta": meta, "events": events, "torn": torn, "task": task, "status": status, "result": result,
-            "steps": steps, "shown": shown, "usage": usage, "compactions": compactions, "checks": checks}
+            "steps": steps, "shown": shown, "usage": usage, "compactions": compactions, "checks": checks,
+            "error": end_error(status, result, end)}
+
+
+def end_error(status: str, result: str | None, end: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Why a run that did not finish ended: `{"reason": one line, "event": where the log says so}`;
+    None for a run that is done or still running. Shared by show, ls, the report and the batch summary."""
+    if status in ("done", "running"):
+        return None
+    said = (end or {}).get("reason") or ""
+    if status == "waiting":
+        said = f"the agent asks: {result}" if result else "the agent waits for an answer"
+    reason = one_line(said) or f"the run ended as {status} without a recorded reason"
+    event = {k: end[k] for k in ("index", "type", "step")} if end else None
+    return {"reason": reason, "event": event}
+
+
+def one_line(text: str | None, width: int = 300) -> str:
+    """A reason as one line: a multi-line error message keeps its words, not its layout."""
+    return _preview(text, width)
 
 
 def new_step(n: int) -> dict[str, Any]:
@@ -108,11 +129,15 @@ def timeline(run: RunDir, walked: dict[str, Any] | None = None) -> dict[str, Any
         "task": w["task"],
         "model": meta.get("config", {}).get("model", {}).get("model"),
         "result": w["result"],
+        "error": w["error"],
         "created": meta.get("created"),
         "updated": meta.get("updated"),
         "steps": [{"index": n, "text": step["text"], "tool_calls": [_shown_call(run, c) for c in step["calls"]],
                    "usage": step["usage"], "notices": step["notices"]}
                   for n, step in sorted(w["steps"].items()) if n > 0 and n in w["shown"]],
+        # Messages from outside, where they reached the run: a `cairn say` message reaches the step after
+        # it was sent, which a run that then failed may never have shown.
+        "messages": [{"step": n, **m} for n, step in sorted(w["steps"].items()) for m in step["messages"]],
         "compactions": w["compactions"],
         "usage": w["usage"],
         "check": _check(meta, w["checks"]),
@@ -168,23 +193,74 @@ def _child(run: RunDir, call_id: str, info: dict[str, Any] | None) -> dict[str, 
             "paths": (info or {}).get("paths") if isinstance(info, dict) else None}
 
 
+ARRIVING = ("say", "inbox")  # messages taken at the start of a step, before its model request
+
+
 def step_lines(doc: dict[str, Any], indent: str = "") -> list[str]:
-    """One line a tool call: step, tool, arguments in short, result in short, error and offload marks.
+    """One line a tool call: step, tool, arguments in short, result in short, error and offload marks;
+    one line a message from outside (`cairn say`, INBOX.md, a resume's answer) where it reached the run.
     A sub-agent's steps follow its agent_delegate call, indented."""
-    lines = []
-    for step in doc["steps"]:
-        tokens = (step["usage"] or {}).get("prompt_tokens", 0)
-        if step["text"] and not step["tool_calls"]:
-            lines.append(f"{indent}{step['index']:>4}  {'(text)':<12} {_preview(step['text'], 90)}")
-        for call in step["tool_calls"]:
-            mark = "✗" if call["error"] else ("…" if not call["finished"] else " ")
-            args = call["arguments"] if isinstance(call["arguments"], str) else json.dumps(call["arguments"])
-            saved = f"  ⇢ {call['offloaded_to']}" if call["offloaded_to"] else ""
-            lines.append(f"{indent}{step['index']:>4} {mark}{call['name']:<12} {_preview(args, 50):<50} "
-                         f"→ {_preview(call['result'], 50)}{saved}  [{tokens:,} tok]")
-            child = call.get("child")
-            if child:
-                inner = indent + "     ┆ "
-                lines.append(f"{inner}sub-agent {child['id']} [{child['status']}]: {_preview(child['task'], 70)}")
-                lines += step_lines(child, inner)
+    lines: list[str] = []
+    steps = {step["index"]: step for step in doc["steps"]}
+    messages: dict[int, list[dict[str, Any]]] = {}
+    for m in doc.get("messages") or []:
+        messages.setdefault(m["step"], []).append(m)
+    for n in sorted(set(steps) | set(messages)):
+        lines += [_message_line(n, m, indent) for m in messages.get(n, []) if m["source"] in ARRIVING]
+        step = steps.get(n)
+        if step is not None:
+            lines += _call_lines(step, indent)
+        lines += [_message_line(n, m, indent) for m in messages.get(n, []) if m["source"] not in ARRIVING]
     return lines
+
+
+def _call_lines(step: dict[str, Any], indent: str) -> list[str]:
+    lines = []
+    tokens = (step["usage"] or {}).get("prompt_tokens", 0)
+    if step["text"] and not step["tool_calls"]:
+        lines.append(f"{indent}{step['index']:>4}  {'(text)':<12} {_preview(step['text'], 90)}")
+    for call in step["tool_calls"]:
+        mark = "✗" if call["error"] else ("…" if not call["finished"] else " ")
+        args = call["arguments"] if isinstance(call["arguments"], str) else json.dumps(call["arguments"])
+        saved = f"  ⇢ {call['offloaded_to']}" if call["offloaded_to"] else ""
+        lines.append(f"{indent}{step['index']:>4} {mark}{call['name']:<12} {_preview(args, 50):<50} "
+                     f"→ {_preview(call['result'], 50)}{saved}  [{tokens:,} tok]")
+        child = call.get("child")
+        if child:
+            inner = indent + "     ┆ "
+            lines.append(f"{inner}sub-agent {child['id']} [{child['status']}]: {_preview(child['task'], 70)}")
+            lines += step_lines(child, inner)
+    return lines
+
+
+def _message_line(step: int, message: dict[str, Any], indent: str) -> str:
+    return f"{indent}{step:>4} ✉{message['source']:<12} {_preview(message['text'], 100)}"
+
+
+def step_text(walked: dict[str, Any], n: int) -> str:
+    """`cairn show RUN --step N` as text: the step whole, its messages, its text, and each call with
+    its arguments and its whole result (as the run recorded it)."""
+    step = walked["steps"][n]
+    spent = step["spent"]
+    out = [f"step {n}: {spent['requests']} model request(s), {spent['prompt_tokens']:,} prompt tokens "
+           f"({spent['cached_tokens']:,} cached), {spent['completion_tokens']:,} completion"]
+    for m in step["messages"]:
+        out += ["", f"✉ message ({m['source']}):", _indented(m["text"])]
+    if step["text"]:
+        out += ["", "the model said:", _indented(step["text"])]
+    for c in step["calls"]:
+        state = "error" if c["error"] else ("done" if c["finished"] else "not finished")
+        took = f", {c['duration_ms'] / 1000:.1f} s" if c["duration_ms"] is not None else ""
+        args = _arguments(c["raw"])
+        shown = args if isinstance(args, str) else json.dumps(args, indent=2, ensure_ascii=False)
+        out += ["", f"── {c['name']} ({state}{took})", "arguments:", _indented(shown)]
+        if c["finished"]:
+            out += ["result:" + (f" (saved whole to {c['offloaded_to']})" if c["offloaded_to"] else ""),
+                    _indented(c["output"] or "")]
+    for text in step["notices"]:
+        out += ["", f"! {text}"]
+    return "\n".join(out)
+
+
+def _indented(text: str) -> str:
+    return "\n".join("    " + line for line in (text.rstrip("\n") or "(empty)").splitlines())

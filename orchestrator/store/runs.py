@@ -22,10 +22,16 @@ from orchestrator.store.events import EventLog
 STATUSES = ("running", "done", "waiting", "stopped", "budget", "looping", "interrupted", "failed")
 
 
+ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
+LAST = ("@last", "-")  # what names the newest run wherever a command takes RUN
+
+
 def new_run_id(now: float | None = None) -> str:
-    """Sortable by start time, unique without coordination: `20261121-181300-3fa9c1`."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now or time.time()))
-    return f"{stamp}-{secrets.token_hex(3)}"
+    """Unique without coordination, and unique in its first few characters: the random part comes
+    first, then the start time for a reader, `k3f9q2-20261122-2145` (UTC). Older runs were named
+    `20261121-181300-3fa9c1`; both kinds resolve by prefix alike."""
+    stamp = time.strftime("%Y%m%d-%H%M", time.gmtime(now or time.time()))
+    return "".join(secrets.choice(ID_ALPHABET) for _ in range(6)) + f"-{stamp}"
 
 
 class RunDir:
@@ -95,7 +101,13 @@ class RunDir:
 
     @classmethod
     def find(cls, runs_dir: Path, ref: str) -> "RunDir":
-        """A run by id or by a unique prefix of one; a clear error otherwise."""
+        """A run by id, by a unique prefix of one, or `@last` (or `-`) for the newest; a clear error otherwise."""
+        if ref in LAST:
+            newest = cls.newest(runs_dir)
+            if newest is None:
+                raise UsageError(f"{ref} names the newest run, and there is none in {runs_dir}",
+                                 hint='start one with: cairn run "TASK"')
+            return newest
         if not ref or "/" in ref or ref in (".", ".."):
             raise UsageError(f"not a run id: {ref!r}")
         if (runs_dir / ref / "state").is_dir():
@@ -113,6 +125,43 @@ class RunDir:
         if not runs_dir.is_dir():
             return []
         return [RunDir(p) for p in sorted(runs_dir.iterdir()) if (p / "state" / "run.json").is_file()]
+
+    @classmethod
+    def newest(cls, runs_dir: Path) -> "RunDir | None":
+        """The run started last: by the start time in its run.json (ids no longer sort by time)."""
+        runs = cls.all(runs_dir)
+        return max(runs, key=lambda r: (r.started(), r.id)) if runs else None
+
+    def started(self) -> float:
+        """When the run was made: run.json's `created`, else the time its state directory was made."""
+        try:
+            created = json.loads(self.meta_path.read_text()).get("created")
+        except (OSError, json.JSONDecodeError, AttributeError):
+            created = None
+        if isinstance(created, (int, float)):
+            return float(created)
+        try:
+            return self.state.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    # `cairn stop RUN` asks a live run to stop between actions with a file its loop looks for after each
+    # step (orchestrator/loop.py); the loop takes the request away as it stops, so a resume starts clean.
+
+    @property
+    def stop_path(self) -> Path:
+        return self.state / "stop"
+
+    def request_stop(self) -> None:
+        self.stop_path.write_text(f"{time.time()}\n")
+
+    def take_stop_request(self) -> bool:
+        """True (once) when a stop was asked for."""
+        try:
+            self.stop_path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
 
     def read_meta(self) -> dict[str, Any]:
         """run.json; a UsageError in one line when it is missing, not JSON or not a JSON object."""
