@@ -43,11 +43,13 @@ DONE = {"tool_calls": [{"name": "task_done", "arguments": {"summary": "ok"}}]}
 
 @pytest.fixture(scope="module")
 def failed(tmp_path_factory, sandbox_image):
-    """A run whose first step writes two files and a long output (saved to cairn's own files), and whose
-    model then refuses the second request: it fails with a reason."""
+    """A run whose first step writes two files, a file where runs made before /cairn kept cairn's own
+    files (workspace/.cairn), and a long output (saved to cairn's own files, now outside the workspace),
+    and whose model then refuses the second request: it fails with a reason."""
     base = tmp_path_factory.mktemp("failed")
     runs_dir = base / "runs"
-    model = script(base / "script.json", shell("echo hi > a.txt; mkdir -p src; echo x > src/b.txt; seq 1 20000"),
+    model = script(base / "script.json", shell("echo hi > a.txt; mkdir -p src .cairn; echo x > src/b.txt; echo old > .cairn/note.txt; "
+                                                  "seq 1 20000"),
                    {"fail": 401})
     out = cairn("run", LONG_TASK, "--model", model, runs_dir=runs_dir)
     [run] = [p.name for p in runs_dir.iterdir()]
@@ -108,7 +110,7 @@ def test_diff_leaves_out_cairns_own_files_unless_all(failed):
     shown = cairn("diff", failed["id"], runs_dir=failed["runs_dir"]).stdout
     assert "+++ b/a.txt" in shown and "+++ b/src/b.txt" in shown and ".cairn/" not in shown
     everything = cairn("diff", failed["id"], "--all", runs_dir=failed["runs_dir"]).stdout
-    assert "+++ b/.cairn/obs/1-shell_exec.txt" in everything
+    assert "+++ b/.cairn/note.txt" in everything
 
 
 @pytest.mark.docker
