@@ -10,6 +10,7 @@ from typing import Any
 from orchestrator.errors import UsageError
 from orchestrator.store.checkpoints import BRANCH, Checkpoints, make_git, step_of_message
 from orchestrator.store.runs import RunDir
+from orchestrator.terminal import clean_name
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's empty tree: the base of step 0
 
@@ -79,12 +80,13 @@ def _size(n: int | None) -> str:
 
 
 def render_files(doc: dict[str, Any]) -> str:
+    """The table of `cairn files`; a file name is the agent's, so it is cleaned for the terminal."""
     lines = [f"{'step':>5} {'size':>8}  path"]
     for row in doc["files"]:
         step = "-" if row["step"] is None else str(row["step"])
-        lines.append(f"{step:>5} {_size(row['size']):>8}  {row['path']}" + ("  (symlink)" if row["symlink"] else ""))
+        lines.append(f"{step:>5} {_size(row['size']):>8}  {clean_name(row['path'])}" + ("  (symlink)" if row["symlink"] else ""))
     for row in doc["skipped"]:
-        lines.append(f"{'-':>5} {'-':>8}  {row['path']}  (skipped: {row['reason']})")
+        lines.append(f"{'-':>5} {'-':>8}  {clean_name(row['path'])}  (skipped: {row['reason']})")
     lines.append(f"{len(doc['files'])} files as of step {doc['last_checkpoint_step']}"
                  + (f"; {len(doc['skipped'])} skipped" if doc["skipped"] else ""))
     return "\n".join(lines)

@@ -9,6 +9,7 @@ from typing import Any
 from orchestrator.inspect.timeline import timeline
 from orchestrator.runner import run_is_live
 from orchestrator.store.runs import RunDir
+from orchestrator.terminal import clean
 
 
 def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
@@ -46,7 +47,7 @@ def render_runs(rows: list[dict[str, Any]]) -> str:
         cost = f"${r['cost_usd']:.4f}" if r["cost_usd"] is not None else "unknown"
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else "?"
         duration = f"{r['duration_s']:.0f}s" if r["duration_s"] is not None else "?"
-        task = " ".join(r["task"].split())
+        task = " ".join(clean(r["task"]).split())
         lines.append(f"{r['id']:<23} {r['status']:<11} {r['steps']:>5} {r['tokens']:>9,} {r['cache_hit_ratio']:>5.0%} "
                      f"{cost:>9} {started:<16} {duration:>7}  {task[:60]}")
     return "\n".join(lines)
