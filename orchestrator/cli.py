@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from orchestrator.config import RunConfig, default_runs_dir
 from orchestrator.errors import CairnError, UsageError
+from orchestrator.terminal import clean, json_text
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # else importing litellm waits on the network
 
@@ -39,7 +40,7 @@ def _find(runs_dir: Optional[Path], ref: str):  # noqa: ANN202 - RunDir, importe
 
 
 def _print_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_text(doc) + "\n")  # control characters escaped: safe on a terminal, still exact
 
 
 @app.command()
@@ -57,6 +58,7 @@ def run(
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Prompt plus completion tokens at most."),
     network: Optional[str] = typer.Option(None, "--network", help="none (the default, unless the template says otherwise) or bridge."),
     image: Optional[str] = typer.Option(None, "--image", help="Sandbox image (default: the one cairn builds)."),
+    max_disk: Optional[str] = typer.Option(None, "--max-disk", metavar="SIZE", help="Stop the run (status budget) when its workspace and container use more disk than this: 500m, 20g, ... or none (default 20g)."),
     sandbox_user: Optional[str] = typer.Option(None, "--sandbox-user", metavar="UID:GID", help="Run the agent as this uid:gid (never 0); see --workspace."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", help="An agent.json (tiny-agents schema: model, MCP servers), or a folder with one and an optional PROMPT.md."),
     json_output: bool = JsonOut,
@@ -75,7 +77,7 @@ def run(
         cfg = resolve_config({
             "model": {"model": model, "api_base": api_base},
             "limits": {"max_steps": max_steps, "max_cost": max_cost, "max_tokens": max_tokens},
-            "sandbox": {"network": network, "image": image, "user": sandbox_user},
+            "sandbox": {"network": network, "image": image, "user": sandbox_user, "max_disk": max_disk},
         }, template=template, model_elsewhere=config is not None)
     except ValidationError as exc:
         raise UsageError(_one_line(exc)) from None
@@ -197,9 +199,18 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
         _print_json(timeline(run_dir))
     else:
         doc = timeline(run_dir)
-        typer.echo(f"run {run_dir.id}: {status}" + (f": {doc['result']}" if doc["result"] else ""), err=True)
+        typer.echo(f"run {run_dir.id}: {status}" + (f": {clean(doc['result'])}" if doc["result"] else ""), err=True)
         typer.echo(f"  inspect it with: cairn show {run_dir.id}", err=True)
     raise typer.Exit(exit_code(status, error))
+
+
+def _print_exact_or_clean(text: str) -> None:
+    """A file's content or a patch: on a terminal, cleaned of control sequences; piped, exact (not
+    through click, which drops some escape sequences from output that is not a terminal)."""
+    if sys.stdout.isatty():
+        typer.echo(clean(text), nl=False)
+    else:
+        sys.stdout.write(text)
 
 
 def _ask(prompt: str, allow_eof: bool = False) -> str | None:
@@ -263,33 +274,37 @@ def show(
             raise UsageError(f"run {doc['id']} has no step {step} (it has {len(doc['steps'])})")
         if json_output:
             _print_json(matches[0])
-        else:
-            typer.echo(json.dumps(matches[0], indent=2, ensure_ascii=False))
+        else:  # the step whole, in the order it was recorded; escaped, so safe on a terminal
+            typer.echo(json_text(matches[0], sort_keys=False))
         return
     if json_output:
         _print_json(doc)
         return
     u = doc["usage"]
     cost = f"${u['cost_usd']:.4f}" if u["cost_usd"] is not None else "cost unknown"
-    typer.echo(f"run {doc['id']}  [{doc['status']}]  model {doc['model']}")
-    typer.echo(f"task: {doc['task']}")
+    # The run's own text (task, model, result; step_lines cleans the steps) is cleaned for the terminal.
+    typer.echo(f"run {doc['id']}  [{doc['status']}]  model {clean(doc['model'])}")
+    typer.echo(f"task: {clean(doc['task'])}")
     typer.echo("\n".join(step_lines(doc)) or "(no steps yet)")
     typer.echo(f"tokens: {u['prompt_tokens']:,} prompt ({u['cache_hit_ratio']:.0%} cached), "
                f"{u['completion_tokens']:,} completion; {cost}")
     for c in doc["compactions"]:
         typer.echo(f"compaction at step {c['step']} ({c['kind']}): {c['tokens_before']:,} → {c['tokens_after']:,} tokens")
     if doc["result"]:
-        typer.echo(f"result: {doc['result']}")
+        typer.echo(f"result: {clean(doc['result'])}")
 
 
 @app.command()
 def todo(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
-    """The run's plan (workspace/todo.md)."""
+    """The run's plan (workspace/todo.md); on a terminal, without control sequences."""
+    from orchestrator.store.regular import read_regular
+
     run_dir = _find(runs_dir, run_ref)
     path = run_dir.workspace / "todo.md"
-    if path.is_symlink() or not path.is_file():
-        raise UsageError(f"run {run_dir.id} has no todo.md")
-    typer.echo(path.read_text(errors="replace"), nl=False)
+    text = read_regular(path)
+    if text is None:
+        raise UsageError(f"run {run_dir.id} has no todo.md (or it is not a regular file)")
+    _print_exact_or_clean(text)
 
 
 @app.command()
@@ -311,12 +326,13 @@ def diff(
     step: Optional[int] = typer.Option(None, "--step", help="What step N changed (default: the whole run)."),
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
-    """What the run changed in its workspace, as a unified diff (from its checkpoints)."""
+    """What the run changed in its workspace, as a unified diff (from its checkpoints); on a terminal,
+    without control sequences (piped, it is the exact patch)."""
     from orchestrator.inspect.changes import diff as run_diff
 
     text = run_diff(_find(runs_dir, run_ref), step)
     if text:
-        typer.echo(text)
+        _print_exact_or_clean(text + "\n")
     else:
         typer.echo(f"(no changes{'' if step is None else f' in step {step}'})", err=True)
 
@@ -467,13 +483,20 @@ def _one_line(exc: ValidationError) -> str:
     return f"invalid setting {where}: {first['msg']}"
 
 
+def _stop_like_ctrl_c(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    # SIGTERM (kill, docker stop, a scheduler) is Ctrl-C: a run stops between actions (the loop handles
+    # it while steps run), and before or after the loop a sandbox is stopped on the way out.
+    signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     try:
         app()
-    except CairnError as exc:
-        typer.echo(f"cairn: error: {exc.message}", err=True)
+    except CairnError as exc:  # a message may quote a run's text (a question, a path): cleaned
+        typer.echo(f"cairn: error: {clean(exc.message)}", err=True)
         if exc.hint:
-            typer.echo(f"  hint: {exc.hint}", err=True)
+            typer.echo(f"  hint: {clean(exc.hint)}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:  # Ctrl-C outside the loop (while starting or resuming): still resumable
         typer.echo("cairn: interrupted", err=True)
