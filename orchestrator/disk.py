@@ -6,8 +6,8 @@ what it really takes, and a file hard-linked twice counts once) plus the contain
 `docker inspect --size`). For a run on a user's own folder (`--workspace DIR`) what the folder held
 when the run first measured it is not counted: the run did not make it (and `<run>/cairn/` is).
 
-Measuring walks the workspace and makes the engine walk the container's layer: ~3 µs a file for each
-(150 ms for 50,000 files on the test machine; bench/disk_bench.py measures it). So `DiskLimit` measures
+Measuring walks the workspace and makes the engine walk the container's layer: ~5 µs a file for each
+(226 ms and 276 ms for 50,000 files on the project's machine; bench/disk_bench.py). So `DiskLimit` measures
 after a step only when at least `SPACING` times the last measurement's own duration has passed since
 it: at most ~5 % of a run's time goes to it, and a small run is measured after every step.
 """
