@@ -19,8 +19,9 @@ by a hash of the line's content (and its occurrence, for repeated lines). Runnin
   failed) is left as it is and reported: it needs a person (`cairn resume RUN ...`);
 - a line that is new or changed gets a new run.
 
-Ctrl-C stops every run between actions (each becomes `interrupted`, resumable by running the batch
-again) and starts no new ones; a second Ctrl-C stops at once (runs are left crashed, also resumable).
+Ctrl-C (or SIGTERM) stops every run between actions (each becomes `interrupted`, resumable by running
+the batch again) and starts no new ones; a second one stops at once (runs are left crashed, also
+resumable). The exit code is then 130 either way.
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError, SandboxError, UsageError
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
+from orchestrator.terminal import clean, json_text
 
 LINE_KEYS = {"task", "model", "api_base", "template", "image", "workdir", "check", "settings", "max_steps", "max_cost"}
 RESUMABLE = ("interrupted",)  # and `running` runs whose process is gone (crashed)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # both stop every run between actions
 
 
 @dataclass
@@ -236,6 +239,7 @@ class Batch:
         self.stopping = threading.Event()
         self.interrupted = False
         self._sigints = 0
+        self.stopped_by: str | None = None  # "Ctrl-C" or "SIGTERM"
 
     # The plan: what each line needs
 
@@ -280,7 +284,7 @@ class Batch:
         workers = [threading.Thread(target=self._worker, args=(pending,), daemon=True, name=f"cairn-batch-{n}")
                    for n in range(min(self.jobs, len(work)))]
         main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGINT, self._on_sigint) if main else None
+        previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS} if main else {}
         try:
             for w in workers:
                 w.start()
@@ -288,8 +292,8 @@ class Batch:
                 while w.is_alive():
                     w.join(0.2)  # a timeout, so that Ctrl-C is handled promptly
         finally:
-            if main:
-                signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         return self.rows
 
     def _worker(self, pending: queue.Queue) -> None:
@@ -316,7 +320,7 @@ class Batch:
             with Session(run, cfg, RowDisplay(row), resumed=row.action == "resumed") as session:
                 self.sessions[index] = session
                 if self.stopping.is_set():
-                    session.agent.stop_requested = True
+                    session.agent.stop_requested, session.agent.stopped_by = True, self.stopped_by
                 session.go()
                 if session.agent.error is not None:
                     row.error = session.agent.error.message
@@ -353,15 +357,18 @@ class Batch:
         if row.status not in ("done", "running") and not row.error:  # every end but done says why
             row.error = _end_reason(run, row.status, row.result)
 
-    def _on_sigint(self, signum: int, frame: Any) -> None:
+    def _on_stop_signal(self, signum: int, frame: Any) -> None:
+        """Ctrl-C or SIGTERM: every run stops after its current action; the second one stops at once."""
+        name = self.stopped_by = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
         self._sigints += 1
         self.interrupted = True
         self.stopping.set()
         if self._sigints == 1:
             for session in list(self.sessions.values()):
                 session.agent.stop_requested = True  # the loop checks it after the current action
-            sys.stderr.write("cairn: Ctrl-C: stopping every run after its current action "
-                             "(Ctrl-C again to stop at once)\n")
+                session.agent.stopped_by = name
+            sys.stderr.write(f"cairn: {name}: stopping every run after its current action "
+                             f"({name} again to stop at once)\n")
             return
         for session in list(self.sessions.values()):  # at once: the runs are left crashed (resumable)
             try:
@@ -408,8 +415,8 @@ def summary_doc(batch: Batch) -> dict[str, Any]:
 
 
 def exit_code(batch: Batch) -> int:
-    """0 when every run is done (and its check passed, where it has one), 130 when Ctrl-C stopped the
-    batch, else 1."""
+    """0 when every run is done (and its check passed, where it has one), 130 when Ctrl-C or SIGTERM
+    stopped the batch, else 1."""
     if batch.interrupted:
         return 130
     return 0 if all(r.ok for r in batch.rows) else 1
@@ -417,6 +424,11 @@ def exit_code(batch: Batch) -> int:
 
 def _money(cost: float | None) -> str:
     return f"${cost:.4f}" if cost is not None else "unknown"
+
+
+def _one_line(text: str | None, width: int) -> str:
+    """A task, a status or an error on one line, cleaned of control sequences for the terminal."""
+    return " ".join(clean(text).split())[:width]
 
 
 def table(rows: list[Row], title: str | None = None):  # noqa: ANN201 - rich.table.Table
@@ -430,8 +442,8 @@ def table(rows: list[Row], title: str | None = None):  # noqa: ANN201 - rich.tab
     for r in rows:
         note = r.action if r.action in ("skipped", "resumed", "left") else ""
         if r.error:
-            note = (note + ": " if note else "") + " ".join(r.error.split())[:60]
-        t.add_row(str(r.line), r.id or "-", " ".join(r.task.split())[:40], r.status, _check_word(r), str(r.step),
+            note = (note + ": " if note else "") + _one_line(r.error, 60)
+        t.add_row(str(r.line), r.id or "-", _one_line(r.task, 40), _one_line(r.status, 40), _check_word(r), str(r.step),
                   f"{r.prompt_tokens + r.completion_tokens:,}", _money(r.cost_usd), note)
     return t
 
@@ -447,11 +459,11 @@ def render_summary(rows: list[Row]) -> str:
     lines = [f"{'LINE':>4}  {'ID':<23} {'STATUS':<11} {'CHECK':<6} {'STEPS':>5} {'TOKENS':>9} {'COST':>9}  {'':<8} TASK"]
     for r in rows:
         note = r.action if r.action in ("skipped", "resumed", "left") else ""
-        lines.append(f"{r.line:>4}  {r.id or '-':<23} {r.status:<11} {_check_word(r):<6} {r.step:>5} "
+        lines.append(f"{r.line:>4}  {r.id or '-':<23} {_one_line(r.status, 40):<11} {_check_word(r):<6} {r.step:>5} "
                      f"{r.prompt_tokens + r.completion_tokens:>9,} {_money(r.cost_usd):>9}  {note:<8} "
-                     f"{' '.join(r.task.split())[:60]}")
+                     f"{_one_line(r.task, 60)}")
         if r.error:
-            lines.append(f"{'':>6}error: {' '.join(r.error.split())[:200]}")
+            lines.append(f"{'':>6}error: {_one_line(r.error, 200)}")
     return "\n".join(lines)
 
 
@@ -466,7 +478,7 @@ def run_batch(batch_file: Path, runs_dir: Path, jobs: int, json_output: bool, ap
     def ended(row: Row) -> None:
         if not json_output and not live_table:
             check = f", check {_check_word(row)}" if row.check else ""
-            err.print(f"line {row.line}: run {row.id} {row.status}{check}" + (f" ({row.error})" if row.error else ""),
+            err.print(f"line {row.line}: run {row.id} {row.status}{check}" + (f" ({_one_line(row.error, 300)})" if row.error else ""),
                       highlight=False, markup=False)
 
     batch = Batch(batch_file, runs_dir, jobs, on_end=ended, api_base=api_base)
@@ -478,7 +490,7 @@ def run_batch(batch_file: Path, runs_dir: Path, jobs: int, json_output: bool, ap
         batch.run()
     doc = summary_doc(batch)
     if json_output:
-        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(doc) + "\n")
     else:
         t = doc["totals"]
         sys.stdout.write(render_summary(batch.rows) + "\n")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from orchestrator.config import RunConfig, default_runs_dir
 from orchestrator.errors import CairnError, UsageError
+from orchestrator.terminal import clean, json_text
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # else importing litellm waits on the network
 
@@ -103,7 +104,7 @@ def _find(runs_dir: Optional[Path], ref: str):  # noqa: ANN202 - RunDir, importe
 
 
 def _print_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_text(doc) + "\n")  # control characters escaped: safe on a terminal, still exact
 
 
 @app.command()
@@ -122,6 +123,7 @@ def run(
     network: Optional[str] = typer.Option(None, "--network", help="none (the default, unless the template says otherwise) or bridge."),
     image: Optional[str] = typer.Option(None, "--image", help="Sandbox image (default: the one cairn builds); any Linux image works."),
     workdir: Optional[str] = typer.Option(None, "--workdir", metavar="PATH", help="The agent works in PATH (e.g. /app; default /workspace): the image's content there becomes the run's workspace, mounted back at PATH."),
+    max_disk: Optional[str] = typer.Option(None, "--max-disk", metavar="SIZE", help="Stop the run (status budget) when its workspace and container use more disk than this: 500m, 20g, ... or none (default 20g)."),
     sandbox_user: Optional[str] = typer.Option(None, "--sandbox-user", metavar="UID:GID", help="Run the agent as this uid:gid (never 0); see --workspace."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", help="An agent.json (tiny-agents schema: model, MCP servers), or a folder with one, an optional PROMPT.md and an optional cairn.json of settings."),
     check: Optional[str] = typer.Option(None, "--check", metavar="CMD", help="A command that says whether the task is done: run in the sandbox's work directory, in a fresh shell, after task_done; exit code 0 passes, else the run exits 1."),
@@ -147,7 +149,8 @@ def run(
         cfg = resolve_config({
             "model": {"model": model, "api_base": api_base},
             "limits": {"max_steps": max_steps, "max_cost": max_cost, "max_tokens": max_tokens},
-            "sandbox": {"network": network, "image": image, "user": sandbox_user, "workdir": workdir},
+            "sandbox": {"network": network, "image": image, "user": sandbox_user, "workdir": workdir,
+                        "max_disk": max_disk},
             "check": {"command": check, "rounds": check_rounds},
         }, template=template, model_elsewhere=config is not None, layers=layers)
     except ValidationError as exc:
@@ -296,7 +299,7 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
     else:
         doc = timeline(run_dir)
         said = doc["result"] or (doc["error"] or {}).get("reason")
-        typer.secho(f"run {run_dir.id}: {status}" + (f": {said}" if said else ""), err=True, fg=_status_colour(status))
+        typer.secho(f"run {run_dir.id}: {status}" + (f": {clean(said)}" if said else ""), err=True, fg=_status_colour(status))
         if doc["check"] is not None and doc["check"]["passed"] is not None:
             typer.echo(f"  {check_line(doc['check'])}", err=True)
         typer.echo(f"  inspect it with: cairn show {run_dir.id}", err=True)
@@ -308,6 +311,15 @@ def _status_colour(status: str) -> str | None:
     if os.environ.get("NO_COLOR"):
         return None
     return {"done": "green", "failed": "red", "looping": "red", "budget": "yellow"}.get(status)
+
+
+def _print_exact_or_clean(text: str) -> None:
+    """A file's content or a patch: on a terminal, cleaned of control sequences; piped, exact (not
+    through click, which drops some escape sequences from output that is not a terminal)."""
+    if sys.stdout.isatty():
+        typer.echo(clean(text), nl=False)
+    else:
+        sys.stdout.write(text)
 
 
 def _ask(prompt: str, allow_eof: bool = False) -> str | None:
@@ -378,16 +390,17 @@ def show(
             raise UsageError(f"run {doc['id']} has no step {step} (it has {len(doc['steps'])})")
         if json_output:
             _print_json(matches[0])
-        else:
-            page(step_text(walked, step))
+        else:  # the step whole, cleaned of control sequences for the terminal
+            page(clean(step_text(walked, step)))
         return
     if json_output:
         _print_json(doc)
         return
     u = doc["usage"]
     cost = f"${u['cost_usd']:.4f}" if u["cost_usd"] is not None else "cost unknown"
-    typer.echo(f"run {doc['id']}  [{doc['status']}]  model {doc['model']}")
-    typer.echo(f"task: {' '.join(doc['task'].split())}")
+    # The run's own text (task, model, result; step_lines cleans the steps) is cleaned for the terminal.
+    typer.echo(f"run {doc['id']}  [{doc['status']}]  model {clean(doc['model'])}")
+    typer.echo(f"task: {' '.join(clean(doc['task']).split())}")
     typer.echo("\n".join(step_lines(doc)) or "(no steps yet)")
     typer.echo(f"tokens: {u['prompt_tokens']:,} prompt ({u['cache_hit_ratio']:.0%} cached), "
                f"{u['completion_tokens']:,} completion; {cost}")
@@ -397,11 +410,11 @@ def show(
         typer.echo(f"check #{c['round']} after step {c['step']}: {check_line(c).removeprefix('check ')}"
                    + (" → sent back to the agent" if c["sent_back"] else ""))
     if doc["result"]:
-        typer.echo(f"result: {doc['result']}")
+        typer.echo(f"result: {clean(doc['result'])}")
     if doc["check"] is not None:
         typer.echo(check_line(doc["check"]))
     if doc["error"]:
-        typer.secho(f"{doc['status']}: {doc['error']['reason']}", fg=_status_colour(doc["status"]))
+        typer.secho(f"{doc['status']}: {clean(doc['error']['reason'])}", fg=_status_colour(doc["status"]))
 
 
 def _readable(run_dir, read: Any) -> Any:  # noqa: ANN001 - RunDir, imported lazily
@@ -418,12 +431,15 @@ def _readable(run_dir, read: Any) -> Any:  # noqa: ANN001 - RunDir, imported laz
 
 @app.command()
 def todo(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
-    """The run's plan (workspace/todo.md)."""
+    """The run's plan (workspace/todo.md); on a terminal, without control sequences."""
+    from orchestrator.store.regular import read_regular
+
     run_dir = _find(runs_dir, run_ref)
     path = run_dir.workspace / "todo.md"
-    if path.is_symlink() or not path.is_file():
-        raise UsageError(f"run {run_dir.id} has no todo.md")
-    typer.echo(path.read_text(errors="replace"), nl=False)
+    text = read_regular(path)
+    if text is None:
+        raise UsageError(f"run {run_dir.id} has no todo.md (or it is not a regular file)")
+    _print_exact_or_clean(text)
 
 
 @app.command()
@@ -451,16 +467,17 @@ def diff(
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
     """What the run changed in its workspace, as a unified diff (from its checkpoints), without cairn's
-    own files unless --all. On a terminal: in colour, through $PAGER (less) when longer than the screen."""
+    own files unless --all. Piped, it is the exact patch; on a terminal it is cleaned of the run's control
+    sequences, then coloured, and goes through $PAGER (less) when longer than the screen."""
     from orchestrator.inspect.changes import diff as run_diff
-    from orchestrator.terminal import colour, page, width
+    from orchestrator.terminal import colour, colour_diff, page, width
 
     if step is not None and step < 0:
         raise UsageError("--step is 0 or more")
     text = run_diff(_find(runs_dir, run_ref), step, paths=paths, everything=everything, stat=stat,
-                    colour=colour(sys.stdout), stat_width=width(sys.stdout))
+                    stat_width=width(sys.stdout))
     if text:
-        page(text)
+        page(text if not sys.stdout.isatty() else colour_diff(clean(text)) if colour(sys.stdout) else clean(text))
     else:
         where = f" to {', '.join(paths)}" if paths else ""
         typer.echo(f"(no changes{where}{'' if step is None else f' in step {step}'})", err=True)
@@ -690,14 +707,22 @@ def _one_line(exc: ValidationError) -> str:
     return f"invalid setting {where}: {first['msg']}"
 
 
+def _stop_like_ctrl_c(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    # SIGTERM (kill, docker stop, a scheduler) is Ctrl-C: a run stops between actions (the loop handles
+    # it while steps run), and before or after the loop a sandbox is stopped on the way out.
+    signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     try:
         app(prog_name="cairn")
     except CairnError as exc:
-        # click drops the colour when stderr is not a terminal; NO_COLOR is honoured here too
-        typer.secho(f"cairn: error: {exc.message}", err=True, fg=None if os.environ.get("NO_COLOR") else "red")
+        # A message may quote a run's text (a question, a path): cleaned. click drops the colour when
+        # stderr is not a terminal; NO_COLOR is honoured here too.
+        typer.secho(f"cairn: error: {clean(exc.message)}", err=True, fg=None if os.environ.get("NO_COLOR") else "red")
         if exc.hint:
-            typer.echo(f"  hint: {exc.hint}", err=True)
+            typer.echo(f"  hint: {clean(exc.hint)}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:  # Ctrl-C outside the loop (while starting or resuming): still resumable
         typer.echo("cairn: interrupted", err=True)

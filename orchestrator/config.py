@@ -50,6 +50,19 @@ class SandboxConfig(Settings):
         200 * 1024 * 1024, ge=1024, description="Output past this is counted but not kept (the source cap)."
     )
     start_timeout: float = Field(30.0, gt=0)
+    max_disk: str | None = Field(
+        "20g", description="The run stops (status budget) when its workspace and container's writable layer "
+                           "use more disk than this (500m, 20g, ...); None: no limit.")
+
+    @field_validator("max_disk")
+    @classmethod
+    def _a_size(cls, value: str | None) -> str | None:
+        from orchestrator.disk import parse_size
+
+        if value is not None and value.strip().lower() != "none":
+            parse_size(value)  # raises ValueError, which pydantic reports with the setting's name
+            return value
+        return None
 
     @field_validator("workdir")
     @classmethod

@@ -10,10 +10,12 @@ from rich.text import Text
 
 from orchestrator.store import events as ev
 from orchestrator.store.replay import RunState
+from orchestrator.terminal import clean
 
 
 def short(text: str | None, width: int = 100) -> str:
-    flat = " ".join((text or "").split())
+    """One line of at most `width` characters, without control sequences (orchestrator/terminal.py)."""
+    flat = " ".join(clean(text).split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
@@ -22,8 +24,13 @@ def money(totals) -> str:  # noqa: ANN001 - guards.Totals
 
 
 def event_line(event: ev.Event) -> str | None:
-    """The one line a person sees for an event (None for the events nobody needs to see).
-    Shared by the live display and `cairn watch`."""
+    """The one line a person sees for an event (None for the events nobody needs to see), safe to
+    print on a terminal. Shared by the live display and `cairn watch`."""
+    line = _event_line(event)
+    return clean(line) if line is not None else None
+
+
+def _event_line(event: ev.Event) -> str | None:
     if isinstance(event, ev.ToolStarted):
         return f"[{event.step}] {event.name} {short(event.arguments, 110)}"
     if isinstance(event, ev.ToolFinished):
@@ -104,7 +111,7 @@ class LiveDisplay:
             if said is not False:
                 return said
         if isinstance(event, ev.ToolStarted):
-            self.current = f"{event.name} {short(event.arguments, 60)}"
+            self.current = f"{clean(event.name)} {short(event.arguments, 60)}"
         elif isinstance(event, ev.ToolFinished):
             self.current = "thinking"
         return event_line(event)

@@ -6,7 +6,6 @@ is only ever changed by applying those same events (`emit`), so a resumed run is
 
 from __future__ import annotations
 
-import shlex
 import signal
 import threading
 import time
@@ -16,9 +15,10 @@ from orchestrator.check import check_done
 from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError
 from orchestrator.context import CannotCompact, TokenCounter, build_request, compact, needs_compaction
-from orchestrator.context import render_tail, shape_result
-from orchestrator.context.offload import CAIRN_DIR, obs_path
+from orchestrator.context import TODO_MAX_BYTES, render_tail, shape_result, todo_cut_note
+from orchestrator.context.offload import obs_path
 from orchestrator.delegate import delegate, resumable_child, resume_delegate, top_of
+from orchestrator.disk import DiskLimit, disk_limit_of
 from orchestrator.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
 from orchestrator.llm.client import ContextOverflow
 from orchestrator.llm.types import Reply, ToolCall
@@ -29,6 +29,10 @@ from orchestrator.store.replay import RunState
 from orchestrator.store.runs import RunDir
 from orchestrator.tools.dispatch import AskUser, BadCall, Observation, TaskDone, ToolRunner, parse_arguments
 from orchestrator.tools.specs import force
+
+
+# Ctrl-C and SIGTERM (`kill`, `docker stop`, systemd, a job scheduler) both stop a run between actions.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class ModelLike(Protocol):
@@ -53,12 +57,13 @@ class Agent:
         self.guard = LoopGuard()
         self.notices: list[str] = []  # for the next request's tail only
         self.stop_requested = False
+        self.stopped_by: str | None = None  # "Ctrl-C" or "SIGTERM", for the reason of the stop
         self.error: CairnError | None = None  # what made the run fail, for the exit code
         events, _torn = run.events.read()
         for event in events:
             self.state.apply(event)
         self.inbox_offset = inbox.delivered_offset(events)  # where the undelivered `cairn say` lines start
-        self.inbox_watcher: inbox.InboxWatcher | None = None
+        self.disk: DiskLimit | None = None  # made when the run starts (`start_disk_limit`)
         self.checkpoints: Any = None  # store.checkpoints.Checkpoints, made at the first checkpoint
         self.cut_off_child: tuple[ToolCall, Any] | None = None  # a sub-agent to go on with (see recover)
 
@@ -70,35 +75,33 @@ class Agent:
     # -- the loop ---------------------------------------------------------------------------------
 
     def run(self, message: str | None = None, source: str = "user") -> str:
-        """Steps until the run ends; returns its status. Ctrl-C stops between actions. A person's
-        `message` (an answer, a new instruction) reaches the model in the next request."""
+        """Steps until the run ends; returns its status. Ctrl-C or SIGTERM stops between actions. A
+        person's `message` (an answer, a new instruction) reaches the model in the next request."""
         self.emit(ev.StatusChanged(step=self.state.step, status="running"))
         # signal.signal works in the main thread only; a batch runs agents in worker threads and stops
-        # them itself on Ctrl-C by setting `stop_requested` (orchestrator/batch.py).
+        # them itself on Ctrl-C or SIGTERM by setting `stop_requested` (orchestrator/batch.py).
         main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGINT, self._on_sigint) if main else None
-        self.inbox_watcher = inbox.InboxWatcher(self.run_dir.workspace).start()
+        previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS} if main else {}
+        self.start_disk_limit()
         try:
             if self.cut_off_child is not None:
                 self.finish_cut_off_step()  # first: the results of a step's calls follow the calls
             if message:
                 self.emit(ev.UserMessage(step=self.state.step, text=message, source=source))
             if self.stop_requested:
-                raise Finished("interrupted", "stopped by Ctrl-C")
+                raise Finished("interrupted", f"stopped by {self.stopped_by or 'Ctrl-C'}")
             while True:
                 self.step()
         except Finished as finished:
             end = finished
         except KeyboardInterrupt:
-            end = Finished("interrupted", "stopped by Ctrl-C")
+            end = Finished("interrupted", f"stopped by {self.stopped_by or 'Ctrl-C'}")
         except CairnError as exc:  # the model or the sandbox failed for good; the message says how
             self.error = exc
             end = Finished("failed", exc.message)
         finally:
-            if main:
-                signal.signal(signal.SIGINT, previous)
-            self.inbox_watcher.stop()
-            self.inbox_watcher = None
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         self.emit(ev.StatusChanged(step=self.state.step, status=end.status, reason=end.reason, result=end.result))
         self._save_meta()
         self.run_dir.take_stop_request()  # a `cairn stop` that came as the run ended is not for its next run
@@ -118,13 +121,16 @@ class Agent:
             ending = check_done(self, step, ending)  # the run's check; a sub-agent's task_done is not the run's
         if ending is not None:
             raise ending
+        over = self.disk.over() if self.disk is not None else None
+        if over:
+            raise Finished("budget", over)
         warning = self.guard.check(self.state.signatures)
         if warning:
             self.notices.append(warning)
         if self._stop_asked():
             raise Finished("interrupted", "stopped by cairn stop")
         if self.stop_requested:
-            raise Finished("interrupted", "stopped by Ctrl-C")
+            raise Finished("interrupted", f"stopped by {self.stopped_by or 'Ctrl-C'}")
 
     def _stop_asked(self) -> bool:
         """`cairn stop` (store/runs.py): a sub-agent sees its top run's request and stops; the top run takes it."""
@@ -163,7 +169,8 @@ class Agent:
 
     def prepare(self, step: int, allow_compaction: bool = True) -> Any:
         notices = [n for n in [budget_notice(self.cfg.limits, self.state.totals, step), *self.notices] if n]
-        tail = render_tail(self.read_todo(), notices)
+        todo, cut = self.read_todo()
+        tail = render_tail(todo, notices, cut)
         request = self._build(tail)
         if allow_compaction and needs_compaction(self.estimate(request), self.model.context_window(), self.cfg.context):
             self.compact(step, request)
@@ -258,34 +265,27 @@ class Agent:
         self.sandbox.call("write", path=path, content=text)
 
     def take_messages(self, step: int) -> None:
-        """Messages from outside the run (`cairn say`, workspace/INBOX.md) reach the model at this step."""
+        """The person's messages (`cairn say`, in `state/`, which the sandbox never sees) reach the model
+        at this step. No file in the workspace is ever taken as the person's words: anything in the
+        sandbox, or a cloned repository, can write one (README, "Talking to a run")."""
         for text, offset in inbox.pending(self.run_dir.state, self.inbox_offset):
             self.emit(ev.UserMessage(step=step, text=text, source="say", inbox_offset=offset))
             self.inbox_offset = offset
-        if self.inbox_watcher is not None and not self.inbox_watcher.take():
-            return
-        try:  # read through the sandbox: the host never follows a path inside the workspace
-            text = self.sandbox.call("read", path=inbox.INBOX_FILE)["content"]
-        except ToolError:
-            return
-        if not text.strip():
-            return  # still being written, or empty: look again when it changes
-        moved = f"{CAIRN_DIR}/inbox/{step}.md"
-        self.emit(ev.UserMessage(step=step, text=text, source="inbox", moved_to=moved))
-        try:  # moved inside the sandbox, so it is handled once
-            moving = self.sandbox.call("shell", timeout=30, command=f"mkdir -p {CAIRN_DIR}/inbox && "
-                                       f"mv -f {shlex.quote(self.cfg.sandbox.workdir)}/{inbox.INBOX_FILE} {moved}")
-            problem = f"exit code {moving.get('exit_code')}" if moving.get("exit_code") else None
-        except ToolError as exc:
-            problem = str(exc)
-        if problem:
-            self.emit(ev.Notice(step=step, text=f"could not move {inbox.INBOX_FILE} to {moved}: {problem}"))
 
-    def read_todo(self) -> str | None:
+    def read_todo(self) -> tuple[str | None, str | None]:
+        """todo.md's text for the tail, and the note that says it was cut when it is longer than the tail
+        takes (TODO_MAX_BYTES). Read through the sandbox, whose toolbox reads only a regular file: a FIFO
+        or a device named todo.md is no plan, never a hang."""
         try:
-            return self.sandbox.call("read", path="todo.md")["content"]
-        except ToolError:
-            return None
+            read = self.sandbox.call("read", path="todo.md", max_bytes=TODO_MAX_BYTES)
+        except ToolError as exc:
+            if "regular file" in str(exc):
+                return None, f"[cairn did not read todo.md: {exc}. todo_write replaces it with a plan.]"
+            return None, None
+        if not read.get("truncated"):
+            return read["content"], None
+        where = f"{getattr(self.cfg.sandbox, 'workdir', '/workspace').rstrip('/')}/todo.md"
+        return read["content"], todo_cut_note(where, read["end_line"], read["total_lines"])
 
     def checkpoint(self, step: int) -> None:
         """Commits the workspace after a step (store/checkpoints); the event names the commit and what was
@@ -333,11 +333,21 @@ class Agent:
 
     # -- the edges --------------------------------------------------------------------------------
 
-    def _on_sigint(self, signum: int, frame: Any) -> None:
+    def start_disk_limit(self) -> None:
+        """`--max-disk`, measured after steps (orchestrator/disk.py); a sub-agent (delegate.py) shares its
+        parent's, as it shares its workspace and sandbox."""
+        limit = getattr(self.cfg.sandbox, "max_disk", None)
+        if limit and self.disk is None:
+            parents = getattr(getattr(self, "parent", None), "disk", None)
+            self.disk = parents or disk_limit_of(self.run_dir, self.sandbox, limit)
+
+    def _on_stop_signal(self, signum: int, frame: Any) -> None:
+        """Ctrl-C (SIGINT) or SIGTERM: stop after the current action; the same again stops at once."""
+        name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
         if self.stop_requested:
-            raise KeyboardInterrupt  # a second Ctrl-C stops at once
-        self.stop_requested = True
-        self.emit(ev.Notice(step=self.state.step, text="Ctrl-C: stopping after the current action"))
+            raise KeyboardInterrupt  # a second one stops at once
+        self.stop_requested, self.stopped_by = True, name
+        self.emit(ev.Notice(step=self.state.step, text=f"{name}: stopping after the current action"))
 
     def _save_meta(self) -> None:
         t = self.state.totals

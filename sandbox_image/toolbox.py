@@ -20,6 +20,7 @@ import os
 import re
 import select
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -486,6 +487,27 @@ def _atomic_write(real: str, data: bytes) -> None:
         raise
 
 
+_NOT_READABLE = ((stat.S_ISDIR, "is a directory; list it instead"),
+                 (stat.S_ISFIFO, "is a FIFO (named pipe), not a regular file; only regular files are read"),
+                 (stat.S_ISSOCK, "is a socket, not a regular file; only regular files are read"),
+                 (stat.S_ISCHR, "is a character device, not a regular file; only regular files are read"),
+                 (stat.S_ISBLK, "is a block device, not a regular file; only regular files are read"))
+
+
+def _open_regular(real: str, path: str):
+    """The file at `real`, open for reading, if it is a regular file; else a ToolError naming what it is.
+    O_NONBLOCK makes the open of a FIFO return at once instead of waiting for a writer (which would
+    hang the toolbox), and the check is on the open descriptor, so the path cannot change in between."""
+    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        why = next((text for test, text in _NOT_READABLE if test(mode)), "is not a regular file")
+        raise ToolError(f"{path}: {why}")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 _SIGNATURES: dict = {}
 
 
@@ -561,12 +583,10 @@ class Toolbox:
             raise ToolError(f"offset must be a line number from 1, not {offset!r}")
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ToolError(f"limit must be a positive number of lines, not {limit!r}")
-        if os.path.isdir(real):
-            raise ToolError(f"{path}: is a directory; list it instead")
         chunks, size, end, total, cut = [], 0, start - 1, 0, False
-        with open(real, "rb") as f:
+        with _open_regular(real, path) as f:
             if b"\0" in f.read(8192):
-                raise ToolError(f"{path}: binary file ({os.path.getsize(real)} bytes); inspect it with shell tools")
+                raise ToolError(f"{path}: binary file ({os.fstat(f.fileno()).st_size} bytes); inspect it with shell tools")
             f.seek(0)
             for total, line in enumerate(f, 1):
                 if total < start or cut:
@@ -603,7 +623,7 @@ class Toolbox:
         if not old:
             raise ToolError("old is empty: give the exact text to replace")
         real = self.ws.resolve(path)
-        with open(real, "rb") as f:
+        with _open_regular(real, path) as f:
             raw = f.read()
         try:
             text = raw.decode("utf-8")

@@ -253,7 +253,9 @@ def test_docker_host_names_the_engine_the_sandboxes_run_on(tmp_path, runs_dir, s
 
 
 @pytest.mark.docker
-def test_ctrl_c_stops_every_run_between_actions_and_the_next_pass_resumes_them(tmp_path, runs_dir, sandbox_image):
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])  # Ctrl-C, and kill / docker stop / a scheduler
+def test_ctrl_c_or_sigterm_stops_every_run_between_actions_and_the_next_pass_resumes_them(
+        tmp_path, runs_dir, sandbox_image, stop):
     import signal
     import subprocess
     import sys
@@ -274,12 +276,16 @@ def test_ctrl_c_stops_every_run_between_actions_and_the_next_pass_resumes_them(t
         if len(logs) == 2 and all('"tool_started"' in log for log in logs):
             break
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, stop))
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
     doc = json.loads(out)
     assert [r["status"] for r in doc["runs"]] == ["interrupted", "interrupted"] and doc["interrupted"] is True
     assert all(r["steps"] == 1 for r in doc["runs"])  # the sleep finished: stopped between actions
+    by = "Ctrl-C" if stop == "SIGINT" else "SIGTERM"
+    for log in runs_dir.glob("*/state/events.jsonl"):
+        ends = [e for e in map(json.loads, log.read_text().splitlines()) if e["type"] == "status"]
+        assert ends[-1]["reason"] == f"stopped by {by}"
     again = cairn("batch", str(batch), "--json", runs_dir=runs_dir)
     assert again.returncode == 0, again.stderr[-3000:]
     rows = json.loads(again.stdout)["runs"]

@@ -1,4 +1,5 @@
-"""Messages to a run from outside it (`cairn say`, workspace/INBOX.md), and `cairn watch`."""
+"""Messages to a run from outside it (`cairn say`), and `cairn watch`. (A workspace file is never a
+message: tests/test_host_reads.py.)"""
 
 from __future__ import annotations
 
@@ -77,43 +78,6 @@ def test_say_to_a_live_run_reaches_the_next_request_and_watch_follows_it(tmp_pat
     assert "✉ message (say): Also write SAID-MARKER" in stdout
     assert "file_write" in stdout and "notes.md" in stdout  # the event, and the file change
     assert stdout.rstrip().endswith("status: done (task_done)")
-
-
-def test_inbox_md_is_delivered_once_and_moved(tmp_path, sandbox_image):
-    def drop(root: Path) -> None:
-        (root / "workspace" / "INBOX.md").write_text("Please use INBOX-MARKER too.\n")
-
-    thread = _when_running(tmp_path, "sleep 3", drop)
-    out = play(tmp_path, [
-        turn(call("shell_exec", command="sleep 3")),
-        turn(call("shell_exec", command="sleep 1")),
-        turn(call("shell_exec", command="true")),
-        done(),
-    ])
-    thread.join(10)
-    assert out.status == "done"
-    inboxed = [e for e in out.events("user_message") if e.source == "inbox"]
-    assert len(inboxed) == 1 and inboxed[0].text == "Please use INBOX-MARKER too.\n"
-    assert _user_messages(out.requests[1]) == ["Please use INBOX-MARKER too.\n"]
-    assert _user_messages(out.requests[-1]) == ["Please use INBOX-MARKER too.\n"]
-    workspace = out.run.workspace
-    assert not (workspace / "INBOX.md").exists()
-    assert (out.run.cairn_dir / "inbox" / f"{inboxed[0].step}.md").read_text() == "Please use INBOX-MARKER too.\n"
-
-
-def test_an_inbox_md_there_before_the_run_starts_is_delivered_at_step_one(tmp_path, sandbox_image):
-    from orchestrator.config import RunConfig
-    from orchestrator.runner import create_run
-    from tests.loop_helpers import _go
-
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"turns": [done()]}))
-    cfg = RunConfig.model_validate({"model": {"model": f"scripted:{script}"}})
-    run = create_run(tmp_path / "runs", "task", cfg)
-    (run.workspace / "INBOX.md").write_text("EARLY\n")
-    out = _go(run, cfg, tmp_path / "requests.jsonl", None)
-    assert _user_messages(out.requests[0]) == ["EARLY\n"]
-    assert (run.cairn_dir / "inbox/1.md").is_file() and not (run.workspace / "INBOX.md").exists()
 
 
 def test_a_said_message_is_delivered_once_across_resumes(tmp_path, sandbox_image):

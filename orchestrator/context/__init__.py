@@ -4,7 +4,7 @@ Pure Python with no I/O of its own: the loop hands it callbacks to save files in
 ask the model for a summary. DESIGN.md ("Context layout") is the specification.
 """
 
-from orchestrator.context.builder import Request, build_request, normalize_tools, render_tail
+from orchestrator.context.builder import TODO_MAX_BYTES, Request, build_request, normalize_tools, render_tail, todo_cut_note
 from orchestrator.context.compaction import CannotCompact, Summarize, compact, needs_compaction
 from orchestrator.context.history import Entry, History
 from orchestrator.context.offload import (
@@ -25,6 +25,7 @@ __all__ = [
     "Save",
     "Shaped",
     "Summarize",
+    "TODO_MAX_BYTES",
     "TokenCounter",
     "build_request",
     "canonical_json",
@@ -35,4 +36,5 @@ __all__ = [
     "shape_assistant_message",
     "shape_result",
     "shape_write_arguments",
+    "todo_cut_note",
 ]

@@ -19,6 +19,9 @@ from orchestrator.context.history import History
 TAIL_BEGIN = "<cairn-status>"
 TAIL_END = "</cairn-status>"
 
+# The tail is sent, uncached, with every request: a todo.md longer than this is recited in part.
+TODO_MAX_BYTES = 8 * 1024
+
 NO_TODO = (
     "There is no todo.md yet. Make one with todo_write: a short markdown checklist of the plan. "
     "Keep it current as you work; it is shown here every step."
@@ -56,13 +59,22 @@ def normalize_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return json.loads(json.dumps(tools, sort_keys=True, ensure_ascii=False))
 
 
-def render_tail(todo: str | None, notices: list[str]) -> str:
+def todo_cut_note(path: str, shown_lines: int, total_lines: int) -> str:
+    """What the tail says under a todo.md it recites only in part (longer than TODO_MAX_BYTES)."""
+    return (f"[cairn cut todo.md here: only its first {TODO_MAX_BYTES // 1024} KiB (lines 1-{shown_lines} of "
+            f"{total_lines:,}) are shown. The whole file is {path}; file_read reads the rest. Keep the plan short.]")
+
+
+def render_tail(todo: str | None, notices: list[str], todo_cut: str | None = None) -> str:
     """The status block at the end of every request: the plan, then the notices, in a fixed frame.
 
-    `todo` is the text of todo.md (None or blank when there is none). `notices` are one-line facts
-    for this step: steps and budget left, a loop warning, files the user changed.
+    `todo` is the text of todo.md (None or blank when there is none); `todo_cut`, the note that says
+    it was cut (`todo_cut_note`). `notices` are one-line facts for this step: steps and budget left,
+    a loop warning, files the user changed.
     """
     plan = todo.strip("\n") if todo and todo.strip() else NO_TODO
+    if todo_cut:
+        plan = f"{plan}\n{todo_cut}"
     notes = "\n".join(f"- {notice.strip()}" for notice in notices) if notices else "- none"
     return "\n".join(
         [

@@ -11,6 +11,7 @@ from typing import Any
 from orchestrator.errors import UsageError
 from orchestrator.store.checkpoints import BRANCH, Checkpoints, make_git, step_of_message
 from orchestrator.store.runs import RunDir
+from orchestrator.terminal import clean_name
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's empty tree: the base of step 0
 
@@ -29,11 +30,12 @@ CAIRN_OWN = [":(exclude,top).cairn"]
 
 
 def diff(run: RunDir, step: int | None = None, paths: list[str] | None = None, everything: bool = False,
-         stat: bool = False, colour: bool = False, stat_width: int | None = None) -> str:
+         stat: bool = False, stat_width: int | None = None) -> str:
     """A unified diff (or with `stat` git's diffstat): what step `step` changed, or with no step the
     whole run (first to last checkpoint), limited to `paths` (relative to the workspace) when given,
     without cairn's own files unless `everything`. Binary files are named, not shown. Empty when
-    nothing changed."""
+    nothing changed. Never coloured by git: the patch holds the run's own bytes, which a terminal must get
+    cleaned before cairn colours it (orchestrator/terminal.py)."""
     pathspecs = _pathspecs(paths) + ([] if everything else CAIRN_OWN)
     cp, steps = _checkpoints(run)
     if step is None:
@@ -50,7 +52,7 @@ def diff(run: RunDir, step: int | None = None, paths: list[str] | None = None, e
         return ""
     how = [f"--stat={stat_width or 1000}"] if stat else []
     return make_git(cp.git_dir).diff(
-        "--color=always" if colour else "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames", *how,
+        "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames", *how,
         before, after, "--", *pathspecs)
 
 
@@ -114,12 +116,13 @@ def _size(n: int | None) -> str:
 
 
 def render_files(doc: dict[str, Any]) -> str:
+    """The table of `cairn files`; a file name is the agent's, so it is cleaned for the terminal."""
     lines = [f"{'step':>5} {'size':>8}  path"]
     for row in doc["files"]:
         step = "-" if row["step"] is None else str(row["step"])
-        lines.append(f"{step:>5} {_size(row['size']):>8}  {row['path']}" + ("  (symlink)" if row["symlink"] else ""))
+        lines.append(f"{step:>5} {_size(row['size']):>8}  {clean_name(row['path'])}" + ("  (symlink)" if row["symlink"] else ""))
     for row in doc["skipped"]:
-        lines.append(f"{'-':>5} {'-':>8}  {row['path']}  (skipped: {row['reason']})")
+        lines.append(f"{'-':>5} {'-':>8}  {clean_name(row['path'])}  (skipped: {row['reason']})")
     lines.append(f"{len(doc['files'])} files as of step {doc['last_checkpoint_step']}"
                  + (f"; {len(doc['skipped'])} skipped" if doc["skipped"] else ""))
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from orchestrator.inspect.timeline import end_error, one_line, timeline
 from orchestrator.runner import run_is_live
 from orchestrator.store import events as ev
 from orchestrator.store.runs import STATUSES, RunDir
+from orchestrator.terminal import clean
 
 UNREADABLE = "unreadable"
 
@@ -188,12 +189,12 @@ def render_runs(rows: list[dict[str, Any]], width: int | None = None) -> str:
         cost = f"${r['cost_usd']:.4f}" if r["cost_usd"] is not None else "unknown"
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else "?"
         duration = f"{r['duration_s']:.0f}s" if r["duration_s"] is not None else "?"
-        task = _clip(" ".join(r["task"].split()), task_width) if r["status"] != UNREADABLE else ""
+        task = _clip(" ".join(clean(r["task"]).split()), task_width) if r["status"] != UNREADABLE else ""
         line = (f"{r['id']:<23} {r['status']:<11} {r['check'] or '-':<6} {r['steps']:>5} {r['tokens']:>9,} {r['cache_hit_ratio']:>5.0%} "
                 f"{cost:>9} {started:<16} {duration:>7}  ")
         if r.get("reason"):
-            line += f"{task:<{task_width}}  " + (_clip(r["reason"], width - len(line) - task_width - 2)
-                                                 if width else r["reason"])
+            line += f"{task:<{task_width}}  " + (_clip(clean(r["reason"]), width - len(line) - task_width - 2)
+                                                 if width else clean(r["reason"]))
         else:
             line += task
         lines.append(line.rstrip())

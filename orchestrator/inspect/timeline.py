@@ -11,6 +11,7 @@ from typing import Any
 from orchestrator.store import events as ev
 from orchestrator.store.replay import check_verdict
 from orchestrator.store.runs import RunDir
+from orchestrator.terminal import clean
 
 
 def _preview(text: str | None, width: int = 200) -> str:
@@ -198,8 +199,9 @@ ARRIVING = ("say", "inbox")  # messages taken at the start of a step, before its
 
 def step_lines(doc: dict[str, Any], indent: str = "") -> list[str]:
     """One line a tool call: step, tool, arguments in short, result in short, error and offload marks;
-    one line a message from outside (`cairn say`, INBOX.md, a resume's answer) where it reached the run.
-    A sub-agent's steps follow its agent_delegate call, indented."""
+    one line a message from outside (`cairn say`, a resume's answer) where it reached the run.
+    A sub-agent's steps follow its agent_delegate call, indented. Safe to print on a terminal: the
+    run's text is cleaned of control sequences before it is cut short (orchestrator/terminal.py)."""
     lines: list[str] = []
     steps = {step["index"]: step for step in doc["steps"]}
     messages: dict[int, list[dict[str, Any]]] = {}
@@ -218,23 +220,23 @@ def _call_lines(step: dict[str, Any], indent: str) -> list[str]:
     lines = []
     tokens = (step["usage"] or {}).get("prompt_tokens", 0)
     if step["text"] and not step["tool_calls"]:
-        lines.append(f"{indent}{step['index']:>4}  {'(text)':<12} {_preview(step['text'], 90)}")
+        lines.append(f"{indent}{step['index']:>4}  {'(text)':<12} {_preview(clean(step['text']), 90)}")
     for call in step["tool_calls"]:
         mark = "✗" if call["error"] else ("…" if not call["finished"] else " ")
         args = call["arguments"] if isinstance(call["arguments"], str) else json.dumps(call["arguments"])
-        saved = f"  ⇢ {call['offloaded_to']}" if call["offloaded_to"] else ""
-        lines.append(f"{indent}{step['index']:>4} {mark}{call['name']:<12} {_preview(args, 50):<50} "
-                     f"→ {_preview(call['result'], 50)}{saved}  [{tokens:,} tok]")
+        saved = f"  ⇢ {clean(call['offloaded_to'])}" if call["offloaded_to"] else ""
+        lines.append(f"{indent}{step['index']:>4} {mark}{clean(call['name']):<12} {_preview(clean(args), 50):<50} "
+                     f"→ {_preview(clean(call['result']), 50)}{saved}  [{tokens:,} tok]")
         child = call.get("child")
         if child:
             inner = indent + "     ┆ "
-            lines.append(f"{inner}sub-agent {child['id']} [{child['status']}]: {_preview(child['task'], 70)}")
+            lines.append(f"{inner}sub-agent {child['id']} [{child['status']}]: {_preview(clean(child['task']), 70)}")
             lines += step_lines(child, inner)
     return lines
 
 
 def _message_line(step: int, message: dict[str, Any], indent: str) -> str:
-    return f"{indent}{step:>4} ✉{message['source']:<12} {_preview(message['text'], 100)}"
+    return f"{indent}{step:>4} ✉{message['source']:<12} {_preview(clean(message['text']), 100)}"
 
 
 def step_text(walked: dict[str, Any], n: int) -> str:

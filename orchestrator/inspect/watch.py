@@ -8,6 +8,7 @@ so far, and the command ends. Reads only; imports no model library.
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 from typing import Callable
@@ -15,8 +16,12 @@ from typing import Callable
 from orchestrator.display import event_line
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
+from orchestrator.terminal import clean, clean_name
 
 NOISE_DIRS = {".cairn", ".git", "__pycache__", "node_modules", ".venv", ".pytest_cache"}
+# The temporary file of the toolbox's atomic write (`.NAME.XXXXXXXX.tmp`, tempfile.mkstemp's pattern,
+# sandbox_image/toolbox.py): it lives a moment before it is renamed to NAME, which is the change to show.
+ATOMIC_TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
 
 
 class EventTail:
@@ -45,7 +50,7 @@ class EventTail:
 
 
 def _noise(rel: Path) -> bool:
-    return any(part in NOISE_DIRS for part in rel.parts)
+    return any(part in NOISE_DIRS for part in rel.parts) or bool(ATOMIC_TEMPORARY.match(rel.name))
 
 
 def watch_run(run: RunDir, echo: Callable[[str], None], is_live: Callable[[RunDir], bool],
@@ -81,7 +86,7 @@ def watch_run(run: RunDir, echo: Callable[[str], None], is_live: Callable[[RunDi
                              rust_timeout=1000, yield_on_timeout=True, recursive=True):
             files = sorted({(Path(p), c) for c, p in changes if Path(p) != events_path})
             for path, change in files:
-                echo(f"      {names.get(change, '?')} {path.relative_to(workspace)}")
+                echo(f"      {names.get(change, '?')} {clean_name(str(path.relative_to(workspace)))}")
             status = _print(tail.new(), echo, status)
             if status != "running":
                 break
@@ -99,7 +104,7 @@ def _print(events: list[ev.Event], echo: Callable[[str], None], status: str) -> 
     for e in events:
         line = event_line(e)
         if isinstance(e, ev.RunStarted):
-            line = f"task: {' '.join(e.task.split())[:200]}"
+            line = f"task: {' '.join(clean(e.task).split())[:200]}"
         elif isinstance(e, ev.StatusChanged):
             status = e.status
         if line is not None:

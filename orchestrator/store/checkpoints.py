@@ -11,8 +11,9 @@ How a step is committed, with git plumbing so that cairn, not the workspace, dec
    unchanged file costs one `lstat` and no read. Only cairn's own exclude list applies; the
    workspace's `.gitignore` files do not hide anything from a checkpoint.
 2. `git ls-files -o -i --directory` names the generated trees that were skipped (`node_modules/`, ...).
-3. Of the changed paths only, files over 10 MiB are skipped (and dropped from the index if they were
-   tracked while small). Nothing else in the workspace is stat'ed from Python.
+3. Of the changed paths only, files over 10 MiB and special files (FIFOs, sockets, devices, which git
+   cannot store) are skipped (and dropped from the index if they were tracked before). Nothing else in
+   the workspace is stat'ed from Python.
 4. `git update-index` takes the changed paths, `git write-tree` makes the tree (the cache tree makes it
    cheap), and when that tree equals the last checkpoint's, no commit is made.
 5. The commit (fixed identity, message `cairn step N`) and its refs are written in process through
@@ -54,6 +55,8 @@ MAX_FILE_BYTES = 10 * 1024 * 1024
 SKIPPED_DIRS = ("node_modules", ".venv", "venv", "__pycache__", ".cache", ".pytest_cache", ".mypy_cache", ".tox")
 IDENTITY = {"name": "cairn", "email": "cairn@localhost"}
 _MESSAGE = re.compile(r"^cairn step (\d+)$")
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"))
 
 
 @dataclass
@@ -177,6 +180,12 @@ def make_git(git_dir: Path, work_tree: Path | None = None) -> git.Git:
     return g
 
 
+def _special(mode: int) -> str | None:
+    """Why a path cannot be checkpointed as it is (git stores files and symlinks only), or None."""
+    kind = next((name for test, name in _SPECIAL if test(mode)), None)
+    return f"{kind}, not a file" if kind else None
+
+
 def _run_with_input(g: git.Git, command: str, args: list[str], data: bytes) -> str:
     with tempfile.TemporaryFile() as f:
         f.write(data)
@@ -285,8 +294,11 @@ class Checkpoints:
                 except OSError:
                     update.add(path)  # gone meanwhile: --remove drops it
                     continue
-                if st.st_size > MAX_FILE_BYTES and stat.S_ISREG(st.st_mode):
-                    skipped[path] = f"over 10 MiB ({st.st_size / 2**20:.1f} MiB)"
+                why = _special(st.st_mode)
+                if why is None and st.st_size > MAX_FILE_BYTES and stat.S_ISREG(st.st_mode):
+                    why = f"over 10 MiB ({st.st_size / 2**20:.1f} MiB)"
+                if why is not None:
+                    skipped[path] = why
                     if tag == "C":
                         drop.add(path)
                     continue

@@ -1,25 +1,23 @@
-"""Messages to a run from outside it: `cairn say` and `workspace/INBOX.md`.
+"""The person's messages to a run: `cairn say`, the only channel of the user's voice.
 
 `cairn say RUN TEXT` appends one JSON line to `state/inbox.jsonl` (host only: the sandbox never sees
 it). The loop takes the lines it has not delivered yet at the start of each step; every delivered line
 becomes a `UserMessage(source="say")` event that records `inbox_offset`, the byte offset just past its
 line, so a resume starts after the last delivered line and never delivers one twice.
 
-A person may also drop `workspace/INBOX.md`. A watchfiles thread (`InboxWatcher`) only notices that
-the file appeared or changed; the loop reads it through the sandbox, delivers its text as a
-`UserMessage(source="inbox")` and moves it, inside the sandbox, to `/cairn/inbox/<step>.md` (`<run>/cairn/inbox/` on the host).
+No file in the workspace is a message: the agent, anything it runs, and a repository cloned with
+--from-git can all write there, so such a file could put words in the person's mouth. (An earlier
+cairn delivered `workspace/INBOX.md` as a user message; its events, `source="inbox"`, still replay.)
 """
 
 from __future__ import annotations
 
 import json
 import os
-import threading
+import stat
 import time
 from pathlib import Path
 from typing import Any, Iterable
-
-INBOX_FILE = "INBOX.md"
 
 
 def inbox_path(state: Path) -> Path:
@@ -49,12 +47,15 @@ def delivered_offset(events: Iterable[Any]) -> int:
 def pending(state: Path, offset: int) -> list[tuple[str, int]]:
     """The whole lines after `offset`: (text, the offset just past that line). A torn or bad line
     is skipped over, never retried forever."""
-    try:
-        with open(inbox_path(state), "rb") as f:
-            f.seek(offset)
-            data = f.read()
+    try:  # O_NONBLOCK, and a regular file only: an imported run's inbox.jsonl may be a FIFO
+        fd = os.open(inbox_path(state), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return []
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        f.seek(offset)
+        data = f.read()
     out: list[tuple[str, int]] = []
     position = offset
     while b"\n" in data:
@@ -67,58 +68,3 @@ def pending(state: Path, offset: int) -> list[tuple[str, int]]:
         if isinstance(text, str) and text.strip():
             out.append((text, position))
     return out
-
-
-class InboxWatcher:
-    """Notices, with watchfiles, that `INBOX.md` appeared or changed at the root of the workspace.
-
-    It never reads the file: it only raises a flag, and the loop looks through the sandbox. The flag
-    starts raised (the file may be there before the watcher is), and is raised again once the watcher
-    is ready, so nothing dropped during start-up is missed.
-    """
-
-    def __init__(self, workspace: Path) -> None:
-        self.workspace = workspace
-        self._flag = threading.Event()
-        self._flag.set()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> "InboxWatcher":
-        self._thread = threading.Thread(target=self._watch, name="cairn-inbox", daemon=True)
-        self._thread.start()
-        return self
-
-    def _watch(self) -> None:
-        try:
-            from watchfiles import Change, watch
-        except ImportError:  # no watcher: look every step
-            while not self._stop.wait(0.5):
-                self._flag.set()
-            return
-
-        def wanted(change: Change, path: str) -> bool:
-            return change != Change.deleted and os.path.basename(path) == INBOX_FILE
-
-        first = True
-        try:
-            for _changes in watch(self.workspace, watch_filter=wanted, recursive=False, stop_event=self._stop,
-                                  debounce=200, yield_on_timeout=True, rust_timeout=1000, raise_interrupt=False):
-                if _changes or first:
-                    self._flag.set()
-                first = False
-        except Exception:  # the watcher failed (inotify limits, a vanished dir): look every step
-            while not self._stop.wait(0.5):
-                self._flag.set()
-
-    def take(self) -> bool:
-        """True if INBOX.md may have arrived since the last call."""
-        if self._flag.is_set():
-            self._flag.clear()
-            return True
-        return False
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=3)
