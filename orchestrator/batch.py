@@ -256,6 +256,7 @@ class Batch:
             from orchestrator.llm import client  # noqa: F401 - litellm imported once, here, not in N threads
             from orchestrator.sandbox.image import ensure_image
 
+            self.preflight(work)
             ensure_image()  # built once, before the workers, which then find it
         pending: queue.Queue = queue.Queue()
         for item in work:
@@ -274,6 +275,23 @@ class Batch:
             if main:
                 signal.signal(signal.SIGINT, previous)
         return self.rows
+
+    def preflight(self, work: list[tuple[int, RunDir | None]]) -> None:
+        """Each model, key and endpoint the work needs, before any run is made or sandbox started
+        (llm/preflight.py); a bad one is a usage error that names its line."""
+        from orchestrator.llm.preflight import preflight
+        from orchestrator.runner import load_config
+
+        checked: set[tuple[str, str | None]] = set()
+        for index, run in work:
+            cfg = load_config(run) if run is not None else self.todo[index].cfg
+            if (cfg.model.model, cfg.model.api_base) in checked:
+                continue
+            try:
+                preflight(cfg.model, key_elsewhere=cfg.mcp.api_key_in_file)
+            except UsageError as exc:
+                raise UsageError(f"line {self.todo[index].line}: {exc.message}", hint=exc.hint) from None
+            checked.add((cfg.model.model, cfg.model.api_base))
 
     def _worker(self, pending: queue.Queue) -> None:
         while not self.stopping.is_set():
@@ -342,6 +360,7 @@ class Batch:
         if self._sigints == 1:
             for session in list(self.sessions.values()):
                 session.agent.stop_requested = True  # the loop checks it after the current action
+                session.agent.model.cancel()  # a model request is not worth finishing: it stops now
             sys.stderr.write("cairn: Ctrl-C: stopping every run after its current action "
                              "(Ctrl-C again to stop at once)\n")
             return

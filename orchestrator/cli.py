@@ -62,7 +62,7 @@ def run(
     json_output: bool = JsonOut,
 ) -> None:
     """Start a run. Settings: built-in defaults < the template's cairn.json < the options given here."""
-    from orchestrator.llm.scripted import check_model
+    from orchestrator.llm.preflight import preflight
     from orchestrator.runner import create_run, resolve_config
 
     if workspace is not None and template is not None:
@@ -83,7 +83,7 @@ def run(
         from orchestrator.agent_folder import load_config as load_agent_config
 
         cfg = load_agent_config(config, cfg, cli_model=model, cli_api_base=api_base)
-    check_model(cfg.model.model)
+    preflight(cfg.model)  # a wrong model, key or endpoint: said now, before a run or a sandbox exists
 
     interactive = task is None
     if interactive:
@@ -145,6 +145,9 @@ def resume(
         cfg.limits.max_steps = max_steps
     if max_cost is not None:
         cfg.limits.max_cost = max_cost
+    from orchestrator.llm.preflight import preflight
+
+    preflight(cfg.model, key_elsewhere=cfg.mcp.api_key_in_file)  # before the sandbox starts
     run_dir.update_meta(config=cfg.model_dump(mode="json"))
     _drive(run_dir, cfg, json_output, message=message, resumed=True)
 
