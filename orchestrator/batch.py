@@ -203,6 +203,8 @@ class RowDisplay:
             self.row.status = f"running: {event.name}"
         elif isinstance(event, ev.ToolFinished):
             self.row.status = "running"
+        elif isinstance(event, ev.Notice) and getattr(event, "kind", None) == "model_retry":
+            self.row.status = f"running: {event.text.split(':', 1)[0]}"  # "retry 2/6 in 8 s"
 
     def close(self) -> None:
         pass

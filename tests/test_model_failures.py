@@ -141,7 +141,7 @@ def test_an_endpoint_that_never_answers_fails_after_its_idle_timeout_and_one_ret
     with pytest.raises(ModelError) as failure:
         llm.complete(MESSAGES, [])
     assert time.monotonic() - started < 20
-    assert f"{silent.url}: no answer within 3 s; gave up after 1 retries" in failure.value.message
+    assert f"{silent.url}: no answer within 3 s; gave up after 1 retry" in failure.value.message
     assert len(retries) == 1
     assert retries[0].line().startswith("retry 1/1 in ")
     assert retries[0].line().endswith(f" s: {silent.url}: no answer within 3 s")
@@ -174,7 +174,7 @@ def test_a_refused_connection_is_retried_twice_quickly_and_named(refused_url):
     with pytest.raises(ModelError) as failure:
         llm.complete(MESSAGES, [])
     assert time.monotonic() - started < 10
-    assert f"cannot connect to {refused_url}: connection refused; gave up after 2 retries" in failure.value.message
+    assert failure.value.message == f"openai/test: cannot connect to {refused_url}: connection refused; gave up after 2 retries"
     assert [r.line() for r in retries] == [f"retry 1/2 in 0.5 s: cannot connect to {refused_url}: connection refused",
                                            f"retry 2/2 in 1 s: cannot connect to {refused_url}: connection refused"]
 
@@ -236,11 +236,12 @@ def test_preflight_opens_a_connection_but_sends_no_request(silent):
 # -- the command ----------------------------------------------------------------------------------
 
 
-def cairn(*args: str, runs_dir: Path, **popen: object) -> subprocess.Popen:
+def cairn(*args: str, runs_dir: Path, env_extra: dict[str, str] | None = None) -> subprocess.Popen:
+    """`cairn ARGS` in a process of its own, with no provider key unless `env_extra` gives one."""
     env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
     return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**env, "CAIRN_RUNS_DIR": str(runs_dir)}, **popen)
+                            env={**env, "CAIRN_RUNS_DIR": str(runs_dir), **(env_extra or {})})
 
 
 def test_a_missing_key_is_a_usage_error_and_leaves_no_run(runs_dir):
@@ -292,6 +293,29 @@ def test_a_retry_is_shown_on_stderr_and_kept_in_the_runs_log(runs_dir, sandbox_i
     events = [json.loads(line) for line in (run / "state" / "events.jsonl").read_text().splitlines()]
     retry = next(e for e in events if e.get("kind") == "model_retry")
     assert retry["type"] == "notice" and retry["status"] == 503 and retry["endpoint"] == scripted_503.url
-    shown = cairn("show", run.name, runs_dir=runs_dir)
+    shown = cairn("show", run.name, "--json", runs_dir=runs_dir)
     out, _err = shown.communicate(timeout=60)
-    assert f"503 from {scripted_503.url}" in out
+    assert retry["text"] in json.loads(out)["steps"][0]["notices"]
+
+
+def test_resume_with_a_model_whose_key_is_missing_keeps_the_run_as_it_was(runs_dir):
+    from orchestrator.runner import create_run, resolve_config
+
+    run = create_run(runs_dir, "hello", resolve_config({}))
+    before = (run.state / "run.json").read_text()
+    proc = cairn("resume", run.id, "--model", "anthropic/claude-sonnet-4-5", runs_dir=runs_dir)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert err.splitlines()[0] == "cairn: error: no ANTHROPIC_API_KEY in the environment for anthropic/claude-sonnet-4-5"
+    assert (run.state / "run.json").read_text() == before
+
+
+def test_a_batch_line_with_a_refused_endpoint_stops_the_batch_before_any_run(runs_dir, tmp_path, refused_url):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"task": "a"}) + "\n" + json.dumps({"task": "b", "model": "gpt-4o"}) + "\n")
+    proc = cairn("batch", str(tasks), runs_dir=runs_dir, env_extra={"OPENAI_API_KEY": "sk-test",
+                                                                    "OPENAI_API_BASE": refused_url})
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert err.splitlines()[0] == f"cairn: error: line 2: cannot connect to {refused_url}: connection refused"
+    assert not runs_dir.exists() or [p.name for p in runs_dir.iterdir() if p.name != "batches"] == []

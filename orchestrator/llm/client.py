@@ -29,6 +29,7 @@ import openai  # noqa: E402
 from orchestrator.config import ModelConfig  # noqa: E402
 from orchestrator.llm.endpoint import endpoint_of, provider_of  # noqa: E402
 from orchestrator.llm.inflight import interruptible, pause, watched  # noqa: E402
+from orchestrator.llm.preflight import connect_hint  # noqa: E402
 from orchestrator.llm.retry import Failure, NoAnswer, Retry, classify  # noqa: E402
 from orchestrator.llm.scripted import DEFAULT_CONTEXT_WINDOW, ScriptedServer, load_script, script_spec  # noqa: E402
 from orchestrator.llm.types import ContextOverflow, ModelError, Reply, ToolCall, Usage, assistant_message  # noqa: E402
@@ -274,13 +275,14 @@ class LLM:
 
     def _failure(self, failure: Failure, retries: int) -> ModelError:
         model, status = self.cfg.model, failure.status
-        said = _one_line(failure.error) if isinstance(failure.error, openai.APIStatusError) else ""
+        # The provider's own words, when it answered (litellm words a failed connection as a 500 too).
+        said = _one_line(failure.error) if failure.kind in ("fatal", "transient") and status else ""
         if failure.kind == "fatal":
             return ModelError(f"{model} refused the request ({failure.what}) at {self.endpoint}: {said}",
                               status_code=status)
-        gave_up = f"gave up after {retries} retries" if retries else "not retried"
+        gave_up = f"gave up after {retries} {'retry' if retries == 1 else 'retries'}" if retries else "not retried"
         return ModelError(f"{model}: {failure.at(self.endpoint)}; {gave_up}" + (f": {said}" if said else ""),
-                          status_code=status, hint=_hint(failure))
+                          status_code=status, hint=_hint(failure, bool(self.cfg.api_base)))
 
     def _cost(self, raw_usage: object | None) -> float | None:
         """USD from the script's `pricing` or litellm's price list; None when the price is unknown."""
@@ -405,9 +407,9 @@ def _is_overflow(error: openai.APIError) -> bool:
     return getattr(error, "status_code", None) == 400 and bool(OVERFLOW_WORDING.search(str(error)))
 
 
-def _hint(failure: Failure) -> str | None:
+def _hint(failure: Failure, api_base_given: bool) -> str | None:
     if failure.kind == "connect":
-        return "is the server running, and is --api-base right? (cairn reaches the model from this machine)"
+        return connect_hint(api_base_given)
     if failure.kind == "silent":
         return ("a slow model may need more time: raise model.stream_idle_timeout or model.request_timeout "
                 "in the run's settings")

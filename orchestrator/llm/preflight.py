@@ -33,7 +33,7 @@ def preflight(cfg: ModelConfig, key_elsewhere: bool = False) -> None:
     if script_spec(cfg.model) is not None:
         check_model(cfg.model)  # served on loopback by cairn itself: nothing to connect to yet
         return
-    early = _Connection(cfg.api_base, cfg.connect_timeout).start() if cfg.api_base else None
+    early = _Connection(cfg.api_base, cfg.connect_timeout, given=True).start() if cfg.api_base else None
     from orchestrator.llm import client  # noqa: F401 - litellm, quiet (no banners), with its local price list
     from orchestrator.llm.endpoint import endpoint_of, provider_of
 
@@ -48,7 +48,8 @@ def preflight(cfg: ModelConfig, key_elsewhere: bool = False) -> None:
                  "anthropic/…, gemini/…, ollama/… (https://docs.litellm.ai/docs/providers)") from None
     if cfg.api_key is None and not key_elsewhere:
         _check_key(cfg, provider)
-    connection = early or _Connection(endpoint_of(cfg.model, cfg.api_base), cfg.connect_timeout).start()
+    connection = early or _Connection(endpoint_of(cfg.model, cfg.api_base), cfg.connect_timeout,
+                                       given=bool(cfg.api_base)).start()
     connection.result()
 
 
@@ -67,11 +68,18 @@ def _check_key(cfg: ModelConfig, provider: str) -> None:
                           "or give an agent.json with an apiKey")
 
 
+def connect_hint(api_base_given: bool) -> str:
+    """What to look at when the endpoint cannot be reached (cairn reaches it from the host)."""
+    if api_base_given:
+        return "is the server running, and is --api-base right? (cairn reaches it from this machine, not the sandbox)"
+    return "check this machine's network (and HTTPS_PROXY, if a proxy is needed)"
+
+
 class _Connection:
     """Opening a connection to an endpoint, in a thread so that it overlaps other start-up work."""
 
-    def __init__(self, url: str | None, timeout: float) -> None:
-        self.url, self.timeout = url, timeout
+    def __init__(self, url: str | None, timeout: float, given: bool) -> None:
+        self.url, self.timeout, self.given = url, timeout, given
         self.problem: str | None = None
         self.thread = threading.Thread(target=self._open, daemon=True, name="cairn-preflight")
 
@@ -85,9 +93,7 @@ class _Connection:
             return
         self.thread.join()
         if self.problem is not None:
-            raise UsageError(f"cannot connect to {self.url}: {self.problem}",
-                             hint="is the server running, and is --api-base right? (cairn reaches the model "
-                                  "from this machine, not from the sandbox)")
+            raise UsageError(f"cannot connect to {self.url}: {self.problem}", hint=connect_hint(self.given))
 
     def _open(self) -> None:
         try:
