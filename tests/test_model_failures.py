@@ -187,6 +187,18 @@ def test_a_503_is_retried_and_the_retry_is_told_before_its_wait(scripted_503):
     assert retries[0].line().endswith(f": 503 from {scripted_503.url}")
 
 
+def test_each_kind_of_failure_counts_its_own_retries():
+    server = ScriptedServer({"turns": [{"fail": 503}, {"fail": 429}, {"fail": "timeout"}, {"content": "ok"}]})
+    server.start()
+    try:
+        llm, retries = llm_for(server.url, stream_idle_timeout=3)
+        reply = llm.complete(MESSAGES, [])
+    finally:
+        server.stop()
+    assert reply.message["content"] == "ok" and reply.retries == 3
+    assert [r.line().split(" in ")[0] for r in retries] == ["retry 1/6", "retry 2/6", "retry 1/1"]
+
+
 def test_cancel_from_another_thread_stops_a_hung_request_at_once(silent):
     llm, _ = llm_for(silent.url)
     outcome: list[BaseException] = []

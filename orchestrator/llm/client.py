@@ -168,7 +168,7 @@ class LLM:
         history_end: int | None = None,
         on_text: Callable[[str], None] | None = None,
     ) -> Reply:
-        """One answer from the model, retrying transient failures up to `cfg.max_retries` times.
+        """One answer from the model, retrying the failures that may pass as retry.py decides.
 
         `history_end` is the index just past the stored history (the tail after it is rebuilt every
         step); it places the cache breakpoint for Anthropic. `on_text` receives text as it streams;
@@ -176,7 +176,7 @@ class LLM:
         """
         request = self._request(messages, tools, tool_choice, history_end)
         started = time.monotonic()
-        retries = 0
+        retried: dict[str, int] = {}  # by kind of failure: each kind has its own patience (retry.py)
         with interruptible():
             while True:
                 try:
@@ -186,11 +186,11 @@ class LLM:
                     if isinstance(e, openai.APIError) and _is_overflow(e):
                         raise ContextOverflow(_one_line(e), status_code=400) from e
                     failure = classify(e)
-                    limit = failure.limit(self.cfg.max_retries)
-                    if retries >= limit:
-                        raise self._failure(failure, retries) from e
-                    retries += 1
-                    retry = Retry(retries, limit, failure.wait(retries, self.retry_base_seconds), failure,
+                    limit, done = failure.limit(self.cfg.max_retries), retried.get(failure.kind, 0)
+                    if done >= limit:
+                        raise self._failure(failure, done) from e
+                    retried[failure.kind] = done + 1
+                    retry = Retry(done + 1, limit, failure.wait(done + 1, self.retry_base_seconds), failure,
                                   self.endpoint)
                     if self.on_retry is not None:
                         self.on_retry(retry)
@@ -208,7 +208,7 @@ class LLM:
             tool_calls=answer.tool_calls,
             usage=usage,
             finish_reason=answer.finish_reason,
-            retries=retries,
+            retries=sum(retried.values()),
         )
 
     def _request(

@@ -7,7 +7,8 @@ Failures come in three kinds, each with its own patience:
   past the total timeout) is tried once more: each try already cost a long wait;
 - a busy or failing provider (429, 5xx, 408, 409, a connection lost mid-answer) is tried up to
   `max_retries` times, with exponential back-off and jitter, honouring Retry-After.
-Anything else (a 4xx) is the request's fault and fails at once.
+Each kind counts its own retries within one request. Anything else (a 4xx) is the request's fault
+and fails at once.
 """
 
 from __future__ import annotations
