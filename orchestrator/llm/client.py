@@ -30,13 +30,14 @@ from orchestrator.config import ModelConfig  # noqa: E402
 from orchestrator.llm.endpoint import endpoint_of, provider_of  # noqa: E402
 from orchestrator.llm.inflight import interruptible, pause, watched  # noqa: E402
 from orchestrator.llm.preflight import connect_hint  # noqa: E402
-from orchestrator.llm.retry import Failure, NoAnswer, Retry, classify  # noqa: E402
+from orchestrator.llm.retry import Failure, NoAnswer, Retry, classify, is_read_timeout  # noqa: E402
 from orchestrator.llm.scripted import DEFAULT_CONTEXT_WINDOW, ScriptedServer, load_script, script_spec  # noqa: E402
 from orchestrator.llm.types import ContextOverflow, ModelError, Reply, ToolCall, Usage, assistant_message  # noqa: E402
 
 litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on the user's terminal
 
 FALLBACK_CONTEXT_WINDOW = 128_000
+WATCH_GRACE = 5.0  # seconds the watch on a request allows beyond httpx's own read timeout
 EPHEMERAL = {"type": "ephemeral"}
 # How providers word "your request is longer than the context window" in a plain 400.
 OVERFLOW_WORDING = re.compile(
@@ -220,9 +221,8 @@ class LLM:
             "model": self.cfg.model,
             "messages": messages,
             "stream": self.stream,
-            # The connect timeout is httpx's; silence and the total are watched by inflight.py, and the
-            # read timeout only lets a request it walked away from end on its own.
-            "timeout": httpx.Timeout(self.cfg.request_timeout, connect=self.cfg.connect_timeout),
+            # httpx's read timeout is the idle timeout: no byte for that long, at the socket, fails.
+            "timeout": httpx.Timeout(self._idle, connect=self.cfg.connect_timeout),
             "num_retries": 0,  # retries are ours: litellm's and the openai client's would stack
             "max_retries": 0,
         }
@@ -258,25 +258,40 @@ class LLM:
         except litellm.exceptions.BadRequestError:
             return False
 
-    def _send(self, request: dict, on_text: Callable[[str], None] | None) -> _Answer:
-        total = self.cfg.request_timeout
-        idle = min(self.cfg.stream_idle_timeout, total) if self.stream else total
+    @property
+    def _idle(self) -> float:
+        """Seconds without a byte before a request counts as failed. A non-streamed answer comes whole,
+        so it gets request_timeout; a stream, its idle timeout (never above request_timeout)."""
+        if not self.stream:
+            return self.cfg.request_timeout
+        return min(self.cfg.stream_idle_timeout, self.cfg.request_timeout)
 
+    def _send(self, request: dict, on_text: Callable[[str], None] | None) -> _Answer:
         def open_answer() -> Iterable[object]:
             response = litellm.completion(**request)
             return response if self.stream else [response]
 
-        answer = _Answer()
-        for piece in watched(open_answer, idle=idle, total=total, cancelled=self._cancelled):
-            if not self.stream:
-                return _Answer.from_response(piece)
-            answer.add_chunk(piece, on_text)
+        answer, began = _Answer(), False
+        try:
+            # The watch is a backstop to httpx's read timeout, a little later: httpx's clock starts at
+            # the socket, this one before litellm has even built the request.
+            for piece in watched(open_answer, idle=self._idle + WATCH_GRACE, cancelled=self._cancelled):
+                began = True
+                if not self.stream:
+                    return _Answer.from_response(piece)
+                answer.add_chunk(piece, on_text)
+        except NoAnswer:
+            raise NoAnswer(self._idle, began) from None
+        except openai.APIError as e:
+            if is_read_timeout(e):  # litellm words it as a timeout, or as a 503 mid-stream
+                raise NoAnswer(self._idle, began) from e
+            raise
         return answer
 
     def _failure(self, failure: Failure, retries: int) -> ModelError:
         model, status = self.cfg.model, failure.status
         # The provider's own words, when it answered (litellm words a failed connection as a 500 too).
-        said = _one_line(failure.error) if failure.kind in ("fatal", "transient") and status else ""
+        said = _one_line(failure.error) if failure.kind == "fatal" or (failure.kind == "transient" and status) else ""
         if failure.kind == "fatal":
             return ModelError(f"{model} refused the request ({failure.what}) at {self.endpoint}: {said}",
                               status_code=status)

@@ -3,8 +3,8 @@
 Failures come in three kinds, each with its own patience:
 - an endpoint that cannot be reached (refused, unknown host, no connection within the connect
   timeout) is tried twice more, quickly: a server that is not there now is rarely there in a minute;
-- an endpoint that took the request and went silent (no byte within the idle timeout, or an answer
-  past the total timeout) is tried once more: each try already cost a long wait;
+- an endpoint that took the request and went silent (no byte within the idle timeout) is tried once
+  more: each try already cost a long wait;
 - a busy or failing provider (429, 5xx, 408, 409, a connection lost mid-answer) is tried up to
   `max_retries` times, with exponential back-off and jitter, honouring Retry-After.
 Each kind counts its own retries within one request. Anything else (a 4xx) is the request's fault
@@ -33,17 +33,20 @@ MAX_RETRY_WAIT = 60.0
 class NoAnswer(Exception):
     """The endpoint sent nothing for too long: before the answer began, or in the middle of it."""
 
-    def __init__(self, seconds: float, began: bool, total: bool = False) -> None:
-        self.seconds, self.began, self.total = seconds, began, total
+    def __init__(self, seconds: float, began: bool) -> None:
+        self.seconds, self.began = seconds, began
         super().__init__(self.what)
 
     @property
     def what(self) -> str:
-        if self.total:
-            return f"the answer took over {_seconds(self.seconds)} (the request timeout)"
         if self.began:
             return f"the answer stalled (no byte for {_seconds(self.seconds)})"
         return f"no answer within {_seconds(self.seconds)}"
+
+
+def is_read_timeout(error: BaseException) -> bool:
+    """httpx gave up waiting for a byte (not for a connection: that is a connect failure)."""
+    return _caused_by(error, (httpx.ReadTimeout, openai.APITimeoutError)) and _connect_reason(error) is None
 
 
 @dataclass
