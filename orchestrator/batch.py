@@ -221,6 +221,8 @@ class RowDisplay:
             self.row.status = f"running: {event.name}"
         elif isinstance(event, ev.ToolFinished):
             self.row.status = "running"
+        elif isinstance(event, ev.Notice) and getattr(event, "kind", None) == "model_retry":
+            self.row.status = f"running: {event.text.split(':', 1)[0]}"  # "retry 2/6 in 8 s"
 
     def close(self) -> None:
         pass
@@ -277,6 +279,7 @@ class Batch:
             from orchestrator.llm import client  # noqa: F401 - litellm imported once, here, not in N threads
             from orchestrator.sandbox.image import ensure_image
 
+            self.preflight(work)
             ensure_image()  # built once, before the workers, which then find it
         pending: queue.Queue = queue.Queue()
         for item in work:
@@ -295,6 +298,23 @@ class Batch:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return self.rows
+
+    def preflight(self, work: list[tuple[int, RunDir | None]]) -> None:
+        """Each model, key and endpoint the work needs, before any run is made or sandbox started
+        (llm/preflight.py); a bad one is a usage error that names its line."""
+        from orchestrator.llm.preflight import preflight
+        from orchestrator.runner import load_config
+
+        checked: set[tuple[str, str | None]] = set()
+        for index, run in work:
+            cfg = load_config(run) if run is not None else self.todo[index].cfg
+            if (cfg.model.model, cfg.model.api_base) in checked:
+                continue
+            try:
+                preflight(cfg.model, key_elsewhere=cfg.mcp.api_key_in_file)
+            except UsageError as exc:
+                raise UsageError(f"line {self.todo[index].line}: {exc.message}", hint=exc.hint) from None
+            checked.add((cfg.model.model, cfg.model.api_base))
 
     def _worker(self, pending: queue.Queue) -> None:
         while not self.stopping.is_set():
@@ -367,6 +387,7 @@ class Batch:
             for session in list(self.sessions.values()):
                 session.agent.stop_requested = True  # the loop checks it after the current action
                 session.agent.stopped_by = name
+                session.agent.model.cancel()  # a model request is not worth finishing: it stops now
             sys.stderr.write(f"cairn: {name}: stopping every run after its current action "
                              f"({name} again to stop at once)\n")
             return

@@ -133,7 +133,7 @@ def run(
 ) -> None:
     """Start a run. Settings: built-in defaults < the template's cairn.json < an agent folder's cairn.json
     < the --settings file < the options given here."""
-    from orchestrator.llm.scripted import check_model
+    from orchestrator.llm.preflight import preflight
     from orchestrator.runner import agent_folder_settings, create_run, resolve_config, settings_file
 
     if workspace is not None and template is not None:
@@ -159,7 +159,7 @@ def run(
         from orchestrator.agent_folder import load_config as load_agent_config
 
         cfg = load_agent_config(config, cfg, cli_model=model, cli_api_base=api_base)
-    check_model(cfg.model.model)
+    preflight(cfg.model)  # a wrong model, key or endpoint: said now, before a run or a sandbox exists
 
     interactive = task is None
     if interactive:
@@ -241,6 +241,9 @@ def resume(
         cfg.limits.max_steps = max_steps
     if max_cost is not None:
         cfg.limits.max_cost = max_cost
+    from orchestrator.llm.preflight import preflight
+
+    preflight(cfg.model, key_elsewhere=cfg.mcp.api_key_in_file)  # before the sandbox starts
     meta["config"] = cfg.model_dump(mode="json")
     run_dir.write_meta({**meta, "updated": time.time()})
     run_dir._external = False  # trust may have changed which workspace it works on

@@ -100,8 +100,15 @@ class ModelConfig(Settings):
     temperature: float | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     context_window: int | None = Field(None, ge=1024, description="Override of litellm's input window.")
-    max_retries: int = Field(6, ge=0)
-    request_timeout: float = Field(600.0, gt=0)
+    max_retries: int = Field(6, ge=0, description="Retries of a busy or failing provider (429, 5xx). An endpoint "
+                             "that cannot be reached gets at most 2, quickly; one that went silent at most 1.")
+    request_timeout: float = Field(600.0, gt=0, description="Seconds to wait for an answer that is not streamed; "
+                                   "the stream idle timeout never exceeds it.")
+    connect_timeout: float = Field(5.0, gt=0, description="Seconds to open a connection to the endpoint.")
+    stream_idle_timeout: float = Field(
+        60.0, gt=0, description="Seconds without a byte of a streamed answer (its start included) before the "
+                                "request counts as failed (a long answer that keeps coming never does); raise it "
+                                "for a model that thinks long before answering.")
     retry_base_seconds: float = Field(1.0, ge=0, description="First back-off wait; it doubles on each retry.")
 
 

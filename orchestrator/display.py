@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 from rich.console import Console
@@ -57,11 +58,19 @@ def _event_line(event: ev.Event) -> str | None:
     return None
 
 
+def is_model_retry(event: ev.Event) -> bool:
+    """A Notice the model client wrote before waiting to retry a request (see Session._retrying)."""
+    return isinstance(event, ev.Notice) and getattr(event, "kind", None) == "model_retry"
+
+
 class Quiet:
-    """For --json: nothing but the final document reaches stdout."""
+    """For --json: nothing but the final document reaches stdout; a model retry is still told on stderr,
+    since it is a wait the person would otherwise not understand."""
 
     def event(self, event: ev.Event, state: RunState) -> None:
-        pass
+        if is_model_retry(event):
+            sys.stderr.write(f"cairn: {event.text}\n")
+            sys.stderr.flush()
 
     def pause(self) -> None:
         pass
@@ -113,6 +122,10 @@ class LiveDisplay:
         if isinstance(event, ev.ToolStarted):
             self.current = f"{clean(event.name)} {short(event.arguments, 60)}"
         elif isinstance(event, ev.ToolFinished):
+            self.current = "thinking"
+        elif is_model_retry(event):
+            self.current = event.text.split(":", 1)[0]  # "retry 2/6 in 8 s", until the answer comes
+        elif isinstance(event, ev.AssistantMessage):
             self.current = "thinking"
         return event_line(event)
 

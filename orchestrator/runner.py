@@ -304,8 +304,17 @@ class Session:
         run.cairn_dir.mkdir(exist_ok=True)  # a run made before cairn/ existed gets one now
         self.sandbox = Sandbox(run.id, run.workspace, cfg.sandbox, image=image, cairn_mount=run.cairn_dir,
                                external=run.external_workspace is not None)
-        self.agent = Agent(run, cfg, self.sandbox, LLM(cfg.model), display)
+        llm = LLM(cfg.model)
+        self.agent = Agent(run, cfg, self.sandbox, llm, display)
+        llm.on_retry = self._retrying
         self.agent.tools.mcp = self.hub
+
+    def _retrying(self, retry: Any) -> None:  # noqa: ANN401 - llm.retry.Retry, imported with litellm
+        """A model retry goes into the log (show, report) and so onto the display, before its wait."""
+        state = self.agent.state
+        step = state.step if state.open_calls else state.step + 1  # a sub-agent's request: within a step
+        self.agent.emit(ev.Notice(step=step, text=retry.line(), kind="model_retry", endpoint=retry.endpoint,
+                                  status=retry.failure.status, wait_s=round(retry.wait, 2)))
 
     def _lock(self) -> None:
         """Marks the run as live: `ls` and `gc` tell a running run from a crashed one by this pid."""

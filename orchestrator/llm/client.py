@@ -1,9 +1,11 @@
 """Model calls through litellm: streaming, retries, usage and cost, and prompt-cache breakpoints.
 
-`LLM.complete` sends one request and gives back one `Reply`. Transient failures (timeouts, lost
-connections, 5xx, 429) are retried here with exponential backoff, honouring Retry-After; anything
-else fails at once as a `ModelError`, and a request too long for the model as `ContextOverflow`, so
-the loop can compact and try again. This is the only module that imports litellm.
+`LLM.complete` sends one request and gives back one `Reply`. Failures that may pass (an endpoint that
+cannot be reached, one that went silent, 5xx, 429) are retried here as retry.py decides, each retry
+told to `on_retry` before its wait; anything else fails at once as a `ModelError` that names the
+endpoint, and a request too long for the model as `ContextOverflow`, so the loop can compact and try
+again. The request runs in a worker thread (inflight.py), so silence and Ctrl-C end it at once. The
+llm modules other than types.py are the only ones that import litellm.
 """
 
 from __future__ import annotations
@@ -13,26 +15,29 @@ import os
 # litellm fetches its price list from the network at import unless told to use the bundled copy.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import email.utils  # noqa: E402
 import functools  # noqa: E402
-import random  # noqa: E402
 import re  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Callable, Mapping  # noqa: E402
+from collections.abc import Callable, Iterable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 
+import httpx  # noqa: E402
 import litellm  # noqa: E402
 import openai  # noqa: E402
 
 from orchestrator.config import ModelConfig  # noqa: E402
+from orchestrator.llm.endpoint import endpoint_of, provider_of  # noqa: E402
+from orchestrator.llm.inflight import interruptible, pause, watched  # noqa: E402
+from orchestrator.llm.preflight import connect_hint  # noqa: E402
+from orchestrator.llm.retry import Failure, NoAnswer, Retry, classify, is_read_timeout  # noqa: E402
 from orchestrator.llm.scripted import DEFAULT_CONTEXT_WINDOW, ScriptedServer, load_script, script_spec  # noqa: E402
 from orchestrator.llm.types import ContextOverflow, ModelError, Reply, ToolCall, Usage, assistant_message  # noqa: E402
 
 litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on the user's terminal
 
 FALLBACK_CONTEXT_WINDOW = 128_000
-MAX_RETRY_WAIT = 60.0
+WATCH_GRACE = 5.0  # seconds the watch on a request allows beyond httpx's own read timeout
 EPHEMERAL = {"type": "ephemeral"}
 # How providers word "your request is longer than the context window" in a plain 400.
 OVERFLOW_WORDING = re.compile(
@@ -120,6 +125,21 @@ class LLM:
         self._script = load_script(self._script_spec) if self._script_spec is not None else None
         # Should ModelConfig grow a `retry_base_seconds` field, it wins (so agent.json can set it).
         self.retry_base_seconds = getattr(cfg, "retry_base_seconds", self.retry_base_seconds)
+        # Told of each retry before its wait (the Session records it as an event the display shows).
+        self.on_retry: Callable[[Retry], None] | None = None
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """Stop the request in flight now (or the next one), from any thread: it raises KeyboardInterrupt.
+        Ctrl-C does this by itself in the main thread; a batch calls it for runs in worker threads."""
+        self._cancelled.set()
+
+    @functools.cached_property
+    def endpoint(self) -> str:
+        """Where requests go, for messages: the URL, or the provider's name when it cannot be told."""
+        if self._script_spec is not None:
+            return self.scripted.url
+        return endpoint_of(self.cfg.model, self.cfg.api_base) or f"the provider of {self.cfg.model}"
 
     @property
     def scripted(self) -> ScriptedServer | None:
@@ -149,7 +169,7 @@ class LLM:
         history_end: int | None = None,
         on_text: Callable[[str], None] | None = None,
     ) -> Reply:
-        """One answer from the model, retrying transient failures up to `cfg.max_retries` times.
+        """One answer from the model, retrying the failures that may pass as retry.py decides.
 
         `history_end` is the index just past the stored history (the tail after it is rebuilt every
         step); it places the cache breakpoint for Anthropic. `on_text` receives text as it streams;
@@ -157,16 +177,25 @@ class LLM:
         """
         request = self._request(messages, tools, tool_choice, history_end)
         started = time.monotonic()
-        for attempt in range(self.cfg.max_retries + 1):
-            try:
-                answer = self._send(request, on_text)
-                break
-            except openai.APIError as e:  # litellm's exceptions all derive from openai's
-                if _is_overflow(e):
-                    raise ContextOverflow(_one_line(e), status_code=400) from e
-                if not _is_transient(e) or attempt == self.cfg.max_retries:
-                    raise self._failure(e, attempt) from e
-                time.sleep(self._wait(e, attempt))
+        retried: dict[str, int] = {}  # by kind of failure: each kind has its own patience (retry.py)
+        with interruptible():
+            while True:
+                try:
+                    answer = self._send(request, on_text)
+                    break
+                except (openai.APIError, NoAnswer) as e:  # litellm's exceptions all derive from openai's
+                    if isinstance(e, openai.APIError) and _is_overflow(e):
+                        raise ContextOverflow(_one_line(e), status_code=400) from e
+                    failure = classify(e)
+                    limit, done = failure.limit(self.cfg.max_retries), retried.get(failure.kind, 0)
+                    if done >= limit:
+                        raise self._failure(failure, done) from e
+                    retried[failure.kind] = done + 1
+                    retry = Retry(done + 1, limit, failure.wait(done + 1, self.retry_base_seconds), failure,
+                                  self.endpoint)
+                    if self.on_retry is not None:
+                        self.on_retry(retry)
+                    pause(retry.wait, self._cancelled)
         usage = Usage(
             prompt_tokens=answer.prompt_tokens,
             cached_tokens=answer.cached_tokens,
@@ -180,7 +209,7 @@ class LLM:
             tool_calls=answer.tool_calls,
             usage=usage,
             finish_reason=answer.finish_reason,
-            retries=attempt,
+            retries=sum(retried.values()),
         )
 
     def _request(
@@ -192,7 +221,8 @@ class LLM:
             "model": self.cfg.model,
             "messages": messages,
             "stream": self.stream,
-            "timeout": self.cfg.request_timeout,
+            # httpx's read timeout is the idle timeout: no byte for that long, at the socket, fails.
+            "timeout": httpx.Timeout(self._idle, connect=self.cfg.connect_timeout),
             "num_retries": 0,  # retries are ours: litellm's and the openai client's would stack
             "max_retries": 0,
         }
@@ -209,32 +239,65 @@ class LLM:
             request["api_base"] = self.cfg.api_base
         if self.cfg.api_key is not None:  # an agent.json's apiKey; else litellm reads the provider's variables
             request["api_key"] = self.cfg.api_key.get_secret_value()
+        elif self._keyless_server:
+            request["api_key"] = "none"  # the openai client refuses to send without one; the server ignores it
         if self._script_spec is not None:
             request.update(model="openai/scripted", api_base=self.scripted.url, api_key="scripted")
         elif is_anthropic(self.cfg.model):
             request["messages"] = add_cache_breakpoints(messages, history_end)
         return request
 
-    def _send(self, request: dict, on_text: Callable[[str], None] | None) -> _Answer:
-        response = litellm.completion(**request)
+    @functools.cached_property
+    def _keyless_server(self) -> bool:
+        """An OpenAI-compatible server of one's own (--api-base) with no OPENAI_API_KEY set: vLLM,
+        llama.cpp and Ollama need none, and the preflight lets it pass."""
+        if not self.cfg.api_base or os.environ.get("OPENAI_API_KEY"):
+            return False
+        try:
+            return provider_of(self.cfg.model, self.cfg.api_base) == "openai"
+        except litellm.exceptions.BadRequestError:
+            return False
+
+    @property
+    def _idle(self) -> float:
+        """Seconds without a byte before a request counts as failed. A non-streamed answer comes whole,
+        so it gets request_timeout; a stream, its idle timeout (never above request_timeout)."""
         if not self.stream:
-            return _Answer.from_response(response)
-        answer = _Answer()
-        for chunk in response:
-            answer.add_chunk(chunk, on_text)
+            return self.cfg.request_timeout
+        return min(self.cfg.stream_idle_timeout, self.cfg.request_timeout)
+
+    def _send(self, request: dict, on_text: Callable[[str], None] | None) -> _Answer:
+        def open_answer() -> Iterable[object]:
+            response = litellm.completion(**request)
+            return response if self.stream else [response]
+
+        answer, began = _Answer(), False
+        try:
+            # The watch is a backstop to httpx's read timeout, a little later: httpx's clock starts at
+            # the socket, this one before litellm has even built the request.
+            for piece in watched(open_answer, idle=self._idle + WATCH_GRACE, cancelled=self._cancelled):
+                began = True
+                if not self.stream:
+                    return _Answer.from_response(piece)
+                answer.add_chunk(piece, on_text)
+        except NoAnswer:
+            raise NoAnswer(self._idle, began) from None
+        except openai.APIError as e:
+            if is_read_timeout(e):  # litellm words it as a timeout, or as a 503 mid-stream
+                raise NoAnswer(self._idle, began) from e
+            raise
         return answer
 
-    def _failure(self, error: openai.APIError, retries: int) -> ModelError:
-        status = getattr(error, "status_code", None)
-        what = f"gave up after {retries} retries" if _is_transient(error) else f"refused the request ({status})"
-        return ModelError(f"{self.cfg.model} {what}: {_one_line(error)}", status_code=status)
-
-    def _wait(self, error: Exception, attempt: int) -> float:
-        told = _retry_after(error)
-        if told is not None:
-            return min(told, MAX_RETRY_WAIT)
-        # Jitter keeps many runs that failed together (cairn batch) from retrying together.
-        return min(MAX_RETRY_WAIT, self.retry_base_seconds * 2**attempt) * random.uniform(0.5, 1.0)
+    def _failure(self, failure: Failure, retries: int) -> ModelError:
+        model, status = self.cfg.model, failure.status
+        # The provider's own words, when it answered (litellm words a failed connection as a 500 too).
+        said = _one_line(failure.error) if failure.kind == "fatal" or (failure.kind == "transient" and status) else ""
+        if failure.kind == "fatal":
+            return ModelError(f"{model} refused the request ({failure.what}) at {self.endpoint}: {said}",
+                              status_code=status)
+        gave_up = f"gave up after {retries} {'retry' if retries == 1 else 'retries'}" if retries else "not retried"
+        return ModelError(f"{model}: {failure.at(self.endpoint)}; {gave_up}" + (f": {said}" if said else ""),
+                          status_code=status, hint=_hint(failure, bool(self.cfg.api_base)))
 
     def _cost(self, raw_usage: object | None) -> float | None:
         """USD from the script's `pricing` or litellm's price list; None when the price is unknown."""
@@ -353,48 +416,22 @@ def _model_info(model: str) -> dict:
         return {}
 
 
-def _is_transient(error: openai.APIError) -> bool:
-    if isinstance(error, openai.APIConnectionError | openai.APITimeoutError | openai.RateLimitError):
-        return True
-    status = getattr(error, "status_code", None)
-    return status in (408, 409, 429) or (status is not None and status >= 500)
-
-
 def _is_overflow(error: openai.APIError) -> bool:
     if isinstance(error, litellm.ContextWindowExceededError):
         return True
     return getattr(error, "status_code", None) == 400 and bool(OVERFLOW_WORDING.search(str(error)))
 
 
-def _retry_after(error: Exception) -> float | None:
-    """Seconds the provider asked us to wait (Retry-After, or retry-after-ms), if it said."""
-    response = getattr(error, "response", None)
-    headers = getattr(error, "litellm_response_headers", None) or getattr(response, "headers", None)
-    if not isinstance(headers, Mapping):
-        return None
-    lowered = {str(k).lower(): str(v) for k, v in headers.items()}
-    if "retry-after-ms" in lowered:
-        millis = _number(lowered["retry-after-ms"])
-        return None if millis is None else max(0.0, millis / 1000)
-    if "retry-after" not in lowered:
-        return None
-    seconds = _number(lowered["retry-after"])
-    if seconds is None:  # the other form Retry-After may take: an HTTP date
-        try:
-            seconds = email.utils.parsedate_to_datetime(lowered["retry-after"]).timestamp() - time.time()
-        except (TypeError, ValueError):
-            return None
-    return max(0.0, seconds)
+def _hint(failure: Failure, api_base_given: bool) -> str | None:
+    if failure.kind == "connect":
+        return connect_hint(api_base_given)
+    if failure.kind == "silent":
+        return ("a slow model may need more time: raise model.stream_idle_timeout or model.request_timeout "
+                "in the run's settings")
+    return None
 
 
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def _one_line(error: Exception) -> str:
+def _one_line(error: BaseException) -> str:
     """The provider's message on one line, short enough for a terminal and an event."""
     text = " ".join(str(getattr(error, "message", None) or error).split())
     # litellm prefixes its class names ("litellm.BadRequestError: OpenAIException - "): the
