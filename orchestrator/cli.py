@@ -57,7 +57,9 @@ def run(
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Prompt plus completion tokens at most."),
     network: Optional[str] = typer.Option(None, "--network", help="none (the default, unless the template says otherwise) or bridge."),
     image: Optional[str] = typer.Option(None, "--image", help="Sandbox image (default: the one cairn builds)."),
-    sandbox_user: Optional[str] = typer.Option(None, "--sandbox-user", metavar="UID:GID", help="Run the agent as this uid:gid (never 0); see --workspace."),
+    sandbox_user: Optional[str] = typer.Option(None, "--sandbox-user", metavar="UID:GID", help="Run the agent as this uid:gid (default: root; 0 only without --lockdown)."),
+    lockdown: bool = typer.Option(False, "--lockdown", help="The cage for untrusted work: a non-root agent, read-only root filesystem, noexec /tmp, no capabilities."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", metavar="NAME", help="An OCI runtime the Docker engine knows, e.g. runsc (gVisor)."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", help="An agent.json (tiny-agents schema: model, MCP servers), or a folder with one and an optional PROMPT.md."),
     json_output: bool = JsonOut,
 ) -> None:
@@ -75,7 +77,8 @@ def run(
         cfg = resolve_config({
             "model": {"model": model, "api_base": api_base},
             "limits": {"max_steps": max_steps, "max_cost": max_cost, "max_tokens": max_tokens},
-            "sandbox": {"network": network, "image": image, "user": sandbox_user},
+            "sandbox": {"network": network, "image": image, "user": sandbox_user, "runtime": runtime,
+                        "lockdown": True if lockdown else None},
         }, template=template, model_elsewhere=config is not None)
     except ValidationError as exc:
         raise UsageError(_one_line(exc)) from None
@@ -370,17 +373,30 @@ def say(
 def export_cmd(
     run_ref: str = typer.Argument(..., metavar="RUN"),
     output: Path = typer.Option(..., "--output", "-o", help="The archive to write (tar.gz)."),
+    with_machine: bool = typer.Option(False, "--with-machine", help="Add the run's container (what the agent "
+                                      "installed outside the workspace), as an image: hundreds of MB."),
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
     """Write a run (workspace and state) to one tar.gz, to resume it elsewhere with `cairn import`."""
+    import tempfile
+
     from orchestrator.runner import run_is_live
     from orchestrator.store.archive import export_run
 
     run_dir = _find(runs_dir, run_ref)
     if run_is_live(run_dir):
         raise UsageError(f"run {run_dir.id} is running; export it when it has stopped")
-    for path in export_run(run_dir, output):
-        typer.echo(f"left out: {path}", err=True)
+    with tempfile.TemporaryDirectory(prefix="cairn-machine-", dir=Path(output).resolve().parent) as tmp:
+        machine_tar = None
+        if with_machine:
+            from orchestrator.sandbox import machine
+            from orchestrator.sandbox.engine import connect
+
+            machine_tar = Path(tmp) / machine.MACHINE_FILE
+            typer.echo(f"saving the container of run {run_dir.id} as an image", err=True)
+            machine.save(connect(), run_dir.id, machine_tar)
+        for path in export_run(run_dir, output, machine=machine_tar):
+            typer.echo(f"left out: {path}", err=True)
     typer.echo(str(output))
 
 
@@ -399,12 +415,14 @@ def import_cmd(
 
 @app.command("shell")
 def shell_cmd(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
-    """An interactive shell in a fresh sandbox on that run's workspace (hardened like the run's own)."""
+    """An interactive shell in the run's kept container (the machine as the agent left it), else in a fresh
+    sandbox on its workspace, made like the run's own."""
     import shutil
     import subprocess
 
-    from orchestrator.runner import load_config
-    from orchestrator.sandbox import Sandbox
+    from orchestrator.runner import load_config, run_is_live
+    from orchestrator.sandbox import Sandbox, container as containers
+    from orchestrator.sandbox.engine import connect
     from orchestrator.sandbox.image import ensure_image
 
     run_dir = _find(runs_dir, run_ref)
@@ -412,13 +430,29 @@ def shell_cmd(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optio
     docker_cli = shutil.which("docker")
     if docker_cli is None:  # docker-py has no interactive terminal; the client does
         raise UsageError("cairn shell needs the docker command line client on PATH")
+    tty = ["-t"] if sys.stdin.isatty() and sys.stdout.isatty() else []
+    shell = ["sh", "-c", "command -v bash >/dev/null && exec bash || exec sh"]
+    client = connect()
+    kept = containers.find(client, run_dir.id)
+    if kept is not None:
+        started = kept.status != "running"
+        if started:
+            client.api.start(kept.id)
+        typer.echo(f"a shell in the container of run {run_dir.id} ({'started for it' if started else 'running'})",
+                   err=True)
+        try:
+            code = subprocess.call([docker_cli, "exec", "-i", *tty, kept.name, *shell])
+        finally:
+            if started and not run_is_live(run_dir):  # as it was found: stopped
+                containers.stop(client, kept.id)
+        raise typer.Exit(code)
     cfg = load_config(run_dir)
     sandbox = Sandbox(f"{run_dir.id}-shell", run_dir.workspace, cfg.sandbox, image=cfg.sandbox.image or ensure_image(),
-                      cairn_mount=run_dir.cairn_dir if run_dir.external_workspace else None)
+                      client=client, cairn_mount=run_dir.cairn_dir if run_dir.external_workspace else None)
+    typer.echo(f"run {run_dir.id} holds no container: a shell in a fresh sandbox on its workspace", err=True)
     sandbox.start()
     try:
-        tty = ["-t"] if sys.stdin.isatty() and sys.stdout.isatty() else []
-        code = subprocess.call([docker_cli, "exec", "-i", *tty, "-w", "/workspace", sandbox.container.name, "bash"])
+        code = subprocess.call([docker_cli, "exec", "-i", *tty, sandbox.container.name, *shell])
     finally:
         sandbox.stop()
     raise typer.Exit(code)
@@ -448,17 +482,33 @@ def doctor() -> None:
 
 
 @app.command()
-def gc(runs_dir: Optional[Path] = RunsDir) -> None:
-    """Remove sandbox containers whose run is not live (a run of another runs dir: only when idle)."""
+def gc(
+    older_than: Optional[str] = typer.Option(None, "--older-than", metavar="DURATION",
+                                             help="Only containers unused for this long: 30m, 12h, 7d, 2w."),
+    runs_dir: Optional[Path] = RunsDir,
+) -> None:
+    """Remove the kept containers of runs that are not live (their next resume starts a fresh one). A
+    container of another runs dir's run is left alone; an orphan's (its run is gone) only when idle."""
     from orchestrator.runner import run_is_live
     from orchestrator.sandbox.container import gc as gc_containers
     from orchestrator.sandbox.engine import connect
     from orchestrator.store.runs import RunDir
 
+    seconds = _duration(older_than) if older_than is not None else None
     runs = RunDir.all(_runs_dir(runs_dir))
     live = {r.id for r in runs if run_is_live(r)}
-    removed = gc_containers(connect(), live, known_run_ids={r.id for r in runs})
+    removed = gc_containers(connect(), live, known_run_ids={r.id for r in runs}, older_than=seconds)
     typer.echo(f"removed {len(removed)} container(s)" + (": " + ", ".join(removed) if removed else ""))
+
+
+def _duration(text: str) -> float:
+    """`30s`, `30m`, `12h`, `7d`, `2w` in seconds."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if not match:
+        raise UsageError(f"--older-than {text!r} is not a duration: give a number and a unit, e.g. 30m, 12h, 7d")
+    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[match.group(2)]
 
 
 def _one_line(exc: ValidationError) -> str:

@@ -225,8 +225,9 @@ class Agent:
             observation = Observation(f"error: {exc}", error=True)
         self.finish(call, step, observation, (time.monotonic() - started) * 1000, label)
         if observation.note:
-            self.notices.append(f"The sandbox was restarted: {observation.note}. Files in /workspace are intact; "
-                                "anything installed outside it is gone.")
+            self.notices.append(f"The sandbox was restarted: {observation.note}. Files in /workspace are intact" + (
+                "; so is what was installed outside it." if self.sandbox.reused else
+                "; anything installed outside it is gone."))
         return ending
 
     def finish(self, call: ToolCall, step: int, observation: Observation, duration_ms: float | None = None,
@@ -284,6 +285,7 @@ class Agent:
                 from orchestrator.store.checkpoints import Checkpoints
 
                 self.checkpoints = Checkpoints.of(self.run_dir)
+            self.sandbox.give_back_files()  # first: git, as the host user, must be able to read them
             done = self.checkpoints.commit(step)
         except Exception as exc:  # noqa: BLE001 - git failing must not stop the agent
             self.emit(ev.Notice(step=step, text=f"checkpoint of step {step} failed: {exc}"))
@@ -303,9 +305,14 @@ class Agent:
             text = "not executed: the run stopped before it finished" if began else \
                 "not executed: the run stopped before this call"
             self.finish(call, self.state.step, Observation(text, error=True))
-        if self.state.step:
+        if self.state.step and self.sandbox.reused:
+            self.notices.append("The run was resumed in the same sandbox: files in /workspace and what was "
+                                "installed outside it are intact; processes started before (servers, background "
+                                "jobs) and the shell's state are gone.")
+        elif self.state.step:
             self.notices.append("The run was resumed in a new sandbox: files in /workspace are intact; anything "
-                                "installed or started outside /workspace is gone.")
+                                "installed or started outside /workspace is gone." +
+                                (f" ({self.sandbox.replaced})" if self.sandbox.replaced else ""))
 
     def finish_cut_off_step(self) -> None:
         """The rest of the step a crash cut off inside agent_delegate: the sub-agent goes on, the calls

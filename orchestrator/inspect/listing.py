@@ -1,8 +1,15 @@
-"""`cairn ls`: one row a run, from run.json (and the event log for runs that never wrote their end)."""
+"""`cairn ls`: one row a run, from run.json (and the event log for runs that never wrote their end), and
+whether it holds a container: one question to the engine for all runs, without docker-py (whose import
+alone costs more than the rest of `ls`), and none at all when no engine listens."""
 
 from __future__ import annotations
 
+import http.client
+import json
+import os
+import socket
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +18,15 @@ from orchestrator.runner import run_is_live
 from orchestrator.store.runs import RunDir
 
 
+ENGINE_TIMEOUT = 2.0  # seconds: ls stays quick when an engine hangs
+DEFAULT_SOCKET = "/var/run/docker.sock"
+
+
 def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
     rows = []
-    for run in RunDir.all(runs_dir):
+    runs = RunDir.all(runs_dir)
+    held = container_states() if runs else {}
+    for run in runs:
         meta = run.read_meta()
         status, usage, steps = meta.get("status", "running"), meta.get("usage"), meta.get("steps", 0)
         if status == "running":
@@ -33,14 +46,63 @@ def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
             "cost_usd": usage.get("cost_usd"),
             "started": created,
             "duration_s": round((meta.get("updated") or time.time()) - created, 1) if created else None,
+            "container": _held_by(run, held),
         })
     return rows
+
+
+def _held_by(run: RunDir, held: dict[str, tuple[str, str | None]] | None) -> str | None:
+    """"running" or "stopped" when the run holds a container, else None (also when no engine answered)."""
+    state, run_dir = (held or {}).get(run.id, (None, None))
+    if state is None or (run_dir is not None and run_dir != str(run.root.resolve())):
+        return None  # none, or another runs dir's run of the same id
+    return state
+
+
+def container_states() -> dict[str, tuple[str, str | None]] | None:
+    """For each run that holds a container: ("running" | "stopped", the run directory it was made for).
+    None when no engine answers, or the engine is not a local socket (`DOCKER_HOST=tcp://`, `ssh://`,
+    which ls does not reach)."""
+    host = os.environ.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
+    if not host.startswith("unix://"):
+        return None
+    filters = urllib.parse.quote(json.dumps({"label": ["cairn.managed=1"]}))
+    connection = _UnixConnection(host[len("unix://"):])
+    try:
+        connection.request("GET", f"/containers/json?all=1&filters={filters}")
+        response = connection.getresponse()
+        if response.status != 200:
+            return None
+        containers = json.loads(response.read())
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+    finally:
+        connection.close()
+    states = {}
+    for container in containers:
+        labels = container.get("Labels") or {}
+        if labels.get("cairn.run"):
+            state = "running" if container.get("State") == "running" else "stopped"
+            states[labels["cairn.run"]] = (state, labels.get("cairn.run_dir"))
+    return states
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=ENGINE_TIMEOUT)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(ENGINE_TIMEOUT)
+        self.sock.connect(self.socket_path)
 
 
 def render_runs(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no runs yet (start one with: cairn run \"TASK\")"
-    head = f"{'ID':<23} {'STATUS':<11} {'STEPS':>5} {'TOKENS':>9} {'CACHE':>5} {'COST':>9} {'STARTED':<16} {'TIME':>7}  TASK"
+    head = (f"{'ID':<23} {'STATUS':<11} {'STEPS':>5} {'TOKENS':>9} {'CACHE':>5} {'COST':>9} {'STARTED':<16} "
+            f"{'TIME':>7} {'CONTAINER':<9}  TASK")
     lines = [head]
     for r in rows:
         cost = f"${r['cost_usd']:.4f}" if r["cost_usd"] is not None else "unknown"
@@ -48,5 +110,5 @@ def render_runs(rows: list[dict[str, Any]]) -> str:
         duration = f"{r['duration_s']:.0f}s" if r["duration_s"] is not None else "?"
         task = " ".join(r["task"].split())
         lines.append(f"{r['id']:<23} {r['status']:<11} {r['steps']:>5} {r['tokens']:>9,} {r['cache_hit_ratio']:>5.0%} "
-                     f"{cost:>9} {started:<16} {duration:>7}  {task[:60]}")
+                     f"{cost:>9} {started:<16} {duration:>7} {r.get('container') or '-':<9}  {task[:60]}")
     return "\n".join(lines)

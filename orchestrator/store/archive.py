@@ -30,18 +30,21 @@ from orchestrator.store.runs import RunDir
 PARTS = ("workspace", "state")
 # Files of a live process, meaningless elsewhere: the pid file and half-written temporary files.
 STATE_SKIP = ("pid", "pid.tmp", "run.json.tmp")
+MACHINE_MEMBER = "machine.tar"  # the same name as sandbox.machine.MACHINE_FILE (not imported: no docker here)
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SPECIAL_BITS = 0o7000  # setuid, setgid, sticky: never carried into an import
 
 
-def export_run(run: RunDir, out: Path) -> list[str]:
-    """Writes `out` (tar.gz); returns the paths it left out (links leading outside the run, fifos...)."""
+def export_run(run: RunDir, out: Path, machine: Path | None = None) -> list[str]:
+    """Writes `out` (tar.gz); returns the paths it left out (links leading outside the run, fifos...).
+    `machine`: the run's container saved as an image (sandbox/machine.py), added as state/machine.tar."""
     skipped: list[str] = []
     root = run.root.resolve()
+    skip = STATE_SKIP + ((MACHINE_MEMBER,) if machine is not None else ())
 
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         rel = info.name.split("/", 1)[1] if "/" in info.name else ""
-        if rel.startswith("state/") and rel.count("/") == 1 and rel.split("/")[1] in STATE_SKIP:
+        if rel.startswith("state/") and rel.count("/") == 1 and rel.split("/")[1] in skip:
             return None
         if info.issym() and not _link_inside(info.name, info.linkname, run.id):
             skipped.append(f"{rel} (a symlink to {info.linkname}, outside the run)")
@@ -65,11 +68,24 @@ def export_run(run: RunDir, out: Path) -> list[str]:
                         tar.add(root / part, arcname=f"{run.id}/{part}", filter=keep)
             else:
                 _add_in_place_run(tar, run, keep)
+            if machine is not None:
+                add_machine(tar, run.id, machine)
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return skipped
+
+
+def add_machine(tar: tarfile.TarFile, run_id: str, machine: Path) -> None:
+    """The run's machine (a `docker save` tar) as `<id>/state/machine.tar`: the host side of the run, which
+    the sandbox never sees; the run's next session loads it (runner.carried_machine)."""
+    info = tar.gettarinfo(machine, arcname=f"{run_id}/state/{MACHINE_MEMBER}")
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mode = 0o600
+    with open(machine, "rb") as f:
+        tar.addfile(info, f)
 
 
 def _add_in_place_run(tar: tarfile.TarFile, run: RunDir, keep) -> None:  # noqa: ANN001
