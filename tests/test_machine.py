@@ -15,6 +15,7 @@ import docker
 import pytest
 
 from orchestrator.config import SandboxConfig
+from orchestrator.errors import SandboxError
 from orchestrator.sandbox import Sandbox
 from orchestrator.sandbox.container import container_name
 from orchestrator.sandbox.machine import machine_tag
@@ -230,3 +231,21 @@ def test_lockdown_runs_the_agent_in_the_cage(cairn):
     assert out.returncode == 0, out.stderr
     assert "Read-only file system" in previews(out) and "\n0\n" not in previews(out)
     assert cairn.the_run().read_meta()["config"]["sandbox"]["lockdown"] is True
+
+
+def test_a_copy_of_a_run_does_not_take_the_container_of_the_original(docker_client, sandbox_image, tmp_path):
+    name = f"test-copy-{tmp_path.name[-12:]}"
+    for copy in ("original", "copy"):
+        (tmp_path / copy / "state").mkdir(parents=True)
+    original = Sandbox(name, tmp_path / "ws1", SandboxConfig(), sandbox_image, docker_client, keep=True,
+                       run_dir=tmp_path / "original")
+    try:
+        original.start()
+        original.stop()
+        copy = Sandbox(name, tmp_path / "ws2", SandboxConfig(), sandbox_image, docker_client, keep=True,
+                       run_dir=tmp_path / "copy")
+        with pytest.raises(SandboxError, match="belongs to run .* a copy of this run"):
+            copy.start()
+        assert state_of(docker_client, name) == "exited"
+    finally:
+        original.remove()

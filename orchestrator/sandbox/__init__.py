@@ -145,12 +145,14 @@ class Sandbox:
     def stop(self) -> None:
         """Give the agent's files back (see give_back_files), then stop the container: kept with `keep`,
         else removed. The workspace stays; calling stop twice is fine."""
+        running = self.toolbox is not None and self.toolbox.alive()  # else the next session gives them back
         if self.toolbox is not None:
             self.toolbox.close()
             self.toolbox = None
         if self.container is not None and self.client is not None:
             try:
-                self.give_back_files()
+                if running:
+                    self.give_back_files()
             finally:
                 (containers.stop if self.keep else containers.remove)(self.client, self.container.id)
                 self.container = None

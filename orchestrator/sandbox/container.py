@@ -229,6 +229,11 @@ def open_machine(client: docker.DockerClient, cfg: SandboxConfig, run_id: str, w
     prepare_workspace(cairn_mount if cairn_mount is not None else workspace, user, lockdown=cfg.lockdown)
     replaced = None
     kept = find(client, run_id)
+    owner = kept.labels.get(LABEL_RUN_DIR) if kept is not None else None
+    if owner and run_dir is not None and owner != options["labels"][LABEL_RUN_DIR] and (Path(owner) / "state").is_dir():
+        raise SandboxError(f"the container {container_name(run_id)} belongs to run {run_id} in {owner}, a copy of "
+                           "this run; both cannot have it",
+                           hint=f"remove it with `docker rm -f {container_name(run_id)}` (or that run), then resume")
     if kept is not None:
         if kept.labels.get(LABEL_CONFIG) == options["labels"][LABEL_CONFIG]:
             try:

@@ -11,6 +11,7 @@ import os
 import shlex
 from pathlib import Path
 
+import docker.errors
 from docker.models.containers import Container
 
 from orchestrator.errors import SandboxError
@@ -46,7 +47,11 @@ def chown_back(container: Container, destination: str, agent_uid: int, owner: tu
     pruned = " ".join(f"-path {shlex.quote(path)} -prune -o" for path in prune)
     uid, gid = owner
     script = f"find {shlex.quote(destination)} {pruned} -uid {agent_uid} -exec chown -h {uid}:{gid} {{}} +"
-    code, output = container.exec_run(["sh", "-c", script], user="0:0")
+    try:
+        code, output = container.exec_run(["sh", "-c", script], user="0:0")
+    except docker.errors.APIError as exc:
+        raise SandboxError(f"cannot give the files under {destination} back to {uid}:{gid}: "
+                           f"{str(exc.explanation or exc).splitlines()[0][:200]}") from exc
     if code != 0:
         detail = output.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {code}"]
         raise SandboxError(f"cannot give the files under {destination} back to {uid}:{gid}: {detail[0][:200]}")

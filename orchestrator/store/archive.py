@@ -1,8 +1,10 @@
 """`cairn export` / `cairn import`: a run (workspace and state) as one tar.gz, to move it between machines.
 
 The archive holds one top-level directory, the run id, with `workspace/` and `state/` under it (and so
-`state/checkpoints.git` when the run has one). Modes are kept; ownership is not: imported files belong
-to the user who imports (a later `resume` as root gives the workspace to the sandbox user again).
+`state/checkpoints.git` when the run has one; with `export --with-machine`, `state/machine.tar`: the
+run's container as a `docker save` image, see orchestrator/sandbox/machine.py). Modes are kept;
+ownership is not: imported files belong to the user who imports (a later resume of a `--lockdown` run as root
+gives the workspace to the sandbox user again).
 
 An archive may come from anywhere, so import checks every member before it extracts any: only regular
 files, directories, symlinks and hard links, each under `<id>/workspace` or `<id>/state`; no absolute
