@@ -394,7 +394,7 @@ def export_cmd(
 
             machine_tar = Path(tmp) / machine.MACHINE_FILE
             typer.echo(f"saving the container of run {run_dir.id} as an image", err=True)
-            machine.save(connect(), run_dir.id, machine_tar)
+            machine.save(connect(), run_dir.id, machine_tar, run_dir.root)
         for path in export_run(run_dir, output, machine=machine_tar):
             typer.echo(f"left out: {path}", err=True)
     typer.echo(str(output))
@@ -433,7 +433,7 @@ def shell_cmd(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optio
     tty = ["-t"] if sys.stdin.isatty() and sys.stdout.isatty() else []
     shell = ["sh", "-c", "command -v bash >/dev/null && exec bash || exec sh"]
     client = connect()
-    kept = containers.find(client, run_dir.id)
+    kept = containers.find(client, run_dir.id, run_dir.root)
     if kept is not None:
         started = kept.status != "running"
         if started:

@@ -39,13 +39,13 @@ def remove_the_containers_test_runs_kept(tmp_path_factory: pytest.TempPathFactor
     from orchestrator.inspect.listing import container_states
 
     base = str(tmp_path_factory.getbasetemp().resolve()) + "/"
-    ours = [run for run, (_, run_dir) in (container_states() or {}).items() if run_dir and run_dir.startswith(base)]
-    if ours:
+    if any(run_dir and run_dir.startswith(base) for _, run_dir in container_states() or {}):
         import docker
 
         client = docker.from_env()
-        for run in ours:
-            try:
-                client.api.remove_container(f"cairn-{run}", force=True)
-            except docker.errors.APIError:
-                pass
+        for container in client.containers.list(all=True, filters={"label": "cairn.run_dir"}):
+            if container.labels["cairn.run_dir"].startswith(base):
+                try:
+                    container.remove(force=True)
+                except docker.errors.APIError:
+                    pass

@@ -15,7 +15,6 @@ import docker
 import pytest
 
 from orchestrator.config import SandboxConfig
-from orchestrator.errors import SandboxError
 from orchestrator.sandbox import Sandbox
 from orchestrator.sandbox.container import container_name
 from orchestrator.sandbox.machine import machine_tag
@@ -233,19 +232,24 @@ def test_lockdown_runs_the_agent_in_the_cage(cairn):
     assert cairn.the_run().read_meta()["config"]["sandbox"]["lockdown"] is True
 
 
-def test_a_copy_of_a_run_does_not_take_the_container_of_the_original(docker_client, sandbox_image, tmp_path):
+def test_a_copy_of_a_run_beside_its_original_gets_its_own_container(docker_client, sandbox_image, tmp_path):
     name = f"test-copy-{tmp_path.name[-12:]}"
     for copy in ("original", "copy"):
         (tmp_path / copy / "state").mkdir(parents=True)
     original = Sandbox(name, tmp_path / "ws1", SandboxConfig(), sandbox_image, docker_client, keep=True,
                        run_dir=tmp_path / "original")
+    copy = Sandbox(name, tmp_path / "ws2", SandboxConfig(), sandbox_image, docker_client, keep=True,
+                   run_dir=tmp_path / "copy")
     try:
         original.start()
+        shell(original, INSTALL)
         original.stop()
-        copy = Sandbox(name, tmp_path / "ws2", SandboxConfig(), sandbox_image, docker_client, keep=True,
-                       run_dir=tmp_path / "copy")
-        with pytest.raises(SandboxError, match="belongs to run .* a copy of this run"):
-            copy.start()
-        assert state_of(docker_client, name) == "exited"
+        copy.start()
+        assert not copy.reused and copy.container.name == f"cairn-{name}-" + copy.container.name[-8:]
+        assert shell(copy, "command -v mytool || echo no-tool") == "no-tool\n"
+        copy.stop()
+        original.start()
+        assert original.reused and shell(original, "mytool") == "tool-ok\n"
     finally:
         original.remove()
+        copy.remove()

@@ -51,18 +51,17 @@ def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _held_by(run: RunDir, held: dict[str, tuple[str, str | None]] | None) -> str | None:
-    """"running" or "stopped" when the run holds a container, else None (also when no engine answered)."""
-    state, run_dir = (held or {}).get(run.id, (None, None))
-    if state is None or (run_dir is not None and run_dir != str(run.root.resolve())):
-        return None  # none, or another runs dir's run of the same id
-    return state
+def _held_by(run: RunDir, held: dict[tuple[str, str | None], str] | None) -> str | None:
+    """"running" or "stopped" when the run holds a container, else None (also when no engine answered).
+    A container made for another directory of the same run id (a copy's original) is not this run's."""
+    held = held or {}
+    return held.get((run.id, str(run.root.resolve()))) or held.get((run.id, None))
 
 
-def container_states() -> dict[str, tuple[str, str | None]] | None:
-    """For each run that holds a container: ("running" | "stopped", the run directory it was made for).
-    None when no engine answers, or the engine is not a local socket (`DOCKER_HOST=tcp://`, `ssh://`,
-    which ls does not reach)."""
+def container_states() -> dict[tuple[str, str | None], str] | None:
+    """"running" or "stopped" for each container cairn made, by (run id, the run directory it was made
+    for, None when not recorded). None when no engine answers, or the engine is not a local socket
+    (`DOCKER_HOST=tcp://`, `ssh://`, which ls does not reach)."""
     host = os.environ.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
     if not host.startswith("unix://"):
         return None
@@ -83,7 +82,7 @@ def container_states() -> dict[str, tuple[str, str | None]] | None:
         labels = container.get("Labels") or {}
         if labels.get("cairn.run"):
             state = "running" if container.get("State") == "running" else "stopped"
-            states[labels["cairn.run"]] = (state, labels.get("cairn.run_dir"))
+            states[(labels["cairn.run"], labels.get("cairn.run_dir"))] = state
     return states
 
 

@@ -162,7 +162,9 @@ class Sandbox:
         """Stop the sandbox and remove its container, kept or not."""
         self.stop()
         if self.client is not None:
-            containers.remove(self.client, containers.container_name(self.run_id))
+            kept = containers.find(self.client, self.run_id, self.run_dir)
+            if kept is not None:
+                containers.remove(self.client, kept.id)
 
     # Files the default profile's root agent leaves in a bind-mounted directory would belong to root on
     # the host, and the user could not edit or delete them without sudo. At each checkpoint and when the

@@ -44,7 +44,9 @@ outside the workspace is still there. It is reused only when it was made with th
 label `cairn.config` holds a hash of image, profile, mounts, limits and environment names); else it is
 replaced by a fresh one and the session is told why. A container that still runs (a crashed session's)
 is stopped and started again before it is used: when the engine says it stopped, every process of the
-old session is dead. `gc` removes the kept containers of runs that are not live.
+old session is dead. A copy of a run imported beside its original (the same id, another directory, both
+there) gets a container of its own, `cairn-<run id>-<hash of its directory>`. `gc` removes the kept
+containers of runs that are not live.
 """
 
 from __future__ import annotations
@@ -228,12 +230,9 @@ def open_machine(client: docker.DockerClient, cfg: SandboxConfig, run_id: str, w
         options["labels"][LABEL_RUN_DIR] = str(Path(run_dir).resolve())
     prepare_workspace(cairn_mount if cairn_mount is not None else workspace, user, lockdown=cfg.lockdown)
     replaced = None
-    kept = find(client, run_id)
-    owner = kept.labels.get(LABEL_RUN_DIR) if kept is not None else None
-    if owner and run_dir is not None and owner != options["labels"][LABEL_RUN_DIR] and (Path(owner) / "state").is_dir():
-        raise SandboxError(f"the container {container_name(run_id)} belongs to run {run_id} in {owner}, a copy of "
-                           "this run; both cannot have it",
-                           hint=f"remove it with `docker rm -f {container_name(run_id)}` (or that run), then resume")
+    kept = find(client, run_id, run_dir)
+    if kept is None and run_dir is not None and _get(client, container_name(run_id)) is not None:
+        options["name"] = copy_name(run_id, run_dir)  # the name is the original run's: a copy gets its own
     if kept is not None:
         if kept.labels.get(LABEL_CONFIG) == options["labels"][LABEL_CONFIG]:
             try:
@@ -270,15 +269,40 @@ def check_runtime(client: docker.DockerClient, name: str) -> None:
                            hint='register it under "runtimes" in /etc/docker/daemon.json and reload dockerd')
 
 
-def find(client: docker.DockerClient, run_id: str) -> Container | None:
-    """The run's kept container, running or stopped; None when there is none."""
+def find(client: docker.DockerClient, run_id: str, run_dir: Path | None = None) -> Container | None:
+    """The run's kept container, running or stopped; None when there is none. With `run_dir`, a container
+    made for another directory of the same run id (the original of an imported copy) is not this run's,
+    while that directory exists."""
+    names = ([copy_name(run_id, run_dir)] if run_dir is not None else []) + [container_name(run_id)]
+    for name in names:
+        container = _get(client, name)
+        if container is not None and _belongs(container, run_id, run_dir):
+            return container
+    return None
+
+
+def copy_name(run_id: str, run_dir: Path) -> str:
+    """The container name of a copy of a run that lives beside its original on the same engine."""
+    digest = hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:8]
+    return f"{container_name(run_id)}-{digest}"
+
+
+def _belongs(container: Container, run_id: str, run_dir: Path | None) -> bool:
+    if container.labels.get(LABEL_RUN) != run_id:
+        return False
+    owner = container.labels.get(LABEL_RUN_DIR)
+    if run_dir is None or not owner:
+        return True
+    return owner == str(Path(run_dir).resolve()) or not (Path(owner) / "state").is_dir()
+
+
+def _get(client: docker.DockerClient, name: str) -> Container | None:
     try:
-        container = client.containers.get(container_name(run_id))
+        return client.containers.get(name)
     except docker.errors.NotFound:
         return None
     except ENGINE_ERRORS as exc:
-        raise SandboxError(f"cannot look for the container of run {run_id}: {_explain(exc)}") from exc
-    return container if container.labels.get(LABEL_RUN) == run_id else None
+        raise SandboxError(f"cannot look for the container {name}: {_explain(exc)}") from exc
 
 
 def restart(client: docker.DockerClient, name_or_id: str) -> None:

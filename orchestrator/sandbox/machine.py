@@ -30,9 +30,9 @@ def machine_tag(run_id: str) -> str:
     return f"{REPOSITORY}:{run_id.lower()}"
 
 
-def save(client: docker.DockerClient, run_id: str, out: Path) -> str:
+def save(client: docker.DockerClient, run_id: str, out: Path, run_dir: Path | None = None) -> str:
     """Write the run's kept container, as an image, to `out` (a `docker save` tar); return the image's tag."""
-    kept = containers.find(client, run_id)
+    kept = containers.find(client, run_id, run_dir)
     if kept is None:
         raise UsageError(f"run {run_id} holds no container (cairn ls shows which runs do); export it "
                          "without --with-machine")
