@@ -124,7 +124,9 @@ def run(
     image: Optional[str] = typer.Option(None, "--image", help="Sandbox image (default: the one cairn builds); any Linux image works."),
     workdir: Optional[str] = typer.Option(None, "--workdir", metavar="PATH", help="The agent works in PATH (e.g. /app; default /workspace): the image's content there becomes the run's workspace, mounted back at PATH."),
     max_disk: Optional[str] = typer.Option(None, "--max-disk", metavar="SIZE", help="Stop the run (status budget) when its workspace and container use more disk than this: 500m, 20g, ... or none (default 20g)."),
-    sandbox_user: Optional[str] = typer.Option(None, "--sandbox-user", metavar="UID:GID", help="Run the agent as this uid:gid (never 0); see --workspace."),
+    sandbox_user: Optional[str] = typer.Option(None, "--sandbox-user", metavar="UID:GID", help="Run the agent as this uid:gid (default: root; 0 only without --lockdown)."),
+    lockdown: bool = typer.Option(False, "--lockdown", help="The cage for untrusted work: a non-root agent, read-only root filesystem, noexec /tmp, no capabilities."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", metavar="NAME", help="An OCI runtime the Docker engine knows, e.g. runsc (gVisor)."),
     config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", help="An agent.json (tiny-agents schema: model, MCP servers), or a folder with one, an optional PROMPT.md and an optional cairn.json of settings."),
     check: Optional[str] = typer.Option(None, "--check", metavar="CMD", help="A command that says whether the task is done: run in the sandbox's work directory, in a fresh shell, after task_done; exit code 0 passes, else the run exits 1."),
     check_rounds: Optional[int] = typer.Option(None, "--check-rounds", metavar="N", min=0, help="When the check fails, send its output back to the agent and go on, at most N times (default 0)."),
@@ -150,7 +152,7 @@ def run(
             "model": {"model": model, "api_base": api_base},
             "limits": {"max_steps": max_steps, "max_cost": max_cost, "max_tokens": max_tokens},
             "sandbox": {"network": network, "image": image, "user": sandbox_user, "workdir": workdir,
-                        "max_disk": max_disk},
+                        "max_disk": max_disk, "runtime": runtime, "lockdown": True if lockdown else None},
             "check": {"command": check, "rounds": check_rounds},
         }, template=template, model_elsewhere=config is not None, layers=layers)
     except ValidationError as exc:
@@ -604,17 +606,30 @@ def stop(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_
 def export_cmd(
     run_ref: str = typer.Argument(..., metavar="RUN"),
     output: Path = typer.Option(..., "--output", "-o", help="The archive to write (tar.gz)."),
+    with_machine: bool = typer.Option(False, "--with-machine", help="Add the run's container (what the agent "
+                                      "installed outside the workspace), as an image: hundreds of MB."),
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
     """Write a run (workspace and state) to one tar.gz, to resume it elsewhere with `cairn import`."""
+    import tempfile
+
     from orchestrator.runner import run_is_live
     from orchestrator.store.archive import export_run
 
     run_dir = _find(runs_dir, run_ref)
     if run_is_live(run_dir):
         raise UsageError(f"run {run_dir.id} is running; export it when it has stopped")
-    for note in export_run(run_dir, output):  # 'left out: PATH (why)', 'written sparse: PATH (...)'
-        typer.echo(note, err=True)
+    with tempfile.TemporaryDirectory(prefix="cairn-machine-", dir=Path(output).resolve().parent) as tmp:
+        machine_tar = None
+        if with_machine:
+            from orchestrator.sandbox import machine
+            from orchestrator.sandbox.engine import connect
+
+            machine_tar = Path(tmp) / machine.MACHINE_FILE
+            typer.echo(f"saving the container of run {run_dir.id} as an image", err=True)
+            machine.save(connect(), run_dir.id, machine_tar, run_dir.root)
+        for note in export_run(run_dir, output, machine=machine_tar):  # 'left out: PATH (why)', 'written sparse: ...'
+            typer.echo(note, err=True)
     typer.echo(str(output))
 
 
@@ -641,12 +656,14 @@ def import_cmd(
 
 @app.command("shell")
 def shell_cmd(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
-    """An interactive shell in a fresh sandbox on that run's workspace (hardened like the run's own)."""
+    """An interactive shell in the run's kept container (the machine as the agent left it), else in a fresh
+    sandbox on its workspace, made like the run's own."""
     import shutil
     import subprocess
 
-    from orchestrator.runner import load_config
-    from orchestrator.sandbox import Sandbox
+    from orchestrator.runner import load_config, run_is_live
+    from orchestrator.sandbox import Sandbox, container as containers
+    from orchestrator.sandbox.engine import connect
     from orchestrator.sandbox.image import ensure_image
 
     run_dir = _find(runs_dir, run_ref)
@@ -654,14 +671,30 @@ def shell_cmd(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optio
     docker_cli = shutil.which("docker")
     if docker_cli is None:  # docker-py has no interactive terminal; the client does
         raise UsageError("cairn shell needs the docker command line client on PATH")
+    tty = ["-t"] if sys.stdin.isatty() and sys.stdout.isatty() else []
+    shell = ["sh", "-c", "command -v bash >/dev/null && exec bash || exec sh"]
+    client = connect()
+    kept = containers.find(client, run_dir.id, run_dir.root)
+    if kept is not None:
+        started = kept.status != "running"
+        if started:
+            client.api.start(kept.id)
+        typer.echo(f"a shell in the container of run {run_dir.id} ({'started for it' if started else 'running'})",
+                   err=True)
+        try:
+            code = subprocess.call([docker_cli, "exec", "-i", *tty, kept.name, *shell])
+        finally:
+            if started and not run_is_live(run_dir):  # as it was found: stopped
+                containers.stop(client, kept.id)
+        raise typer.Exit(code)
     cfg = load_config(run_dir)
     run_dir.cairn_dir.mkdir(exist_ok=True)
     sandbox = Sandbox(f"{run_dir.id}-shell", run_dir.workspace, cfg.sandbox, image=cfg.sandbox.image or ensure_image(),
-                      cairn_mount=run_dir.cairn_dir, external=run_dir.external_workspace is not None)
+                      client=client, cairn_mount=run_dir.cairn_dir, external=run_dir.external_workspace is not None)
+    typer.echo(f"run {run_dir.id} holds no container: a shell in a fresh sandbox on its workspace", err=True)
     sandbox.start()
     try:
-        tty = ["-t"] if sys.stdin.isatty() and sys.stdout.isatty() else []
-        code = subprocess.call([docker_cli, "exec", "-i", *tty, "-w", cfg.sandbox.workdir, sandbox.container.name, "bash"])
+        code = subprocess.call([docker_cli, "exec", "-i", *tty, "-w", cfg.sandbox.workdir, sandbox.container.name, *shell])
     finally:
         sandbox.stop()
     raise typer.Exit(code)
@@ -691,17 +724,33 @@ def doctor() -> None:
 
 
 @app.command()
-def gc(runs_dir: Optional[Path] = RunsDir) -> None:
-    """Remove sandbox containers whose run is not live (a run of another runs dir: only when idle)."""
+def gc(
+    older_than: Optional[str] = typer.Option(None, "--older-than", metavar="DURATION",
+                                             help="Only containers unused for this long: 30m, 12h, 7d, 2w."),
+    runs_dir: Optional[Path] = RunsDir,
+) -> None:
+    """Remove the kept containers of runs that are not live (their next resume starts a fresh one). A
+    container of another runs dir's run is left alone; an orphan's (its run is gone) only when idle."""
     from orchestrator.runner import run_is_live
     from orchestrator.sandbox.container import gc as gc_containers
     from orchestrator.sandbox.engine import connect
     from orchestrator.store.runs import RunDir
 
+    seconds = _duration(older_than) if older_than is not None else None
     runs = RunDir.all(_runs_dir(runs_dir))
     live = {r.id for r in runs if run_is_live(r)}
-    removed = gc_containers(connect(), live, known_run_ids={r.id for r in runs})
+    removed = gc_containers(connect(), live, known_run_ids={r.id for r in runs}, older_than=seconds)
     typer.echo(f"removed {len(removed)} container(s)" + (": " + ", ".join(removed) if removed else ""))
+
+
+def _duration(text: str) -> float:
+    """`30s`, `30m`, `12h`, `7d`, `2w` in seconds."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if not match:
+        raise UsageError(f"--older-than {text!r} is not a duration: give a number and a unit, e.g. 30m, 12h, 7d")
+    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[match.group(2)]
 
 
 def _one_line(exc: ValidationError) -> str:

@@ -21,7 +21,8 @@ class Settings(BaseModel):
 
 
 class SandboxConfig(Settings):
-    """The Docker sandbox. Defaults are the hardened ones; loosen them on purpose only."""
+    """The Docker sandbox: by default the agent is root in a container walled off from the host
+    (orchestrator/sandbox/container.py says where the wall is); `lockdown` is the cage for untrusted work."""
 
     image: str | None = Field(None, description="Image to run; None means the image built from sandbox_image/.")
     workdir: str = Field("/workspace", description="The agent's work directory in the container, where the run's "
@@ -31,12 +32,17 @@ class SandboxConfig(Settings):
     memory: str = Field("2g", description="Memory limit; swap is set equal to it, so there is no swap.")
     cpus: float = Field(2.0, gt=0)
     pids_limit: int = Field(256, ge=16)
-    tmp_size: str = Field("512m", description="Size of the writable tmpfs at /tmp.")
-    home_size: str = Field("512m", description="Size of the writable tmpfs home of the sandbox user.")
+    tmp_size: str = Field("512m", description="Size of the tmpfs at /tmp (under lockdown, and for a non-root "
+                                              "agent's home).")
+    home_size: str = Field("512m", description="Size of the tmpfs home of a non-root agent.")
     user: str | None = Field(
         None, pattern=r"^[0-9]+:[0-9]+$",
-        description="UID:GID the agent runs as (never 0). None: the host user's (1000:1000 when cairn runs as "
-                    "root), or with --workspace DIR the owner of DIR.")
+        description="UID:GID the agent runs as. None: root (0:0); under lockdown the host user's (1000:1000 "
+                    "when cairn runs as root), or with --workspace DIR the owner of DIR. 0 only without lockdown.")
+    lockdown: bool = Field(False, description="The cage for untrusted work: a non-root agent, a read-only root "
+                                              "filesystem, a noexec /tmp and home, no capabilities at all.")
+    runtime: str | None = Field(None, description="An OCI runtime registered with the engine (e.g. runsc, "
+                                                  "gVisor); None is the engine's default (runc).")
     env: dict[str, str] = Field(default_factory=dict, description="Variables set in the container.")
     pass_env: list[str] = Field(
         default_factory=list, description="Names of host variables passed into the container. None by default."

@@ -245,7 +245,9 @@ class Agent:
         self.finish(call, step, observation, (time.monotonic() - started) * 1000, label)
         if observation.note:
             self.notices.append(f"The sandbox was restarted: {observation.note}. Files in "
-                                f"{self.cfg.sandbox.workdir} are intact; anything installed outside it is gone.")
+                                f"{self.cfg.sandbox.workdir} are intact" + (
+                                    "; so is what was installed outside it." if self.sandbox.reused else
+                                    "; anything installed outside it is gone."))
         return ending
 
     def finish(self, call: ToolCall, step: int, observation: Observation, duration_ms: float | None = None,
@@ -284,7 +286,7 @@ class Agent:
             return None, None
         if not read.get("truncated"):
             return read["content"], None
-        where = f"{getattr(self.cfg.sandbox, 'workdir', '/workspace').rstrip('/')}/todo.md"
+        where = f"{self.cfg.sandbox.workdir.rstrip('/')}/todo.md"
         return read["content"], todo_cut_note(where, read["end_line"], read["total_lines"])
 
     def checkpoint(self, step: int) -> None:
@@ -296,6 +298,7 @@ class Agent:
                 from orchestrator.store.checkpoints import Checkpoints
 
                 self.checkpoints = Checkpoints.of(self.run_dir)
+            self.sandbox.give_back_files()  # first: git, as the host user, must be able to read them
             done = self.checkpoints.commit(step)
         except Exception as exc:  # noqa: BLE001 - git failing must not stop the agent
             self.emit(ev.Notice(step=step, text=f"checkpoint of step {step} failed: {exc}"))
@@ -315,9 +318,15 @@ class Agent:
             text = "not executed: the run stopped before it finished" if began else \
                 "not executed: the run stopped before this call"
             self.finish(call, self.state.step, Observation(text, error=True))
-        if self.state.step:
-            self.notices.append("The run was resumed in a new sandbox: files in /workspace are intact; anything "
-                                "installed or started outside /workspace is gone.")
+        workdir = self.cfg.sandbox.workdir
+        if self.state.step and self.sandbox.reused:
+            self.notices.append(f"The run was resumed in the same sandbox: files in {workdir} and what was "
+                                "installed outside it are intact; processes started before (servers, background "
+                                "jobs) and the shell's state are gone.")
+        elif self.state.step:
+            self.notices.append(f"The run was resumed in a new sandbox: files in {workdir} are intact; anything "
+                                f"installed or started outside {workdir} is gone." +
+                                (f" ({self.sandbox.replaced})" if self.sandbox.replaced else ""))
 
     def finish_cut_off_step(self) -> None:
         """The rest of the step a crash cut off inside agent_delegate: the sub-agent goes on, the calls

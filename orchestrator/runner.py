@@ -302,8 +302,10 @@ class Session:
             self.hub = McpHub(cfg.mcp.servers, start_timeout=cfg.mcp.start_timeout,
                               call_timeout=cfg.mcp.call_timeout, reserved=set(tool_names(BUILTIN_TOOLS)))
         run.cairn_dir.mkdir(exist_ok=True)  # a run made before cairn/ existed gets one now
-        self.sandbox = Sandbox(run.id, run.workspace, cfg.sandbox, image=image, cairn_mount=run.cairn_dir,
-                               external=run.external_workspace is not None)
+        carried = carried_machine(run)
+        self.sandbox = Sandbox(run.id, run.workspace, cfg.sandbox, image=carried or image, cairn_mount=run.cairn_dir,
+                               external=run.external_workspace is not None, keep=True, run_dir=run.root,
+                               machine=carried is not None)
         llm = LLM(cfg.model)
         self.agent = Agent(run, cfg, self.sandbox, llm, display)
         llm.on_retry = self._retrying
@@ -361,11 +363,26 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         if self.hub is not None:
             self.hub.close()
-        self.sandbox.stop()
+        self.sandbox.stop()  # stopped and kept: the run's next session starts it again
         (self.run.state / "pid").unlink(missing_ok=True)
 
     def go(self, message: str | None = None, source: str = "user") -> str:
         return self.agent.run(message, source)
+
+
+def carried_machine(run: RunDir) -> str | None:
+    """The image of the machine an imported run carried (`cairn export --with-machine`), loaded into the
+    engine at the run's first session; None when it has none (or its image was removed since)."""
+    from orchestrator.sandbox import machine
+    from orchestrator.sandbox.engine import connect
+
+    tar = run.state / machine.MACHINE_FILE
+    if tar.is_file():
+        _progress(f"loading the machine run {run.id} carried ({tar.stat().st_size / 2**20:.0f} MiB)")
+        run.update_meta(machine={"image": machine.load(connect(), tar)})
+        tar.unlink()
+    tag = (run.read_meta().get("machine") or {}).get("image")
+    return tag if tag and machine.present(connect(), tag) else None
 
 
 def _progress(line: str) -> None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# What two tests need besides cairn, on Debian as root; elsewhere (or if apt fails) they are skipped.
+# What three tests need besides cairn, on Debian as root; elsewhere (or if apt fails) they are skipped.
 #   - a headless Chromium, for the test that loads a `cairn report` page;
+#   - gVisor's runsc, for the test of `cairn run --runtime runsc` (registered with dockerd, see below);
 #   - an OpenSSH server binary, for the test that reaches the engine through DOCKER_HOST=ssh:// (the
 #     test starts its own sshd, on a free port with its own keys). The package would start and enable
 #     its service on a machine booted with systemd, so it is installed only where none runs (a CI
@@ -30,4 +31,34 @@ if [[ ! -x /usr/sbin/sshd && ! -d /run/systemd/system ]]; then
     fi
     apt_install openssh-server || echo "setup: could not install openssh-server; the ssh:// engine test will be skipped" >&2
     if [[ "$ours" == true ]]; then rm -f "$policy"; fi
+fi
+
+# gVisor's runsc, for the test of `--runtime runsc`. It is registered with dockerd in
+# /etc/docker/daemon.json (other keys there are kept) and dockerd is told with SIGHUP, which reloads its
+# runtimes without a restart. "--network=none": runsc's own network stack cannot start in every
+# environment (not in a container, where this was tried), and cairn's default network is none anyway;
+# "--ignore-cgroups": where dockerd itself runs in a container, runsc cannot set up cgroups.
+if ! command -v runsc >/dev/null 2>&1; then
+    echo "setup: installing runsc (gVisor, for the --runtime test)"
+    apt_install runsc || echo "setup: could not install runsc; the --runtime runsc test will be skipped" >&2
+fi
+daemon_json=/etc/docker/daemon.json
+if command -v runsc >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1 && pidof dockerd >/dev/null; then
+    if python3 - "$daemon_json" "$(command -v runsc)" <<'PY'
+import json, os, sys
+path, runsc = sys.argv[1], sys.argv[2]
+config = json.load(open(path)) if os.path.exists(path) and os.path.getsize(path) else {}
+wanted = {"path": runsc, "runtimeArgs": ["--network=none", "--ignore-cgroups"]}
+if config.get("runtimes", {}).get("runsc") == wanted:
+    sys.exit(1)  # already there: nothing to reload
+config.setdefault("runtimes", {})["runsc"] = wanted
+os.makedirs(os.path.dirname(path), exist_ok=True)
+with open(path + ".tmp", "w") as f:
+    json.dump(config, f, indent=2)
+os.replace(path + ".tmp", path)
+PY
+    then
+        echo "setup: registered runsc with dockerd ($daemon_json); reloading it"
+        kill -HUP "$(cat /var/run/docker.pid 2>/dev/null || pidof dockerd)"
+    fi
 fi

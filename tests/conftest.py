@@ -29,3 +29,23 @@ def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "runs"
     monkeypatch.setenv("CAIRN_RUNS_DIR", str(path))
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def remove_the_containers_test_runs_kept(tmp_path_factory: pytest.TempPathFactory):
+    """A run keeps its container when it stops; those of the runs this session's tests made (their run
+    directories are under its temporary base) are removed when the session ends, not left to `cairn gc`."""
+    yield
+    from orchestrator.inspect.held import container_states
+
+    base = str(tmp_path_factory.getbasetemp().resolve()) + "/"
+    if any(run_dir and run_dir.startswith(base) for _, run_dir in container_states() or {}):
+        import docker
+
+        client = docker.from_env()
+        for container in client.containers.list(all=True, filters={"label": "cairn.run_dir"}):
+            if container.labels["cairn.run_dir"].startswith(base):
+                try:
+                    container.remove(force=True)
+                except docker.errors.APIError:
+                    pass

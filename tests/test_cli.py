@@ -178,19 +178,20 @@ def test_interactive_mode_continues_the_same_run_with_each_message(runs_dir, san
 
 
 @pytest.mark.docker
-def test_shell_opens_a_sandbox_on_the_runs_workspace(runs_dir, sandbox_image, tmp_path):
+def test_shell_opens_in_the_runs_kept_container_on_its_workspace(runs_dir, sandbox_image, tmp_path):
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": [{"tool_calls": [{"name": "task_done", "arguments": {"summary": "ok"}}]}]}))
     assert cairn("run", "nothing", "--model", f"scripted:{script}", "--json", runs_dir=runs_dir).returncode == 0
     [run] = list(runs_dir.iterdir())
     out = subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", "shell", run.name],
-        input="echo made-in-shell > from-shell.txt; id -u; touch /usr/x || echo read-only root\n",
+        input="echo made-in-shell > from-shell.txt; id -u; touch /usr/x && echo writable root\n",
         capture_output=True, text=True, timeout=300, env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)},
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert (run / "workspace" / "from-shell.txt").read_text() == "made-in-shell\n"
-    assert out.stdout.splitlines()[0] != "0" and "read-only root" in out.stdout
+    assert out.stdout.splitlines() == ["0", "writable root"]  # the agent's machine: root inside the wall
+    assert "a shell in the container of run" in out.stderr
 
 
 @pytest.mark.docker

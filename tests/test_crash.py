@@ -182,7 +182,7 @@ def test_sigkill_during_a_model_call_a_tool_call_and_after_a_result_then_resume_
     changed = checkpoint_changes(run)
     if changed is not None:
         assert changed <= {"log.txt"}, changed  # the last checkpoint plus what the cut-off step did
-    assert container_of(run) is not None  # left behind again: this time the resume must replace it
+    assert container_of(run) is not None  # left running again: this time the resume stops and reuses it
 
     # (c) resumed, then killed as soon as a command that appends one line has its result.
     proc, log = cairn.start("resume", run.id, "--model", cairn.script([
@@ -203,7 +203,7 @@ def test_sigkill_during_a_model_call_a_tool_call_and_after_a_result_then_resume_
             and e["step"] == cut_step] == [CUT_OFF]
     # Nothing that finished ran twice, and the cut-off command was never run again.
     assert (run.workspace / "log.txt").read_text() == "a\nstart\nc\n"
-    assert container_of(run) is None, "the run's container goes with the run"
+    assert container_of(run).status == "exited", "the run's container is kept, stopped, when it ends"
     assert not (run.state / "pid").exists()
 
 

@@ -12,9 +12,9 @@ import docker
 import pytest
 
 from orchestrator.config import SandboxConfig
-from orchestrator.errors import SandboxError
+from orchestrator.errors import SandboxError, UsageError
 from orchestrator.sandbox import Sandbox, ToolError
-from orchestrator.sandbox.container import gc, run_options, sandbox_user
+from orchestrator.sandbox.container import ROOT_CAPABILITIES, gc, run_options, sandbox_user
 from tests.sandbox_fixtures import docker_client, sandbox_image  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.docker
@@ -34,9 +34,19 @@ def sandbox(docker_client, sandbox_image, tmp_path_factory) -> Iterator[Sandbox]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OPENAI_API_KEY", FAKE_SECRET)
         patch.setenv("CAIRN_TEST_PASSED", "passed")
-        box = Sandbox("test-shared", tmp_path_factory.mktemp("ws"), CONFIG, sandbox_image, docker_client,
+        box = Sandbox(f"test-shared-{os.getpid()}", tmp_path_factory.mktemp("ws"), CONFIG, sandbox_image, docker_client,
                       cairn_mount=tmp_path_factory.mktemp("cairn"))
         box.start()
+    yield box
+    box.stop()
+
+
+@pytest.fixture(scope="module")
+def locked(docker_client, sandbox_image, tmp_path_factory) -> Iterator[Sandbox]:
+    """A sandbox with the lockdown profile."""
+    box = Sandbox(f"test-locked-{os.getpid()}", tmp_path_factory.mktemp("ws"), CONFIG.model_copy(update={"lockdown": True}),
+                  sandbox_image, docker_client)
+    box.start()
     yield box
     box.stop()
 
@@ -51,31 +61,130 @@ def own_sandbox(docker_client, sandbox_image, tmp_path, request) -> Iterator[San
     box.stop()
 
 
-# Hardening
+# The default profile: root inside, a wall outside
+
+# Bit numbers of linux/capability.h
+CAPABILITY_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6, "SETUID": 7,
+                   "SETPCAP": 8, "NET_BIND_SERVICE": 10, "NET_RAW": 13, "SYS_CHROOT": 18, "SYS_ADMIN": 21,
+                   "MKNOD": 27, "AUDIT_WRITE": 29, "SETFCAP": 31}
 
 
-def test_agent_runs_as_the_expected_non_root_uid(sandbox):
+def capability_mask(names: list[str]) -> str:
+    return f"{sum(1 << CAPABILITY_BITS[name] for name in names):016x}"
+
+
+def test_agent_is_root_with_home_at_root(sandbox):
+    assert shell(sandbox, 'id -u; id -g; echo "$HOME"')["output"] == "0\n0\n/root\n"
+
+
+def test_capabilities_are_exactly_the_named_set(sandbox):
+    status = shell(sandbox, "grep -E '^Cap(Eff|Bnd)' /proc/self/status")["output"]
+    mask = capability_mask(ROOT_CAPABILITIES)
+    assert status == f"CapEff:\t{mask}\nCapBnd:\t{mask}\n"
+    for dropped in ("NET_RAW", "MKNOD", "SYS_ADMIN", "SETFCAP", "SETPCAP", "SYS_CHROOT", "AUDIT_WRITE"):
+        assert dropped not in ROOT_CAPABILITIES
+
+
+def test_raw_sockets_and_device_nodes_are_refused(sandbox):
+    raw = shell(sandbox, "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)'")
+    assert raw["exit_code"] != 0 and "Operation not permitted" in raw["output"]
+    node = shell(sandbox, "mknod /tmp/null2 c 1 3")
+    assert node["exit_code"] != 0 and "Operation not permitted" in node["output"]
+
+
+def test_no_new_privileges_and_dockers_seccomp_filter_are_on(sandbox):
+    status = shell(sandbox, "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status")["output"]
+    assert status == "NoNewPrivs:\t1\nSeccomp:\t2\n"
+
+
+def test_root_filesystem_is_the_containers_own_and_writable(sandbox):
+    script = "printf '#!/bin/sh\\necho from-usr\\n' > /usr/local/bin/hello && chmod 755 /usr/local/bin/hello && hello"
+    assert shell(sandbox, script)["output"] == "from-usr\n"
+
+
+def test_a_script_in_tmp_and_in_home_runs(sandbox):
+    result = shell(sandbox, "for d in /tmp \"$HOME\"; do printf '#!/bin/sh\\necho ran\\n' > $d/s.sh; "
+                            "chmod +x $d/s.sh; $d/s.sh; done")
+    assert result["output"] == "ran\nran\n"
+
+
+def test_chmod_chown_tar_and_shred_work_as_in_a_root_shell(sandbox):
+    result = shell(sandbox, "cd /tmp && mkdir -p t/d && echo x > t/d/f && chown -R nobody:nogroup t && chmod 4750 t/d/f "
+                            "&& stat -c '%U %a' t/d/f && tar czf t.tgz t && tar xzf t.tgz -C /opt && "
+                            "stat -c '%U' /opt/t/d/f && shred -u t/d/f && test ! -e t/d/f && echo shredded")
+    assert result["output"] == "nobody 4750\nnobody\nshredded\n", result
+
+
+def test_pip_installs_into_the_system_without_network(sandbox):
+    project = ("mkdir -p /tmp/pkg/cairn_probe && echo 'VALUE = 42' > /tmp/pkg/cairn_probe/__init__.py && "
+               "printf '[project]\\nname = \"cairn-probe\"\\nversion = \"1.0\"\\n' > /tmp/pkg/pyproject.toml && "
+               "pip install -q --no-build-isolation --no-index /tmp/pkg 2>&1 | grep -v WARNING; "
+               "cd / && python3 -c 'import cairn_probe; print(cairn_probe.VALUE)'")
+    result = shell(sandbox, project, timeout=120)
+    assert result["output"].strip().splitlines()[-1] == "42", result
+
+
+def test_no_docker_socket_and_no_host_path_but_the_workspace(sandbox):
+    assert shell(sandbox, "ls /var/run/docker.sock /run/docker.sock 2>&1 | grep -c 'No such'")["output"] == "2\n"
+    mounts = {m["Destination"] for m in sandbox.container.attrs["Mounts"] if m["Type"] == "bind"}
+    assert mounts == {"/workspace"}
+
+
+def test_apt_get_install_works_with_network_bridge(docker_client, sandbox_image, tmp_path):
+    with Sandbox("test-apt", tmp_path / "ws", SandboxConfig(network="bridge"), sandbox_image, docker_client) as box:
+        update = shell(box, "apt-get update -q", timeout=300)
+        if update["exit_code"] != 0:
+            pytest.skip(f"no Debian mirror reachable from a container: {update['output'][-300:]}")
+        result = shell(box, "apt-get install -y -q --no-install-recommends cowsay >/dev/null 2>&1; "
+                            "/usr/games/cowsay moo | grep -c moo", timeout=300)
+        assert result["output"] == "1\n", result
+
+
+# The lockdown profile: the cage
+
+
+def test_locked_down_agent_runs_as_the_expected_non_root_uid(locked):
     uid, gid = sandbox_user()
-    assert shell(sandbox, "id -u; id -g")["output"] == f"{uid}\n{gid}\n"
+    assert shell(locked, "id -u; id -g")["output"] == f"{uid}\n{gid}\n"
     assert uid != 0
 
 
-def test_no_capabilities_are_left(sandbox):
-    assert "CapEff:\t0000000000000000" in shell(sandbox, "grep CapEff /proc/self/status")["output"]
+def test_locked_down_agent_has_no_capabilities(locked):
+    assert "CapEff:\t0000000000000000" in shell(locked, "grep CapEff /proc/self/status")["output"]
+    assert shell(locked, "grep NoNewPrivs /proc/self/status")["output"] == "NoNewPrivs:\t1\n"
 
 
-def test_no_new_privileges_is_set(sandbox):
-    assert shell(sandbox, "grep NoNewPrivs /proc/self/status")["output"] == "NoNewPrivs:\t1\n"
-
-
-def test_root_filesystem_is_read_only(sandbox):
-    result = shell(sandbox, "touch /usr/x")
+def test_locked_down_root_filesystem_is_read_only(locked):
+    result = shell(locked, "touch /usr/x")
     assert result["exit_code"] != 0 and "Read-only file system" in result["output"]
 
 
-def test_tmp_home_and_workspace_are_writable(sandbox):
-    result = shell(sandbox, 'touch /tmp/x "$HOME/x" /workspace/x && echo "$HOME"')
-    assert (result["exit_code"], result["output"]) == (0, "/home/cairn\n")
+def test_locked_down_tmp_and_home_are_writable_but_not_executable(locked):
+    result = shell(locked, 'touch /tmp/x "$HOME/x" /workspace/x && echo "$HOME" && '
+                           "printf '#!/bin/sh\\necho ran\\n' > /tmp/s.sh && chmod +x /tmp/s.sh && /tmp/s.sh")
+    assert result["output"].startswith("/home/cairn\n") and "Permission denied" in result["output"]
+    assert result["exit_code"] != 0
+
+
+def test_uid_0_is_refused_only_with_lockdown(tmp_path):
+    assert run_options(SandboxConfig(user="0:0"), "r1", tmp_path)["user"] == "0:0"
+    with pytest.raises(UsageError, match="uid 0 with --lockdown"):
+        run_options(SandboxConfig(user="0:0", lockdown=True), "r1", tmp_path)
+
+
+def test_run_options_of_both_profiles(tmp_path):
+    default = run_options(SandboxConfig(), "r1", tmp_path)
+    assert default["user"] == "0:0" and not default["read_only"] and "tmpfs" not in default
+    assert default["cap_drop"] == ["ALL"] and default["cap_add"] == ROOT_CAPABILITIES
+    locked = run_options(SandboxConfig(lockdown=True), "r1", tmp_path)
+    assert locked["read_only"] and "cap_add" not in locked and not locked["user"].startswith("0:")
+    assert all("noexec" in options for options in locked["tmpfs"].values())
+    for options in (default, locked):
+        assert options["security_opt"] == ["no-new-privileges"] and "seccomp" not in str(options)
+        assert options["init"] and options["network_mode"] == "none"
+        assert options["memswap_limit"] == options["mem_limit"]
+        assert options["labels"] == {"cairn.managed": "1", "cairn.run": "r1"} and options["name"] == "cairn-r1"
+        assert all("docker.sock" not in path for path in options["volumes"])
 
 
 def test_pids_and_memory_limits_are_in_the_cgroup(sandbox):
@@ -97,14 +206,43 @@ def test_host_secrets_stay_out_and_named_variables_come_in(sandbox):
     assert "CAIRN_GREETING=hello\n" in env and "CAIRN_TEST_PASSED=passed\n" in env
 
 
-def test_run_options_are_hardened(tmp_path):
-    options = run_options(SandboxConfig(), "r1", tmp_path)
-    assert options["cap_drop"] == ["ALL"] and options["security_opt"] == ["no-new-privileges"]
-    assert options["read_only"] and options["init"] and options["network_mode"] == "none"
-    assert options["memswap_limit"] == options["mem_limit"]
-    assert options["labels"] == {"cairn.managed": "1", "cairn.run": "r1"} and options["name"] == "cairn-r1"
-    assert not options["user"].startswith("0:")
-    assert all("docker.sock" not in path for path in options["volumes"])
+# Files the root agent leaves behind, and other runtimes
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="making a folder owned by uid 1000 needs root")
+def test_the_host_user_owns_every_file_the_root_agent_left_in_a_workspace_folder(docker_client, sandbox_image,
+                                                                                 tmp_path):
+    folder, cairn_files = tmp_path / "folder", tmp_path / "run" / "cairn"
+    folder.mkdir()
+    cairn_files.mkdir(parents=True)
+    (folder / "before.txt").write_text("the user's\n")
+    os.chown(folder, 1000, 1000)
+    os.chown(folder / "before.txt", 1000, 1000)
+    with Sandbox("test-give-back", folder, SandboxConfig(), sandbox_image, docker_client,
+                 cairn_mount=cairn_files, external=True) as box:
+        shell(box, "mkdir -p deep/er && echo x > deep/er/f && chmod 700 deep && ln -s deep/er/f link && "
+                   "echo y >> before.txt && echo z > /cairn/note && echo w > given && chown 33:33 given")
+        assert box.give_back_files() == ["/workspace"]  # as at each checkpoint ...
+        shell(box, "touch late.txt")
+    owners = {str(p.relative_to(folder)): (p.lstat().st_uid, p.lstat().st_gid) for p in folder.rglob("*")}
+    assert owners.pop("given") == (33, 33)  # what the agent gave to another user on purpose stays so
+    assert set(owners) == {"before.txt", "deep", "deep/er", "deep/er/f", "link", "late.txt"}
+    assert set(owners.values()) == {(1000, 1000)}  # ... and when it stops
+    assert (cairn_files / "note").stat().st_uid == os.getuid()
+
+
+def test_runsc_runs_the_sandbox_under_gvisor(docker_client, sandbox_image, tmp_path):
+    if "runsc" not in (docker_client.info().get("Runtimes") or {}):
+        pytest.skip("the engine has no runsc runtime (scripts/test-tools.sh registers it on Debian as root)")
+    with Sandbox("test-runsc", tmp_path / "ws", SandboxConfig(runtime="runsc"), sandbox_image, docker_client) as box:
+        assert "gVisor" in shell(box, "dmesg")["output"]
+        assert shell(box, "id -u; echo hi > /workspace/f; cat /workspace/f")["output"] == "0\nhi\n"
+
+
+def test_an_unknown_runtime_is_a_clear_error(docker_client, sandbox_image, tmp_path):
+    with pytest.raises(SandboxError, match="the Docker engine has no runtime 'no-such-runtime'"):
+        Sandbox("test-bad-runtime", tmp_path, SandboxConfig(runtime="no-such-runtime"), sandbox_image,
+                docker_client).start()
 
 
 # The shell
@@ -213,10 +351,11 @@ def test_missing_image_is_a_clear_error(docker_client, tmp_path):
         Sandbox("test-no-image", tmp_path, SandboxConfig(), "cairn-no-such-image:0", docker_client).start()
 
 
-def test_gc_removes_containers_of_runs_that_are_not_live(docker_client, sandbox_image, tmp_path):
+def test_gc_removes_containers_of_runs_that_are_not_live(docker_client, sandbox_image, sandbox, tmp_path):
+    live = sandbox.run_id
     with Sandbox("test-gc-dead", tmp_path / "a", SandboxConfig(), sandbox_image, docker_client):
-        removed = gc(docker_client, live_run_ids={"test-shared"}, known_run_ids={"test-gc-dead", "test-shared"})
-    assert "cairn-test-gc-dead" in removed and "cairn-test-shared" not in removed
+        removed = gc(docker_client, live_run_ids={live}, known_run_ids={"test-gc-dead", live})
+    assert "cairn-test-gc-dead" in removed and f"cairn-{live}" not in removed
     with pytest.raises(docker.errors.NotFound):
         docker_client.containers.get("cairn-test-gc-dead")
 

@@ -141,11 +141,11 @@ def test_a_run_on_a_users_git_folder_works_in_place_and_leaves_no_trace_of_cairn
     assert out.returncode == 0, out.stderr
     run = the_run(runs_dir)
 
-    # the agent's file landed in the folder itself, owned by the folder's owner
+    # the agent (root in its container) wrote its file in the folder itself, given back to the folder's owner
     assert (project / "new.py").read_text() == "x = 1\n"
     owner = OWNER[0] if AS_ROOT else os.getuid()
     assert (project / "new.py").stat().st_uid == owner
-    assert results(out)[2].split()[0] == str(owner)
+    assert results(out)[2].split()[0] == "0"
     assert (project / "main.py").stat().st_uid == owner  # not chowned
 
     # the folder's own git is untouched: HEAD, index, objects, config; status shows just the new file
@@ -187,18 +187,19 @@ def test_workspace_refuses_a_file_a_missing_folder_and_the_runs_dir(runs_dir, tm
 
 
 @pytest.mark.skipif(not AS_ROOT, reason="only root can make a folder root owns and a different owner")
-def test_a_folder_root_owns_is_refused_unless_a_sandbox_user_is_given(runs_dir, tmp_path):
+def test_under_lockdown_a_folder_root_owns_is_refused_unless_a_sandbox_user_is_given(runs_dir, tmp_path):
     folder = tmp_path / "rooted"
     folder.mkdir()
-    out = cairn("run", "task", "--workspace", str(folder), runs_dir=runs_dir)
+    out = cairn("run", "task", "--workspace", str(folder), "--lockdown", runs_dir=runs_dir)
     assert out.returncode == 2 and "belongs to root" in out.stderr and "--sandbox-user" in out.stderr
     assert not runs_dir.exists() or not list(runs_dir.iterdir())
     from orchestrator.sandbox.container import decide_user
 
-    cfg = resolve_config({"sandbox": {"user": "1000:1000"}})
+    cfg = resolve_config({"sandbox": {"user": "1000:1000", "lockdown": True}})
     assert decide_user(cfg.sandbox, folder, external=True) == (1000, 1000)
     with pytest.raises(UsageError):
-        decide_user(resolve_config({"sandbox": {"user": "0:0"}}).sandbox, folder, external=True)
+        decide_user(resolve_config({"sandbox": {"user": "0:0", "lockdown": True}}).sandbox, folder, external=True)
+    assert decide_user(resolve_config({}).sandbox, folder, external=True) == (0, 0)  # the default: root
     assert folder.stat().st_uid == 0  # never chowned
 
 

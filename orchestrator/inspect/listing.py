@@ -2,7 +2,8 @@
 
 A run whose run.json or event log cannot be read (an import from a broken cairn, a disk that filled,
 a hand edit) is listed as `unreadable` with one line why, and never stops the others from being listed;
-`unreadable_reason` is also what `cairn show` and `cairn report` say of it.
+`unreadable_reason` is also what `cairn show` and `cairn report` say of it. Whether a run holds a
+container comes from one question to the engine for all runs (inspect/held.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.errors import UsageError
+from orchestrator.inspect.held import States, container_states, held_by
 from orchestrator.inspect.timeline import end_error, one_line, timeline
 from orchestrator.runner import run_is_live
 from orchestrator.store import events as ev
@@ -84,22 +86,27 @@ def check_readable(run: RunDir, events_too: bool = False) -> None:
     if why:
         raise UsageError(f"run {run.id} is unreadable: {why}")
 
+
+
 CRASHED = "the cairn process ended without recording how (a crash or a kill); cairn resume continues it"
 
 
 def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
     rows = []
-    for run in sorted(RunDir.all(runs_dir), key=lambda r: (r.started(), r.id)):  # ids do not sort by time
+    runs = sorted(RunDir.all(runs_dir), key=lambda r: (r.started(), r.id))  # ids do not sort by time
+    held = container_states() if runs else {}
+    for run in runs:
         try:
-            rows.append(_row(run))
+            rows.append({**_row(run), "container": held_by(run, held)})
         except (UsageError, ValidationError):
-            rows.append(_unreadable_row(run, unreadable_reason(run) or "its event log cannot be read"))
+            rows.append(_unreadable_row(run, unreadable_reason(run) or "its event log cannot be read", held))
     return rows
 
 
-def _unreadable_row(run: RunDir, why: str) -> dict[str, Any]:
+def _unreadable_row(run: RunDir, why: str, held: States | None) -> dict[str, Any]:
     return {"id": run.id, "task": "", "status": UNREADABLE, "reason": why, "steps": 0, "tokens": 0,
-            "cache_hit_ratio": 0.0, "cost_usd": None, "started": 0, "duration_s": None, "check": None}
+            "cache_hit_ratio": 0.0, "cost_usd": None, "started": 0, "duration_s": None, "check": None,
+            "container": held_by(run, held)}
 
 
 def _row(run: RunDir) -> dict[str, Any]:
@@ -182,7 +189,8 @@ def render_runs(rows: list[dict[str, Any]], width: int | None = None) -> str:
         return "no runs yet (start one with: cairn run \"TASK\")"
     reasons = any(r.get("reason") for r in rows)
     task_width = 40 if reasons else 60
-    head = (f"{'ID':<23} {'STATUS':<11} {'CHECK':<6} {'STEPS':>5} {'TOKENS':>9} {'CACHE':>5} {'COST':>9} {'STARTED':<16} {'TIME':>7}  "
+    head = (f"{'ID':<23} {'STATUS':<11} {'CHECK':<6} {'STEPS':>5} {'TOKENS':>9} {'CACHE':>5} {'COST':>9} {'STARTED':<16} "
+            f"{'TIME':>7} {'CONTAINER':<9}  "
             + (f"{'TASK':<{task_width}}  REASON" if reasons else "TASK"))
     lines = [head]
     for r in rows:
@@ -191,7 +199,7 @@ def render_runs(rows: list[dict[str, Any]], width: int | None = None) -> str:
         duration = f"{r['duration_s']:.0f}s" if r["duration_s"] is not None else "?"
         task = _clip(" ".join(clean(r["task"]).split()), task_width) if r["status"] != UNREADABLE else ""
         line = (f"{r['id']:<23} {r['status']:<11} {r['check'] or '-':<6} {r['steps']:>5} {r['tokens']:>9,} {r['cache_hit_ratio']:>5.0%} "
-                f"{cost:>9} {started:<16} {duration:>7}  ")
+                f"{cost:>9} {started:<16} {duration:>7} {r.get('container') or '-':<9}  ")
         if r.get("reason"):
             line += f"{task:<{task_width}}  " + (_clip(clean(r["reason"]), width - len(line) - task_width - 2)
                                                  if width else clean(r["reason"]))

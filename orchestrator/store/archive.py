@@ -2,8 +2,10 @@
 
 The archive holds one top-level directory, the run id, with `workspace/`, `cairn/` (cairn's own files:
 saved outputs, pages, summaries; absent in archives of older runs) and `state/` under it (and so
-`state/checkpoints.git` when the run has one). Modes are kept; ownership is not: imported files belong
-to the user who imports (a later `resume` as root gives the workspace to the sandbox user again).
+`state/checkpoints.git` when the run has one; with `export --with-machine`, `state/machine.tar`: the
+run's container as a `docker save` image, see orchestrator/sandbox/machine.py). Modes are kept;
+ownership is not: imported files belong to the user who imports (a later resume of a `--lockdown` run
+as root gives the workspace to the sandbox user again).
 
 An archive may come from anywhere, so import checks every member before it extracts any: only regular
 files, directories, symlinks and hard links, each under `<id>/workspace`, `<id>/cairn` or `<id>/state`;
@@ -47,6 +49,7 @@ from orchestrator.store.runs import RunDir
 PARTS = ("workspace", "cairn", "state")
 # Files of a live process, meaningless elsewhere: the pid file and half-written temporary files.
 STATE_SKIP = ("pid", "pid.tmp", "run.json.tmp")
+MACHINE_MEMBER = "machine.tar"  # the same name as sandbox.machine.MACHINE_FILE (not imported: no docker here)
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SPECIAL_BITS = 0o7000  # setuid, setgid, sticky: never carried into an import
 MAX_BYTES = 20 * 2**30  # what a real run holds, with room: `cairn import --max-size` raises it
@@ -57,10 +60,12 @@ _SPARSE_MIN = 1 << 20  # smaller files are written whole, holes and all
 
 # -- export -----------------------------------------------------------------------------------------
 
-def export_run(run: RunDir, out: Path) -> list[str]:
-    """Writes `out` (tar.gz); returns one line for each path it left out or wrote sparse, saying why."""
+def export_run(run: RunDir, out: Path, machine: Path | None = None) -> list[str]:
+    """Writes `out` (tar.gz); returns one line for each path it left out or wrote sparse, saying why.
+    `machine`: the run's container saved as an image (sandbox/machine.py), added as state/machine.tar."""
     notes: list[str] = []
     root = run.root.resolve()
+    skip = STATE_SKIP + ((MACHINE_MEMBER,) if machine is not None else ())
     sparse: list[tuple[Path, str]] = []  # (host path, archive name), written after their directory
 
     def keep_under(base: Path, arc_base: str) -> Callable[[tarfile.TarInfo], tarfile.TarInfo | None]:
@@ -69,7 +74,7 @@ def export_run(run: RunDir, out: Path) -> list[str]:
 
         def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
             rel = info.name.split("/", 1)[1] if "/" in info.name else ""
-            if rel.startswith("state/") and rel.count("/") == 1 and rel.split("/")[1] in STATE_SKIP:
+            if rel.startswith("state/") and rel.count("/") == 1 and rel.split("/")[1] in skip:
                 return None
             host = base / info.name[len(arc_base):].lstrip("/")
             if info.issym() and not (_link_inside(info.name, info.linkname, run.id)
@@ -101,11 +106,24 @@ def export_run(run: RunDir, out: Path) -> list[str]:
                 _add_in_place_run(tar, run, keep_under)
             for host, name in sparse:
                 notes.append(_add_sparse(tar, host, name))
+            if machine is not None:
+                add_machine(tar, run.id, machine)
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return notes
+
+
+def add_machine(tar: tarfile.TarFile, run_id: str, machine: Path) -> None:
+    """The run's machine (a `docker save` tar) as `<id>/state/machine.tar`: the host side of the run, which
+    the sandbox never sees; the run's next session loads it (runner.carried_machine)."""
+    info = tar.gettarinfo(machine, arcname=f"{run_id}/state/{MACHINE_MEMBER}")
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mode = 0o600
+    with open(machine, "rb") as f:
+        tar.addfile(info, f)
 
 
 def _add_in_place_run(tar: tarfile.TarFile, run: RunDir, keep_under) -> None:  # noqa: ANN001
