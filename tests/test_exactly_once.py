@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -138,6 +139,31 @@ def test_a_started_call_the_journal_does_not_know_is_not_executed(tmp_path, sand
     assert not (cairn.the_run().workspace / "f").exists()
 
 
+@pytest.mark.docker
+def test_a_model_answer_that_was_logged_is_not_asked_for_again(tmp_path, sandbox_image):
+    cairn = Cairn(tmp_path)
+    command = "sleep 3; echo ran >> f"
+    proc, _ = cairn.start("run", "answered", "--model", cairn.script([turn(call("shell_exec", command=command))]))
+    freeze_once_journaled(cairn, proc, "started")
+    kill(proc)
+    wait_for(lambda: journaled(cairn, "killed"), timeout=10)
+    # Back to the moment after the answer was logged and before its call started.
+    run = cairn.the_run()
+    lines = (run.state / "events.jsonl").read_text().splitlines(keepends=True)
+    assert json.loads(lines[-1])["type"] == "tool_started"
+    (run.state / "events.jsonl").write_text("".join(lines[:-1]))
+    (run.cairn_dir / journal.JOURNAL_NAME).write_text("")
+
+    result, log = cairn.run("resume", run.id, "--model", cairn.script([done("resumed")]))
+    assert result.returncode == 0, result.stderr
+    evs = events(cairn.runs_dir)
+    check_invariants(evs)
+    assert result_of(evs, "echo ran")["content"] == "not executed: the run stopped before this call"
+    [request] = requests(log)  # only step 2's: the answer of step 1 came from the log
+    assert command in json.dumps(request["messages"])
+    assert [e["step"] for e in evs if e["type"] == "model_request"] == [1, 2]
+
+
 # -- the toolbox on its own --------------------------------------------------------------------------
 
 def toolbox_process(root: Path) -> subprocess.Popen:
@@ -221,3 +247,46 @@ def test_the_journal_is_not_read_through_a_symlink(tmp_path):
     cairn_dir.symlink_to(tmp_path)  # the directory itself a link
     (tmp_path / journal.JOURNAL_NAME).write_text(secret.read_text())
     assert journal.read(cairn_dir).entries == {}
+
+
+# -- the crash bench ---------------------------------------------------------------------------------
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "crash_bench.py"
+
+
+def crash_bench() -> Any:
+    spec = importlib.util.spec_from_file_location("crash_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ledger_turn(bench: Any, command: str, result: str) -> dict[str, Any]:
+    """The bench model's next turn after one shell_exec call of `command` that got `result`."""
+    messages = [{"role": "user", "content": "append"},
+                {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                    "name": "shell_exec", "arguments": json.dumps({"command": command})}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": result}]
+    return bench.decide(messages)["tool_calls"][0]
+
+
+def test_the_crash_bench_model_reruns_what_did_not_run_and_checks_what_was_killed():
+    bench = crash_bench()
+    append, check = bench.APPEND.format(n=7), bench.CHECK.format(n=7)
+    assert ledger_turn(bench, append, "[exit code 0, 0.2 s]")["arguments"]["command"] == bench.APPEND.format(n=8)
+    assert ledger_turn(bench, append, "not executed: the run stopped before this call reached the sandbox"
+                       )["arguments"]["command"] == append
+    assert ledger_turn(bench, append, "[killed: the run stopped while this command ran; it may have partly run]"
+                       )["arguments"]["command"] == check
+    assert ledger_turn(bench, check, "absent\n[exit code 0, 0.1 s]")["arguments"]["command"] == append
+    assert ledger_turn(bench, check, "present\n[exit code 0, 0.1 s]")["arguments"]["command"] == bench.APPEND.format(n=8)
+    assert ledger_turn(bench, bench.APPEND.format(n=30), "[exit code 0, 0.2 s]")["name"] == "task_done"
+
+
+@pytest.mark.docker
+def test_the_crash_bench_prints_its_figures_in_a_short_run(sandbox_image):
+    done = subprocess.run([sys.executable, str(BENCH), "--trials", "3", "--image", sandbox_image],
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.rstrip("\n").splitlines()[-1]
+    assert re.fullmatch(r"trials=3 duplicates=\d+ lost=\d+ resumed_ok=[0-3]", last), done.stdout
