@@ -59,7 +59,8 @@ from orchestrator.store.runs import RunDir
 from orchestrator.tools.dispatch import BadCall, Observation
 
 CHILDREN = "children"
-OWN_FILES = (".cairn/obs/", ".cairn/summaries/", ".cairn/inbox/")  # cairn's, not the child's work
+# cairn's, not the child's work
+OWN_FILES = (".cairn/obs/", ".cairn/summaries/", ".cairn/inbox/", ".cairn/journal.jsonl")
 WRITING_TOOLS = ("file_write", "file_edit", "todo_write")
 USAGE_KEYS = ("prompt_tokens", "cached_tokens", "cache_write_tokens", "completion_tokens")
 

@@ -279,7 +279,8 @@ def test_the_crash_bench_model_reruns_what_did_not_run_and_checks_what_was_kille
     assert ledger_turn(bench, append, "[killed: the run stopped while this command ran; it may have partly run]"
                        )["arguments"]["command"] == check
     assert ledger_turn(bench, check, "absent\n[exit code 0, 0.1 s]")["arguments"]["command"] == append
-    assert ledger_turn(bench, check, "present\n[exit code 0, 0.1 s]")["arguments"]["command"] == bench.APPEND.format(n=8)
+    after_check = ledger_turn(bench, check, "present\n[exit code 0, 0.1 s]")
+    assert after_check["arguments"]["command"] == bench.APPEND.format(n=8)
     assert ledger_turn(bench, bench.APPEND.format(n=30), "[exit code 0, 0.2 s]")["name"] == "task_done"
 
 
