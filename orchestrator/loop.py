@@ -25,6 +25,7 @@ from orchestrator.llm.types import Reply, ToolCall
 from orchestrator.sandbox import ToolError
 from orchestrator.store import events as ev
 from orchestrator.store import inbox
+from orchestrator.store import journal
 from orchestrator.store.replay import RunState
 from orchestrator.store.runs import RunDir
 from orchestrator.tools.dispatch import AskUser, BadCall, Observation, TaskDone, ToolRunner, parse_arguments
@@ -234,7 +235,11 @@ class Agent:
             if call.name == "agent_delegate":  # a sub-agent on the same sandbox (orchestrator/delegate.py)
                 observation = delegate(self, call, step, args)
             else:
-                observation = self.tools.run(call.name, args, obs_path(step, call.name, label))
+                self.sandbox.call_key = self.journal_key(step, call)  # its request is journaled under it
+                try:
+                    observation = self.tools.run(call.name, args, obs_path(step, call.name, label))
+                finally:
+                    self.sandbox.call_key = None  # a call that never reached the toolbox leaves none behind
         except TaskDone as done:
             observation, ending = Observation("task reported done"), Finished("done", "task_done", done.summary)
         except AskUser as ask:
@@ -307,17 +312,29 @@ class Agent:
             self.emit(ev.Checkpoint(step=step, commit=done.commit, skipped=done.skipped))
 
     def recover(self) -> None:
-        """After a stop or a crash: calls that started and never finished are closed, never re-run; but a
-        sub-agent cut off mid-way goes on where its log ends, as the first thing `run` does."""
+        """After a stop or a crash: each call that started and never finished gets what the toolbox's
+        journal says became of it (its result, or that it was killed mid-way, or that it never reached
+        the sandbox), and is never run again; but a sub-agent cut off mid-way goes on where its log
+        ends, as the first thing `run` does.
+
+        The sandbox was started before this, which removed the crashed session's container: a command
+        that was cut off is dead by now, and its journal can no longer change."""
+        record = journal.read(self.run_dir.cairn_dir)
+        if record.problem:
+            self.emit(ev.Notice(step=self.state.step, text=f"the toolbox's journal was not read: {record.problem}"))
         for call in list(self.state.open_calls.values()):
             began = call.id in self.state.started
             child = resumable_child(self, call) if began else None
             if child is not None:
                 self.cut_off_child = (call, child)
                 break  # the calls after it are closed after it, in their order
-            text = "not executed: the run stopped before it finished" if began else \
-                "not executed: the run stopped before this call"
-            self.finish(call, self.state.step, Observation(text, error=True))
+            if not began:
+                self.finish(call, self.state.step, Observation("not executed: the run stopped before this call",
+                                                               error=True))
+                continue
+            entry = record.get(self.journal_key(self.state.step, call))
+            # Named after its call id, like every call closed here: the step's other calls are not known.
+            self.finish(call, self.state.step, self.recovered(call, entry), label=call.id)
         workdir = self.cfg.sandbox.workdir
         if self.state.step and self.sandbox.reused:
             self.notices.append(f"The run was resumed in the same sandbox: files in {workdir} and what was "
@@ -327,6 +344,38 @@ class Agent:
             self.notices.append(f"The run was resumed in a new sandbox: files in {workdir} are intact; anything "
                                 f"installed or started outside {workdir} is gone." +
                                 (f" ({self.sandbox.replaced})" if self.sandbox.replaced else ""))
+
+    def recovered(self, call: ToolCall, entry: journal.Entry | None) -> Observation:
+        """The observation of a call cut off by a crash, from its journal entry: a result it had is shaped
+        as it would have been live; a call that was killed, or never reached the sandbox, says so."""
+        if entry is not None and entry.state == "finished":
+            replay = ToolRunner(journal.Replay(entry.response, self.sandbox.network_enabled), self.cfg.sandbox)
+            try:
+                args = parse_arguments(call.name, call.arguments, self.tools.extra_names)
+                return replay.run(call.name, args, obs_path(self.state.step, call.name, call.id))
+            except (BadCall, ToolError) as exc:
+                return Observation(f"error: {exc}", error=True)
+            except (KeyError, TypeError, ValueError, AttributeError):  # the sandbox can write the journal
+                return Observation("the run stopped after this call finished, and the journal's record of its "
+                                   "result is unreadable: it ran, its result is lost", error=True)
+        if entry is not None:
+            what = "command" if call.name == "shell_exec" else "call"
+            ran = f" (it ran {entry.seconds:.1f} s)" if entry.seconds is not None else ""
+            partial = entry.partial or {}
+            footer = f"[killed: the run stopped while this {what} ran; it may have partly run{ran}]"
+            if partial.get("truncated"):
+                footer += (f"\n[its output so far was {partial.get('output_bytes')} bytes; only its head and tail "
+                           f"came back; all of it is in {partial.get('output_path')}]")
+            return Observation(str(partial.get("output") or ""), error=True, footer=footer,
+                               saved_path=partial.get("output_path") if partial.get("truncated") else None)
+        if call.name not in self.tools.extra_names:  # MCP calls go to their servers, not through the journal
+            return Observation("not executed: the run stopped before this call reached the sandbox", error=True)
+        return Observation("interrupted: the run stopped while this call went to its MCP server; it may or may "
+                           "not have taken effect", error=True)
+
+    def journal_key(self, step: int, call: ToolCall) -> str:
+        top = top_of(self.run_dir)
+        return journal.call_key(top.id, self.run_dir.root.relative_to(top.root).as_posix(), step, call.id)
 
     def finish_cut_off_step(self) -> None:
         """The rest of the step a crash cut off inside agent_delegate: the sub-agent goes on, the calls

@@ -40,12 +40,25 @@ FETCH_MAX_BYTES = 20 * 1024 * 1024
 PREVIEW_CHARS = 2000
 LIST_MAX_ENTRIES = 2000
 LIST_SKIP = {".git", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache"}
+# The journal of tool calls (see PROTOCOL.md, "The journal"), in cairn's own files (/cairn), which the host
+# mounts from <run>/cairn/ and reads on resume (orchestrator/store/journal.py has the same name).
+JOURNAL_NAME = "journal.jsonl"
 UMASK = os.umask(0o022)
 os.umask(UMASK)
 
 
 class ToolError(Exception):
     """A failed request the model can act on: becomes {"ok": false, "error": <one line>}."""
+
+
+class HostGone(BaseException):
+    """The host went away while a command ran, and the command was killed. Carries its output so far.
+
+    A BaseException, so that no handler of failed ops takes it for one: it ends the toolbox."""
+
+    def __init__(self, capture: "Capture") -> None:
+        super().__init__("the host went away")
+        self.capture = capture
 
 
 class Workspace:
@@ -348,15 +361,9 @@ class Shell:
             if now >= deadline:
                 return None
             ready, _, _ = select.select([self.out, self.ctl, HOST], [], [], min(deadline, next_watch) - now)
-            if HOST in ready and host_gone():
-                # cairn died or was killed: nobody will read this result, so the command must not go on
-                # changing the workspace behind the run's back (a resume would not know of it).
-                self.proc.kill()  # bash first: it would run the rest of the command line
-                self._kill_new(before)
-                os._exit(0)
             if self.out in ready:
                 self._read_output(capture, once=True)
-            if self.ctl in ready:
+            if self.ctl in ready:  # before the host's end: a command that finished is journaled as finished
                 data = os.read(self.ctl, 64)
                 if not data:
                     self._read_output(capture)
@@ -365,6 +372,14 @@ class Shell:
                 if status.endswith(b"\n"):
                     self._read_output(capture)
                     return int(status)
+            if HOST in ready and host_gone():
+                # cairn died or was killed: nobody will read this result, so the command must not go on
+                # changing the workspace behind the run's back. It is killed here, and the journal
+                # says so (Toolbox.handle) before the toolbox exits.
+                self.proc.kill()  # bash first: it would run the rest of the command line
+                self._kill_new(before)
+                self._read_output(capture)
+                raise HostGone(capture)
             if time.monotonic() >= next_watch:
                 next_watch = time.monotonic() + WATCH_SECONDS
                 if self.limits.near_pids_limit():
@@ -517,17 +532,85 @@ def _signature(method) -> inspect.Signature:
     return _SIGNATURES[method.__name__]
 
 
+class Journal:
+    """Each tool call's start and outcome, on disk before the command runs and before the answer is sent.
+
+    One JSON object a line, written with one write() and fsynced: `started` (the host's call key, the
+    request's id and op), then `finished` (the whole response) or `killed` (the seconds it ran and its
+    output so far). The host reads it on resume, for the calls its event log has no result for.
+
+    A call's start begins the file afresh: the host sends a call only once it has recorded the outcome
+    of every earlier one, so only the latest call can still be needed, and the journal stays one call
+    long (cairn's checkpoints commit it at every step). A journal that cannot be written never stops a
+    call: the toolbox says why on stderr, and a crash then looks to the host as if the call never ran.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def started(self, call: str, request: dict) -> None:
+        self._write({"call": call, "state": "started", "id": request.get("id"), "op": request.get("op"),
+                     "time": round(time.time(), 3)}, begin=True)
+
+    def finished(self, call: str, response: dict) -> None:
+        self._write({"call": call, "state": "finished", "response": response})
+
+    def killed(self, call: str, seconds: float, partial: dict) -> None:
+        self._write({"call": call, "state": "killed", "seconds": round(seconds, 3), "partial": partial})
+
+    def _write(self, record: dict, begin: bool = False) -> None:
+        line = json.dumps(record).encode("ascii") + b"\n"  # ascii: see send() in main()
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            # O_NOFOLLOW: a symlink put in its place is an error, not a way to make us write elsewhere.
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if begin else os.O_APPEND)
+            fd = os.open(self.path, flags, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = b"\n" + line  # after a torn line (a toolbox killed mid-write), start a new one
+                while line:
+                    line = line[os.write(fd, line):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            print(f"toolbox: cannot write the journal {self.path}: {exc}", file=sys.stderr, flush=True)
+
+
 class Toolbox:
     """The operations of PROTOCOL.md, one method each (`op_<name>`)."""
 
-    def __init__(self, root: str, name: str = WORKDIR, cairn: str = CAIRN_DIR, lockdown: bool = False) -> None:
+    def __init__(self, root: str, name: str = WORKDIR, cairn: str = CAIRN_DIR, lockdown: bool = False,
+                 journal: str | None = None) -> None:
         self.ws = Workspace(root, name, cairn, lockdown)
         self.shell = Shell(self.ws.root)
+        self.journal = Journal(journal or os.path.join(self.ws.cairn, JOURNAL_NAME))
         self.request_id = 0
 
     def handle(self, line: bytes) -> dict:
+        """The response to one request line. A request with a `call` key is journaled: its start before
+        it runs, its response before it is sent; raises HostGone (after journaling it) when the host went
+        away while its command ran."""
         try:
             request = json.loads(line)
+        except ValueError as exc:
+            return {"id": None, "ok": False, "error": f"bad request: {exc}"}
+        call = request.get("call") if isinstance(request, dict) else None
+        if not isinstance(call, str) or not call:
+            return self.answer(request)
+        self.journal.started(call, request)
+        began = time.monotonic()
+        try:
+            response = self.answer(request)
+        except HostGone as gone:
+            self.journal.killed(call, time.monotonic() - began, gone.capture.finish(self.ws))
+            raise
+        self.journal.finished(call, response)
+        return response
+
+    def answer(self, request: object) -> dict:
+        try:
             rid, op, args = request.get("id"), request["op"], request.get("args") or {}
             method = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
             if method is None:
@@ -716,11 +799,12 @@ def main(argv: list | None = None) -> None:
                         "and cairn's")
     parser.add_argument("--root", help="where the work directory really is (tests on the host); default: "
                         "the work directory itself")
+    parser.add_argument("--journal", help=f"the journal of tool calls (default: {JOURNAL_NAME} in cairn's files)")
     options = parser.parse_args(argv)
     root = options.root or options.workdir
     if not os.path.isdir(root):
         sys.exit(f"toolbox: work directory {root} is not a directory")
-    toolbox = Toolbox(root, options.workdir, options.cairn, options.lockdown)
+    toolbox = Toolbox(root, options.workdir, options.cairn, options.lockdown, options.journal)
     out = sys.stdout.buffer
 
     def send(message: dict) -> None:
@@ -729,9 +813,14 @@ def main(argv: list | None = None) -> None:
         out.flush()
 
     send({"id": 0, "ok": True, "result": {"ready": True, "pid": os.getpid(), "uid": os.getuid(), "version": VERSION}})
-    for line in sys.stdin.buffer:
-        if line.strip():
-            send(toolbox.handle(line))
+    try:
+        for line in sys.stdin.buffer:
+            if line.strip():
+                send(toolbox.handle(line))
+    except (HostGone, BrokenPipeError):
+        # The host is gone; what it would have been told is in the journal. os._exit: flushing stdout
+        # at exit would only meet the broken pipe again.
+        os._exit(0)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,9 @@ class Sandbox:
         self.replaced: str | None = None
         self._owners: dict[str, tuple[Path, tuple[int, int]]] = {}  # see give_back_files
         self._died: str | None = None  # why the toolbox died during a call, told by the next call
+        # The key of the tool call the next request carries out, set by the agent loop: that request is
+        # journaled under it in the toolbox (PROTOCOL.md, "The journal"), and the key is used up.
+        self.call_key: str | None = None
 
     @property
     def network_enabled(self) -> bool:
@@ -127,8 +130,9 @@ class Sandbox:
         elif self._died or not self.toolbox.alive():
             restarted = self._restart(self._died or self._why_dead())
         args, timeout = self._with_defaults(op, args)
+        key, self.call_key = self.call_key, None
         try:
-            response = self.toolbox.request(op, args, timeout)
+            response = self.toolbox.request(op, args, timeout, call=key)
         except ToolboxDied as exc:
             # The op may have run in part (a command that ate all memory), so it is not run again.
             self._died = self._why_dead(exc.message)

@@ -102,8 +102,12 @@ class ToolboxClient:
         self.ready = message["result"]
         return self.ready
 
-    def request(self, op: str, args: dict, timeout: float) -> dict:
+    def request(self, op: str, args: dict, timeout: float, call: str | None = None) -> dict:
         """Send one request and return its response ({"id", "ok", "result" | "error"}).
+
+        `call`: the key of the tool call this request carries out; the toolbox then journals its start
+        and its outcome (PROTOCOL.md, "The journal"). Send one only after the outcomes of all earlier
+        calls are recorded: a call's start begins the journal afresh.
 
         Raises ToolboxDied if the toolbox is gone, or gives no answer within `timeout` seconds (then it is
         considered stuck: this client is done, and the caller starts a new toolbox).
@@ -112,7 +116,8 @@ class ToolboxClient:
             raise ToolboxDied(self._dead)
         self._next_id += 1
         rid = self._next_id
-        line = json.dumps({"id": rid, "op": op, "args": args}, ensure_ascii=False) + "\n"
+        request = {"id": rid, "op": op, "args": args, **({"call": call} if call else {})}
+        line = json.dumps(request, ensure_ascii=False) + "\n"
         try:
             self._sock.sendall(line.encode("utf-8", "surrogateescape"))
         except OSError as exc:  # EPIPE, ECONNRESET: the exec is over
