@@ -375,8 +375,11 @@ def carried_machine(run: RunDir) -> str | None:
     engine at the run's first session; None when it has none (or its image was removed since)."""
     from orchestrator.sandbox import machine
     from orchestrator.sandbox.engine import connect
+    from orchestrator.store.trust import may_load_machine
 
     tar = run.state / machine.MACHINE_FILE
+    if not may_load_machine(run.read_meta()):
+        return None  # an untrusted run's machine is never loaded (store/trust.py)
     if tar.is_file():
         _progress(f"loading the machine run {run.id} carried ({tar.stat().st_size / 2**20:.0f} MiB)")
         run.update_meta(machine={"image": machine.load(connect(), tar)})

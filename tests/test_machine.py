@@ -149,11 +149,33 @@ def test_export_with_machine_and_import_keep_what_the_agent_installed(cairn, doc
     out, _ = elsewhere.run("import", str(archive))
     assert out.returncode == 0, out.stderr
     imported = elsewhere.the_run()
-    out, log = use_the_tool(elsewhere, imported)
+    out, _ = use_the_tool(elsewhere, imported)  # the machine is an image from someone else: it waits for trust
+    assert out.returncode == 2
+    assert "machine = \"state/machine.tar\" (this container image from the archive would be loaded" in out.stderr
+    out, log = use_the_tool(elsewhere, imported, "--trust")
     assert out.returncode == 0, out.stderr
     assert "tool-ok" in previews(out)
     assert imported.read_meta()["machine"] == {"image": machine_tag(run.id)}
     assert not (imported.state / "machine.tar").exists()  # loaded into the engine, then deleted
+
+
+def test_an_untrusted_machine_is_never_loaded_and_safe_defaults_go_on_without_it(cairn, docker_client, tmp_path):
+    run = install_a_tool(cairn)
+    archive = tmp_path / "run.tar.gz"
+    out, _ = cairn.run("export", run.id, "-o", str(archive), "--with-machine")
+    assert out.returncode == 0, out.stderr
+    docker_client.api.remove_container(container_name(run.id), force=True)
+    docker_client.api.remove_image(machine_tag(run.id))  # committed by export: gone, as on another machine
+    elsewhere = Cairn(tmp_path, runs_dir=tmp_path / "runs2")
+    out, _ = elsewhere.run("import", str(archive))
+    assert out.returncode == 0, out.stderr
+    imported = elsewhere.the_run()
+    out, _ = use_the_tool(elsewhere, imported, "--safe-defaults")
+    assert out.returncode == 0, out.stderr
+    assert "no-tool" in previews(out)  # a fresh container of cairn's image: the tool is not there
+    assert "machine" not in imported.read_meta()
+    with pytest.raises(docker.errors.ImageNotFound):
+        docker_client.api.inspect_image(machine_tag(run.id))
 
 
 def test_export_with_machine_of_a_run_without_a_container_is_a_one_line_error(cairn, docker_client, tmp_path):

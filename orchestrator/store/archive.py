@@ -335,8 +335,12 @@ def _adopt(run: RunDir, archive: Path) -> None:
         except ValueError as exc:  # pydantic's ValidationError
             raise UsageError(f"{archive} holds an unreadable run: line {number} of its event log is not an event "
                              f"({str(exc).splitlines()[-1].strip()[:80]})") from None
-    # Whatever the archive said about trust, an import is a run from someone else.
-    meta["imported"] = {"archive": archive.name, "at": time.time(), "trusted": False}
+    # Whatever the archive said about trust, an import is a run from someone else. A machine it carries
+    # (export --with-machine) is an image from someone else: loaded only once the run is trusted; and an
+    # image tag it names means nothing here (it could name an image of this machine).
+    meta.pop("machine", None)
+    meta["imported"] = {"archive": archive.name, "at": time.time(), "trusted": False,
+                        "machine": (run.state / MACHINE_MEMBER).is_file()}
     run.write_meta(meta)
     (run.state / "pid").unlink(missing_ok=True)
     (run.root / "workspace").mkdir(exist_ok=True)

@@ -4,7 +4,8 @@
 user trusts it (`cairn resume --trust`), its settings that reach the host are not applied: the
 endpoint the user's API key would be sent to, host variables passed into the sandbox, the image and
 runtime that run, the sandbox user, the network, MCP servers (commands, env, URLs) and the agent.json
-they come from, and a workspace folder outside the run. A setting equal to cairn's safe default needs
+they come from, a workspace folder outside the run, and a machine it carries (`export --with-machine`:
+an image that would be loaded into the engine). A setting equal to cairn's safe default needs
 no trust. `cairn resume` names the others and refuses, unless the user gives their own values
 (`--api-base`, `--model`, `--network`), resumes with cairn's defaults (`--safe-defaults`) or trusts
 the run. Values the user gave are remembered (`imported.approved`), so they are not asked again.
@@ -54,6 +55,12 @@ class HostSetting:
         return f"{self.name} = {shown} ({self.why})"
 
 
+def may_load_machine(meta: dict[str, Any]) -> bool:
+    """Whether the machine a run carried (`export --with-machine`) may be loaded: a run made here, or a
+    trusted one; `--safe-defaults` goes on in a fresh container instead."""
+    return not is_untrusted(meta)
+
+
 def is_untrusted(meta: dict[str, Any]) -> bool:
     """An imported run the user has not trusted."""
     if "imported" not in meta:
@@ -70,6 +77,9 @@ def host_settings(meta: dict[str, Any]) -> list[HostSetting]:
     imported = meta["imported"] if isinstance(meta["imported"], dict) else {}
     approved = imported.get("approved") if isinstance(imported.get("approved"), dict) else {}
     found = []
+    if imported.get("machine") is True and not approved.get("machine"):
+        found.append(HostSetting("machine", "state/machine.tar", "this container image from the archive would be "
+                                 "loaded into your Docker engine, and the agent would run in it"))
     if meta.get("workspace"):
         found.append(HostSetting("workspace", meta["workspace"], "a folder of your machine the agent would read and write"))
     config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
@@ -130,6 +140,8 @@ def settle(meta: dict[str, Any], *, model: str | None = None, api_base: str | No
             _reset(config, setting.name)
             if setting.name == "workspace":
                 meta.pop("workspace", None)
+            if setting.name == "machine":  # the run goes on in a fresh container of cairn's image
+                meta["imported"]["machine"] = False
         if model is not None and api_base is None:
             _reset(config, "model.api_base")  # another model never goes to the archive's endpoint
     cfg = _validated(config, run_id)
