@@ -124,10 +124,10 @@ def _read_bounded(g: Any, args: list[str], limit: int) -> tuple[str, int]:
                 break
             chunks.append(chunk)
             size += len(chunk)
-    finally:
+    finally:  # stopped early, git dies of SIGPIPE: that is the point, not an error
+        proc.proc.kill()
+        proc.proc.wait()
         proc.stdout.close()
-        proc.kill()
-        proc.wait()
     data = b"".join(chunks)
     if len(data) > limit:
         data = data[: data.rfind(b"\n", 0, limit) + 1]
