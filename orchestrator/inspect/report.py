@@ -9,6 +9,11 @@ Files changed per step come from the workspace checkpoints (`state/checkpoints.g
 step, `git diff-tree` between consecutive ones) when the run has them, else from the tool calls that
 write files (file_write, file_edit, todo_write; what a shell command changed is not seen then).
 
+Each step also shows its durations (on a time axis: report_time.py), its diff, and the messages of its
+model requests, rebuilt from the log (report_data.py). Those messages sit once each in a JSON block
+(`<`, `>`, `&` escaped, so no payload can end it) that the script reads when a request is opened and
+shows as text, never as markup.
+
 Reads only the state directory; imports no model library.
 """
 
