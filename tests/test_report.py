@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 import shutil
 import subprocess
@@ -21,11 +22,12 @@ BIG = "python3 -c \"print('\\n'.join('row %05d ' % i + 'y' * 40 for i in range(3
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def _dump_dom(page: Path, profile: Path) -> str:
+def _dump_dom(page: Path, profile: Path, fragment: str = "") -> str:
+    """The page's DOM after its script ran; `fragment` (`request-3`) opens that element as a link would."""
     argv = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
             "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--virtual-time-budget=3000",
-            "--dump-dom", page.resolve().as_uri()]
+            "--dump-dom", page.resolve().as_uri() + (f"#{fragment}" if fragment else "")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
@@ -90,8 +92,9 @@ def test_the_report_escapes_a_script_in_a_tool_result(tmp_path):
     ]:
         run.events.append(e)
     page = render_report(run)
-    scripts = re.findall(r"<script\b", page, flags=re.I)
-    assert len(scripts) == 1  # only the page's own
+    scripts = re.findall(r"<script\b[^>]*>", page, flags=re.I)
+    assert scripts == ['<script type="application/json" id="requests-data">', "<script>"]  # data, and the page's own
+    assert page.count("</script>") == 2  # no payload closes the data block
     assert html.escape(EVIL) in page
     assert "&lt;img src=x onerror=alert(1)&gt;" in page and "<img" not in page
     assert "&lt;/pre&gt;&lt;script&gt;alert(&#x27;text&#x27;)" in page
@@ -110,3 +113,92 @@ def test_report_command_writes_the_page(tmp_path, runs_dir):
     result = CliRunner().invoke(app, ["report", run.id, "-o", str(tmp_path / "r.html")])
     assert result.exit_code == 0, result.output
     assert "a task" in (tmp_path / "r.html").read_text()
+
+
+def _open_element(dom: str, element_id: str) -> str:
+    """The opening tag and text of the element with this id in a dumped DOM (its markup unescaped)."""
+    found = re.search(rf'<(\w+)[^>]* id="{element_id}"[^>]*>(.*?)</\1>', dom, flags=re.S)
+    assert found, f"no #{element_id} in the page"
+    return found.group(0)
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (scripts/setup.sh installs it on Debian as root)")
+def test_a_failed_runs_reason_and_a_steps_diff_are_visible_in_chromium(tmp_path, sandbox_image):
+    out = play(tmp_path, [
+        turn(call("file_write", path="hello.py", content="print('hello <world>')\n")),
+        {"fail": 401},
+    ])
+    assert out.status == "failed"
+    page = write_report(out.run, tmp_path / "report.html")
+    dom = _dump_dom(page, tmp_path / "profile", fragment="diff-1")
+    assert _body_attrs(dom).get("data-ready") == "1"
+    reason = html.unescape(re.sub(r"<[^>]+>", "", _open_element(dom, "reason")))
+    assert reason.startswith("failed") and out.doc["error"]["reason"] in reason
+    diff = _open_element(dom, "diff-1")
+    assert re.match(r'<details class="diff" id="diff-1" open=""', diff)  # the link opened it
+    assert "+++ b/hello.py" in diff and html.escape("+print('hello <world>')", quote=False) in diff
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (scripts/setup.sh installs it on Debian as root)")
+def test_a_steps_durations_and_the_time_axis_are_shown(tmp_path, sandbox_image):
+    out = play(tmp_path, [turn(call("shell_exec", command="sleep 0.5"), call("shell_exec", command="true")), done()])
+    page = write_report(out.run, tmp_path / "report.html")
+    dom = _dump_dom(page, tmp_path / "profile", fragment="step-1")
+    step = _open_element(dom, "step-1")
+    took = re.search(r'started \+0:\d\d into the run · took ([\d.]+) s: model request ([\d.]+) s, '
+                     r'tool calls ([\d.]+) s', step)
+    assert took, step[:3000]
+    total, model, tools = map(float, took.groups())
+    assert tools >= 0.5 and total >= model + tools - 0.02  # the sleep is in the tools' time, inside the step's
+    assert len(re.findall(r'<span class="dur"', dom)) == 2
+    axis = _open_element(dom, "time-axis")
+    assert axis.count('class="model"') == 2 and axis.count('class="tool"') == 3
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (scripts/setup.sh installs it on Debian as root)")
+def test_the_messages_of_a_request_are_those_the_model_received(tmp_path, sandbox_image):
+    out = play(tmp_path, [
+        turn(call("todo_write", content="- [ ] write </script><img src=x onerror=alert(1)>\n"), content="Plan."),
+        turn(call("file_write", path="a.md", content=EVIL)),
+        turn(call("shell_exec", command=BIG)),
+        turn(call("todo_write", content="- [x] all\n")),
+        done(),
+    ], settings={"limits": {"max_steps": 20}})
+    assert out.status == "done" and len(out.requests) == 5
+    page = write_report(out.run, tmp_path / "report.html")
+    for k in (0, 3, 4):
+        dom = _dump_dom(page, tmp_path / f"profile-{k}", fragment=f"request-{k}")
+        body = _body_attrs(dom)
+        assert body.get("data-ready") == "1" and "data-errors" not in body and "data-pwned" not in body
+        box = _open_element(dom, f"request-{k}")
+        shown = re.search(r'<pre class="messages" data-filled="1">(.*?)</pre>', box, flags=re.S)
+        assert shown, box[:2000]
+        # litellm leaves a null content out of what an OpenAI-compatible endpoint gets; the rest is as sent
+        sent = out.requests[k]["messages"]
+        assert [{key: v for key, v in m.items() if v is not None} for m in json.loads(html.unescape(shown.group(1)))] == sent
+
+
+def test_a_huge_diff_is_cut_and_the_page_stays_small(tmp_path):
+    from orchestrator.store.checkpoints import Checkpoints
+
+    cfg = RunConfig.model_validate({"model": {"model": "scripted:demo"}})
+    run = create_run(tmp_path / "runs", "a task", cfg)
+    cp = Checkpoints.of(run)
+    cp.init()
+    run.events.append(ev.Checkpoint(step=0, commit=cp.commit(0).commit))
+    (run.workspace / "big.txt").write_text("".join(f"line {i}\n" for i in range(200_000)))  # ~2.3 MB
+    (run.workspace / ".cairn").mkdir()
+    (run.workspace / ".cairn" / "obs.txt").write_text("cairn's own\n")
+    for e in [ev.ModelRequest(step=1, model="m", usage={"prompt_tokens": 10}),
+              ev.AssistantMessage(step=1, message={"role": "assistant", "content": "wrote it"})]:
+        run.events.append(e)
+    run.events.append(ev.Checkpoint(step=1, commit=cp.commit(1).commit))
+    page = render_report(run)
+    assert len(page.encode()) < 200_000
+    assert "+line 0\n" in page and "+line 199999" not in page
+    assert f"cairn diff {run.id} --step 1` prints it whole" in page
+    diff = _open_element(page, "diff-1")
+    assert "big.txt" in diff and ".cairn/obs.txt" not in diff  # cairn's own files are left out

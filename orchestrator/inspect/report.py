@@ -9,6 +9,11 @@ Files changed per step come from the workspace checkpoints (`state/checkpoints.g
 step, `git diff-tree` between consecutive ones) when the run has them, else from the tool calls that
 write files (file_write, file_edit, todo_write; what a shell command changed is not seen then).
 
+Each step also shows its durations (on a time axis: report_time.py), its diff, and the messages of its
+model requests, rebuilt from the log (report_data.py). Those messages sit once each in a JSON block
+(`<`, `>`, `&` escaped, so no payload can end it) that the script reads when a request is opened and
+shows as text, never as markup.
+
 Reads only the state directory; imports no model library.
 """
 
@@ -22,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.inspect.report_data import rebuilt_requests, sessions, step_diffs, step_times
+from orchestrator.inspect.report_time import Axis, seconds, step_clock, time_axis
 from orchestrator.inspect.timeline import check_line, new_step, step_lines, timeline, walk
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
@@ -65,8 +72,15 @@ def report_data(run: RunDir) -> dict[str, Any]:
         changes = _tool_call_changes(steps)
     for n, files in changes.items():
         steps.setdefault(n, _page_step(new_step(n), children))["files"] = files
+    times = step_times(walked["events"])
+    diffs = step_diffs(run, sorted(n for n in steps if n > 0))
+    requests = rebuilt_requests(run, walked["events"])
+    for n, step in steps.items():
+        step.update(time=times.get(n), diff=diffs.get(n),
+                    requests=[r for r in requests["requests"] if r["step"] == n])
     return {**doc, "steps": [steps[n] for n in sorted(steps) if n > 0], "preamble": steps.get(0),
-            "todos": todos, "files_source": files_source, "check_rounds": walked["checks"]}
+            "todos": todos, "files_source": files_source, "check_rounds": walked["checks"],
+            "sessions": sessions(walked["events"]), "requests": requests}
 
 
 def _page_step(step: dict[str, Any], children: dict[str, Any]) -> dict[str, Any]:
@@ -177,6 +191,8 @@ td.path { font-family: ui-monospace, monospace; }
 .controls label { font-size: 12px; color: var(--dim); }
 body.errors-only details.step:not(.has-error) { display: none; }
 svg text { font: 11px system-ui, sans-serif; fill: var(--dim); }
+details.diff, details.request { margin: 8px 0; } details.diff > summary, details.request > summary { cursor: pointer; color: var(--dim); font-size: 13px; }
+.dur { color: var(--dim); font-size: 12px; min-width: 56px; text-align: right; }
 .legend span { margin-right: 14px; font-size: 12px; } .legend i { display: inline-block; width: 18px; height: 3px; vertical-align: middle; margin-right: 4px; }
 """
 
@@ -196,9 +212,28 @@ JS = """
     document.getElementById("errors-only").addEventListener("change", function (e) {
       document.body.classList.toggle("errors-only", e.target.checked);
     });
+    var data = null;
+    function fill(box) {
+      var pre = box.querySelector("pre.messages");
+      if (!box.open || pre.dataset.filled) { return; }
+      if (data === null) { data = JSON.parse(document.getElementById("requests-data").textContent); }
+      var request = data.requests[Number(box.dataset.request)], messages = [];
+      for (var i = 0; i < request.ranges.length; i++) {
+        for (var k = 0; k < request.ranges[i][1]; k++) { messages.push(data.messages[request.ranges[i][0] + k]); }
+      }
+      pre.textContent = JSON.stringify(messages, null, 2);  // text, never markup
+      pre.dataset.filled = "1";
+    }
+    var boxes = document.querySelectorAll("details.request");
+    for (var b = 0; b < boxes.length; b++) {
+      boxes[b].addEventListener("toggle", function (e) { fill(e.target); });
+    }
     function openHash() {
       var target = location.hash ? document.getElementById(location.hash.slice(1)) : null;
-      if (target && target.tagName === "DETAILS") { target.open = true; }
+      for (var node = target; node && node.tagName; node = node.parentNode) {
+        if (node.tagName === "DETAILS") { node.open = true; }
+      }
+      if (target && target.scrollIntoView) { target.scrollIntoView(); }
     }
     window.addEventListener("hashchange", openHash);
     openHash();
@@ -218,6 +253,7 @@ def render_report(run: RunDir) -> str:
     csp = f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{script_hash}'"
     created = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(data["created"])) if data.get("created") else "?"
     result = data["result"]
+    axis = Axis(data["sessions"])
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -241,12 +277,14 @@ def render_report(run: RunDir) -> str:
         *_check(data["check"], data["check_rounds"]),
         "<h2>Tokens and cost per step</h2>",
         _chart(data["steps"], data["compactions"]),
+        "<h2>Time</h2>",
+        time_axis(data["steps"], data["sessions"]),
         "<h2>Timeline</h2>",
         '<div class="controls"><button type="button" id="expand-all">expand all</button>'
         '<button type="button" id="collapse-all">collapse all</button>'
         '<label><input type="checkbox" id="errors-only"> only steps with errors</label></div>',
         '<div id="timeline">',
-        *(_step(s) for s in data["steps"]),
+        *(_step(s, axis) for s in data["steps"]),
         "</div>" if data["steps"] else '<p class="meta">(no steps yet)</p></div>',
         "<h2>Todo as it changed</h2>",
         _todos(data["todos"]),
@@ -255,7 +293,8 @@ def render_report(run: RunDir) -> str:
     ]
     if data.get("torn_last_line"):
         parts += ["<h2>Torn last line of the event log</h2>", f"<pre>{esc(data['torn_last_line'])}</pre>"]
-    parts += [f"<script>{JS}</script>", "</body></html>"]
+    parts += [f'<script type="application/json" id="requests-data">{_json_block(data["requests"])}</script>',
+              f"<script>{JS}</script>", "</body></html>"]
     return "\n".join(parts) + "\n"
 
 
@@ -274,8 +313,16 @@ def write_report(run: RunDir, out: Path) -> Path:
     return out
 
 
-def _step(step: dict[str, Any]) -> str:
+def _json_block(value: Any) -> str:
+    """JSON for a `<script type="application/json">`: no `<`, `>` or `&` survive as such, so no payload
+    can close the element or open another; JSON.parse reads the escapes back."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def _step(step: dict[str, Any], axis: Axis) -> str:
     u = step["usage"]
+    t = step.get("time")
     errors = any(c["error"] for c in step["calls"])
     names = " ".join(
         f'<span class="tool-name">{esc(c["name"])}</span>'
@@ -289,8 +336,12 @@ def _step(step: dict[str, Any]) -> str:
     classes = "step has-error" if errors else "step"
     out = [f'<details class="{classes}" id="step-{step["index"]}" data-step="{step["index"]}">',
            f'<summary><span class="idx">#{step["index"]}</span><span class="tools">{names}</span>'
-           f'<span class="tok">{u["prompt_tokens"]:,} prompt · {u["cached_tokens"]:,} cached{esc(cost)}</span></summary>',
+           f'<span class="tok">{u["prompt_tokens"]:,} prompt · {u["cached_tokens"]:,} cached{esc(cost)}</span>'
+           + (f'<span class="dur" title="started {step_clock(axis, t["start"])} into the run">{seconds(t["ms"])}</span>'
+              if t else "") + "</summary>",
            '<div class="body">']
+    if t:
+        out.append(_durations(t, axis))
     for m in step["messages"]:
         out.append(f'<div class="msg"><div class="label">message ({esc(m["source"])})</div><pre>{esc(m["text"])}</pre></div>')
     for n in step["notices"]:
@@ -319,10 +370,45 @@ def _step(step: dict[str, Any]) -> str:
     if step["files"]:
         out.append('<div class="label">files changed</div><pre>'
                    + esc("\n".join(f"{mark} {path}" for mark, path in step["files"])) + "</pre>")
+    if step.get("diff"):
+        out.append(_diff(step["index"], step["diff"]))
+    out += [_request(step["index"], r) for r in step.get("requests") or []]
     out.append(f'<p class="meta">usage: {u["prompt_tokens"]:,} prompt, {u["cached_tokens"]:,} cached, '
                f'{u["completion_tokens"]:,} completion tokens; {u["requests"]} model request(s){esc(cost)}</p>')
     out.append("</div></details>")
     return "\n".join(out)
+
+
+def _durations(t: dict[str, Any], axis: Axis) -> str:
+    """When the step started (running time into the run) and what its time went to."""
+    model = sum(m["ms"] for m in t["model"])
+    tools = sum(c["ms"] or 0.0 for c in t["tools"])
+    return (f'<p class="meta durations">started {step_clock(axis, t["start"])} into the run · took '
+            f'{seconds(t["ms"])}: model request{"s" if len(t["model"]) != 1 else ""} {seconds(model)}, '
+            f'tool calls {seconds(tools)}, other {seconds(max(t["ms"] - model - tools, 0.0))}</p>')
+
+
+def _diff(n: int, d: dict[str, Any]) -> str:
+    files = sum(1 for line in d["text"].splitlines() if line.startswith("diff --git "))
+    cut = f'<p class="meta diff-cut">{esc(d["cut"])}</p>' if d["cut"] else ""
+    return (f'<details class="diff" id="diff-{n}"><summary>diff of step {n} ({files} file{"s" if files != 1 else ""}, '
+            f'{d["bytes"]:,} bytes)</summary><pre class="diff">{esc(d["text"])}</pre>{cut}</details>')
+
+
+def _request(n: int, r: dict[str, Any]) -> str:
+    """A request's messages, filled in from the JSON block by the page's script when opened."""
+    exact = "" if r["recorded"] in (0, r["count"]) else (
+        f' <span class="mark-err">the log says {r["recorded"]} messages were sent: this rebuild is not exact</span>')
+    return (f'<details class="request" id="request-{r["index"]}" data-request="{r["index"]}"><summary>'
+            f'messages sent to the model ({r["count"]} messages){exact}</summary>'
+            f'<p class="meta">{esc(REBUILT.format(before=n - 1))}</p><pre class="messages"></pre></details>')
+
+
+REBUILT = ("Rebuilt from the event log by replaying it (the same events give the same request): the messages "
+           "cairn handed to litellm, which puts them into the provider's format (an OpenAI-compatible endpoint "
+           "gets them as they are, less a null content). The status block at the end has todo.md as the "
+           "checkpoint of step {before} holds it, which is what was read, and the notices cairn derives from the "
+           "log (budget, loop warning, resume); a sandbox restart's notice is not logged and would be missing.")
 
 
 def _check(check: dict[str, Any] | None, rounds: list[dict[str, Any]]) -> list[str]:
