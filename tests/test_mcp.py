@@ -141,11 +141,27 @@ def test_the_uvx_rule(command, args, expected):
     assert package.argv[0].startswith("/opt/cairn-tools/")
 
 
+@pytest.mark.parametrize("args, expected", [
+    (["-y", "@modelcontextprotocol/server-filesystem", "/workspace"],
+     (("@modelcontextprotocol/server-filesystem",), "", ("/workspace",), "server-filesystem")),
+    (["@playwright/mcp@latest"], (("@playwright/mcp",), "", (), "playwright-mcp")),
+    (["--yes", "@upstash/context7-mcp@1.0.3", "--port", "1"],
+     (("@upstash/context7-mcp@1.0.3",), "", ("--port", "1"), "context7-mcp")),
+    (["-p", "some-tools@2", "some-cli", "serve"], (("some-tools@2",), "some-cli", ("serve",), "some-tools")),
+])
+def test_the_npx_rule(args, expected):
+    package = package_of("npx", args)
+    assert (package.requirements, package.entry, package.args, package.label) == expected
+    assert package.argv[0].startswith("/opt/cairn-tools/node/") and package.argv[0].endswith("/cairn-entry")
+
+
 def test_other_commands_run_as_they_are():
-    assert package_of("npx", ["-y", "@modelcontextprotocol/server-memory"]) is None
     assert package_of("python3", ["-m", "server"]) is None
+    assert package_of("node", ["server.js"]) is None
     with pytest.raises(UsageError, match="--unknown-flag"):
         package_of("uvx", ["--unknown-flag", "pkg"])
+    with pytest.raises(UsageError, match="npx -c"):
+        package_of("npx", ["-c", "echo hi"])
 
 
 # -- with Docker ---------------------------------------------------------------------------------
