@@ -34,8 +34,8 @@ def config_of(agent: Path | dict, tmp_path: Path, **kw) -> RunConfig:
 
 
 def play_config(tmp_path: Path, cfg: RunConfig, turns: list[dict], task: str = "test task", resumed_run=None,
-                message: str | None = None):
-    """Like loop_helpers.play, with a whole RunConfig (an agent folder's)."""
+                message: str | None = None, workspace_files: dict[str, str] | None = None):
+    """Like loop_helpers.play, with a whole RunConfig (an agent folder's) and files put in a new workspace."""
     from orchestrator.runner import create_run
 
     script = tmp_path / f"script-{len(list(tmp_path.glob('script-*.json')))}.json"
@@ -45,6 +45,8 @@ def play_config(tmp_path: Path, cfg: RunConfig, turns: list[dict], task: str = "
     log = tmp_path / "requests.jsonl"
     log.unlink(missing_ok=True)
     run = resumed_run or create_run(tmp_path / "runs", task, cfg)
+    for relative, text in (workspace_files or {}).items():
+        (run.workspace / relative).write_text(text)
     return _go(run, cfg, log, message, resumed=resumed_run is not None)
 
 
