@@ -216,8 +216,77 @@ def test_a_stdio_server_that_fails_to_start_is_named_with_its_stderr(tmp_path, s
     assert "'broken'" in message and "did not start in the sandbox" in message
     assert "boom: MY_TOKEN is not set" in message and "exit code 3" in message
     cfg = config_of({"servers": [{"type": "stdio", "command": "no-such-mcp-server"}]}, tmp_path)
-    with pytest.raises(SandboxError, match="no-such-mcp-server"):
+    with pytest.raises(SandboxError, match="no-such-mcp-server") as err:
         play_config(tmp_path, cfg, [done()])
+    assert "`no-such-mcp-server` is not in the image" in err.value.hint
+
+
+# A server with two tools: `hello` answers, `crash` makes the process exit with code 5 mid-call.
+CRASHING_SERVER = r'''import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, params = msg["method"], msg.get("params") or {}
+    if method == "initialize":
+        result = {"protocolVersion": params["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "fragile", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in ("crash", "hello")]}
+    elif params.get("name") == "crash":
+        sys.stderr.write("fragile: out of cheese\n")
+        sys.exit(5)
+    else:
+        result = {"content": [{"type": "text", "text": "hello back"}]}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+'''
+
+
+@pytest.mark.docker
+def test_a_server_that_exits_mid_call_is_reported_with_its_exit_code_and_started_again(tmp_path, sandbox_image):
+    cfg = config_of({"servers": [{"command": "python3", "args": ["-c", CRASHING_SERVER]}]}, tmp_path)
+    out = play_config(tmp_path, cfg, [turn(call("crash")), turn(call("hello")), done()])
+    assert out.status == "done"
+    crashed = tool_messages(out.requests[1])[0]["content"]
+    assert crashed.startswith("error: the MCP server python3 failed on crash")
+    assert "it exited with exit code 5" in crashed and "fragile: out of cheese" in crashed
+    assert "started again at the next call" in crashed
+    again = tool_messages(out.requests[2])[-1]["content"]
+    assert again.startswith("hello back")
+    assert "[the MCP server python3 was started again before this call: it had exited with exit code 5]" in again
+    assert "sandbox" not in crashed + again
+
+
+@pytest.mark.docker
+def test_an_npx_server_is_installed_into_a_derived_image_and_runs_without_network(tmp_path, sandbox_image):
+    cfg = config_of({"servers": [{"type": "stdio", "command": "npx",
+                                  "args": ["-y", "@modelcontextprotocol/server-filesystem", "/workspace"]}]}, tmp_path)
+    assert cfg.sandbox.network == "none"
+    out = play_config(tmp_path, cfg, [turn(call("list_directory", path="/workspace"),
+                                           call("read_text_file", path="/workspace/notes.txt")), done()],
+                      workspace_files={"notes.txt": "from the host\n"})
+    assert out.status == "done"
+    names = tool_names(out.events("run_started")[0].tools)
+    assert {"list_directory", "read_text_file", "write_file"} <= set(names)
+    listing, text = tool_messages(out.requests[1])
+    assert "[FILE] notes.txt" in listing["content"] and text["content"].strip() == "from the host"
+
+
+@pytest.mark.docker
+def test_the_hint_names_node_only_when_the_image_lacks_it(tmp_path, sandbox_image):
+    cfg = config_of({"servers": [{"command": "node", "args": ["server.js"]}]}, tmp_path)
+    with pytest.raises(SandboxError) as err:
+        play_config(tmp_path, cfg, [done()])
+    assert "has no Node.js" in err.value.hint
+    # An image with Node.js (the derived one the npx rule makes): the script is what is missing, not node.
+    from orchestrator.tools.mcp_packages import image_for
+
+    npx = config_of({"servers": [{"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem"]}]},
+                    tmp_path).mcp.servers
+    cfg.sandbox.image = image_for(sandbox_image, npx)
+    with pytest.raises(SandboxError) as err:
+        play_config(tmp_path, cfg, [done()])
+    assert "server.js" in err.value.message and not (err.value.hint or "").count("Node.js")
 
 
 # -- an http server on the host ------------------------------------------------------------------
