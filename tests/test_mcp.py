@@ -399,3 +399,15 @@ def test_an_sse_server_on_the_host_is_reached_from_the_host(tmp_path, sandbox_im
         server.stop()
     assert out.status == "done"
     assert tool_messages(out.requests[1])[0]["content"] == "echo: over sse"
+
+
+@pytest.mark.docker
+def test_the_waits_of_a_run_start_are_told_on_stderr_with_their_times(tmp_path, sandbox_image, capsys):
+    cfg = config_of({"servers": [{"command": "python3", "args": ["-c", CRASHING_SERVER]}]}, tmp_path)
+    capsys.readouterr()
+    out = play_config(tmp_path, cfg, [done()])
+    assert out.status == "done"
+    lines = capsys.readouterr().err.splitlines()
+    assert "starting the sandbox (" in lines[0] and lines[1].startswith("sandbox started in ")
+    assert lines[2] == "starting 1 MCP server: python3"
+    assert lines[3].startswith("MCP servers ready in ") and lines[3].endswith(" s: 2 tools")
