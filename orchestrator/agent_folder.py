@@ -10,8 +10,13 @@ system prompt. The schema is tiny-agents' (huggingface_hub/inference/_mcp/types.
                  {"type": "http", "url": "https://…/mcp", "headers": {"Authorization": "Bearer ${input:hf-token}"}},
                  {"type": "sse", "url": "https://…/sse", "allowed_tools": ["search"]}]}
 
-Also accepted: the older nested form of a server, `{"type": "stdio", "config": {"command": …}}`, that
-earlier tiny-agents read (today's reads the flat form only), and an optional `name` of a server.
+Also accepted, as Hugging Face's published examples use them:
+- a server without `type` (local-coder's `{"command": "npx", "args": [...]}`): it is stdio (a server with
+  a `url` and no `command` is http, the streamable HTTP of today's MCP);
+- `"tools": {"include": [...], "exclude": [...]}` of a server (tiny-agents' tool filter before it became
+  `allowed_tools`): only the included tools are offered, and never the excluded ones;
+- the older nested form `{"type": "stdio", "config": {"command": …}}` that earlier tiny-agents read;
+- an optional `name` of a server (cairn's addition).
 
 Inputs, as tiny-agents does them: each `${input:ID}` used in a server's `env` or `headers`, or in
 `apiKey`, is asked for on the terminal (a password without echo); a blank answer, or no terminal, falls
@@ -65,9 +70,25 @@ class InputSpec(_Strict):
     password: bool = False
 
 
+class ToolFilter(_Strict):
+    include: Optional[list[str]] = None
+    exclude: Optional[list[str]] = None
+
+
 class _Server(_Strict):
     name: Optional[str] = None  # cairn's addition; tiny-agents servers have none
     allowed_tools: Optional[list[str]] = None
+    tools: Optional[ToolFilter] = None
+
+    def allowed(self) -> Optional[list[str]]:
+        """The tools to offer, or None for all: allowed_tools and tools.include both narrow the list."""
+        lists = [names for names in (self.allowed_tools, self.tools and self.tools.include) if names is not None]
+        if not lists:
+            return None
+        return [name for name in lists[0] if all(name in other for other in lists[1:])]
+
+    def excluded(self) -> Optional[list[str]]:
+        return list(self.tools.exclude) if self.tools and self.tools.exclude is not None else None
 
 
 class StdioServer(_Server):
@@ -99,8 +120,8 @@ class AgentFile(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _flatten_servers(cls, data: Any) -> Any:
-        """The older nested form {"type": …, "config": {…}} becomes the flat one; a server without a known
-        type gets a clearer message than pydantic's."""
+        """The older nested form {"type": …, "config": {…}} becomes the flat one; a server without a type
+        is stdio (http when it has only a url); an unknown type gets a clearer message than pydantic's."""
         if not (isinstance(data, dict) and isinstance(data.get("servers"), list)):
             return data
         servers = []
@@ -110,6 +131,8 @@ class AgentFile(_Strict):
             if isinstance(server.get("config"), dict):
                 outer = dict(server)
                 server = {**outer.pop("config"), **outer}
+            if "type" not in server:
+                server = {**server, "type": "http" if "url" in server and "command" not in server else "stdio"}
             if server.get("type") not in ("stdio", "http", "sse"):
                 raise ValueError(f"servers.{i}.type: must be \"stdio\", \"http\" or \"sse\", not {server.get('type')!r}")
             servers.append(server)
@@ -216,11 +239,12 @@ def resolve(folder: AgentFolder, ask: Ask | None = None, say: Callable[[str], No
         if isinstance(server, StdioServer):
             servers.append(McpServerConfig(
                 name=name, type="stdio", command=server.command, args=list(server.args),
-                env={k: fill(v) for k, v in server.env.items()}, cwd=server.cwd, allowed_tools=server.allowed_tools))
+                env={k: fill(v) for k, v in server.env.items()}, cwd=server.cwd, allowed_tools=server.allowed(),
+                excluded_tools=server.excluded()))
         else:
             servers.append(McpServerConfig(
                 name=name, type=server.type, url=server.url, headers={k: fill(v) for k, v in server.headers.items()},
-                allowed_tools=server.allowed_tools))
+                allowed_tools=server.allowed(), excluded_tools=server.excluded()))
     api_key = fill(spec.apiKey) if spec.apiKey else None
     return Resolved(servers=servers, api_key=api_key or None, unset=unset)
 
@@ -328,7 +352,7 @@ def _server_name(server: StdioServer | HttpServer) -> str:
         from orchestrator.tools.mcp_packages import package_of  # the same rule that installs it
 
         found = package_of(server.command, server.args)
-        raw = found.name if found else _command_name(server.command, server.args)
+        raw = found.label if found else _command_name(server.command, server.args)
     else:
         from urllib.parse import urlparse
 
@@ -343,15 +367,12 @@ def _server_name(server: StdioServer | HttpServer) -> str:
 
 
 def _command_name(command: str, args: list[str]) -> str:
+    """What a user would call the server: the npm package, the python module or script, else the command.
+    Options are never a name: `python3 -c CODE` is `python3`."""
     base = Path(command).name
-    if base == "npx":  # npx -y @scope/server-x@1.2 -> server-x
-        package = next((a for a in args if not a.startswith("-")), "")
-        name = package.rsplit("/", 1)[-1].split("@")[0]
-        if name:
-            return name
     if base.startswith("python") and len(args) >= 2 and args[0] == "-m":
         return args[1].split(".")[0]
-    if base in ("node", "python", "python3", "deno", "bun") and args:
+    if base.startswith(("node", "python", "deno", "bun")) and args and not args[0].startswith("-"):
         return Path(args[0]).stem
     return base
 

@@ -183,7 +183,8 @@ class McpServerConfig(Settings):
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
-    allowed_tools: list[str] | None = None
+    allowed_tools: list[str] | None = None  # tiny-agents' allowed_tools, or tools.include
+    excluded_tools: list[str] | None = None  # tools.exclude
 
     @field_serializer("env", "headers")
     def _redact(self, values: dict[str, str]) -> dict[str, str]:

@@ -298,9 +298,10 @@ class Session:
             from orchestrator.tools.mcp import McpHub
             from orchestrator.tools.mcp_packages import image_for
 
-            image = image_for(image, cfg.mcp.servers, progress=_progress)  # uvx/pipx packages, installed
+            image = image_for(image, cfg.mcp.servers, progress=_progress)  # uvx/pipx/npx packages, installed
             self.hub = McpHub(cfg.mcp.servers, start_timeout=cfg.mcp.start_timeout,
-                              call_timeout=cfg.mcp.call_timeout, reserved=set(tool_names(BUILTIN_TOOLS)))
+                              call_timeout=cfg.mcp.call_timeout, reserved=set(tool_names(BUILTIN_TOOLS)),
+                              progress=_progress)
         run.cairn_dir.mkdir(exist_ok=True)  # a run made before cairn/ existed gets one now
         carried = carried_machine(run)
         self.sandbox = Sandbox(run.id, run.workspace, cfg.sandbox, image=carried or image, cairn_mount=run.cairn_dir,
@@ -326,7 +327,10 @@ class Session:
         os.replace(tmp, pid_file)
 
     def __enter__(self) -> "Session":
+        started = time.monotonic()
+        _progress(f"starting the sandbox ({self.sandbox.image})")
         self.sandbox.start()
+        _progress(f"sandbox started in {time.monotonic() - started:.1f} s")
         try:
             self._lock()
             if self.hub is not None:

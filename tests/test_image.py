@@ -125,3 +125,23 @@ def _host_ca_certificates() -> list[bytes]:
         for block in pem.split("-----END CERTIFICATE-----")[:-1]:
             found.append(ssl.PEM_cert_to_DER_cert(block[block.index("-----BEGIN") :] + "-----END CERTIFICATE-----\n"))
     return found
+
+
+@pytest.mark.docker
+def test_a_build_says_on_stderr_when_it_starts_and_ends_with_its_time(tmp_path: Path, no_ca: Path,
+                                                                       sandbox_image: str, capsys) -> None:
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "Dockerfile").write_text(f"ARG BASE\nFROM ${{BASE}}\nRUN echo {tmp_path.name}\n")
+    tag = image.build_image(source=small, ca_dir=no_ca, base=sandbox_image)  # no progress: an automatic build
+    try:
+        lines = capsys.readouterr().err.splitlines()
+        assert lines[0] == f"cairn: building the sandbox image {tag} (once for this version of cairn; about a minute)"
+        assert lines[-1].startswith(f"cairn: built {tag} on {sandbox_image} in ") and lines[-1].endswith(" s")
+        assert len(lines) == 2  # the builder's log is for `cairn image build`, not for a run
+        image.build_image(source=small, ca_dir=no_ca, base=sandbox_image)
+        assert capsys.readouterr().err == ""  # an image that exists is not built: nothing to wait for
+    finally:
+        from orchestrator.sandbox.engine import connect
+
+        connect().images.remove(tag)

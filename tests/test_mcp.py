@@ -34,8 +34,8 @@ def config_of(agent: Path | dict, tmp_path: Path, **kw) -> RunConfig:
 
 
 def play_config(tmp_path: Path, cfg: RunConfig, turns: list[dict], task: str = "test task", resumed_run=None,
-                message: str | None = None):
-    """Like loop_helpers.play, with a whole RunConfig (an agent folder's)."""
+                message: str | None = None, workspace_files: dict[str, str] | None = None):
+    """Like loop_helpers.play, with a whole RunConfig (an agent folder's) and files put in a new workspace."""
     from orchestrator.runner import create_run
 
     script = tmp_path / f"script-{len(list(tmp_path.glob('script-*.json')))}.json"
@@ -45,6 +45,8 @@ def play_config(tmp_path: Path, cfg: RunConfig, turns: list[dict], task: str = "
     log = tmp_path / "requests.jsonl"
     log.unlink(missing_ok=True)
     run = resumed_run or create_run(tmp_path / "runs", task, cfg)
+    for relative, text in (workspace_files or {}).items():
+        (run.workspace / relative).write_text(text)
     return _go(run, cfg, log, message, resumed=resumed_run is not None)
 
 
@@ -141,11 +143,27 @@ def test_the_uvx_rule(command, args, expected):
     assert package.argv[0].startswith("/opt/cairn-tools/")
 
 
+@pytest.mark.parametrize("args, expected", [
+    (["-y", "@modelcontextprotocol/server-filesystem", "/workspace"],
+     (("@modelcontextprotocol/server-filesystem",), "", ("/workspace",), "server-filesystem")),
+    (["@playwright/mcp@latest"], (("@playwright/mcp",), "", (), "playwright-mcp")),
+    (["--yes", "@upstash/context7-mcp@1.0.3", "--port", "1"],
+     (("@upstash/context7-mcp@1.0.3",), "", ("--port", "1"), "context7-mcp")),
+    (["-p", "some-tools@2", "some-cli", "serve"], (("some-tools@2",), "some-cli", ("serve",), "some-tools")),
+])
+def test_the_npx_rule(args, expected):
+    package = package_of("npx", args)
+    assert (package.requirements, package.entry, package.args, package.label) == expected
+    assert package.argv[0].startswith("/opt/cairn-tools/node/") and package.argv[0].endswith("/cairn-entry")
+
+
 def test_other_commands_run_as_they_are():
-    assert package_of("npx", ["-y", "@modelcontextprotocol/server-memory"]) is None
     assert package_of("python3", ["-m", "server"]) is None
+    assert package_of("node", ["server.js"]) is None
     with pytest.raises(UsageError, match="--unknown-flag"):
         package_of("uvx", ["--unknown-flag", "pkg"])
+    with pytest.raises(UsageError, match="npx -c"):
+        package_of("npx", ["-c", "echo hi"])
 
 
 # -- with Docker ---------------------------------------------------------------------------------
@@ -198,8 +216,77 @@ def test_a_stdio_server_that_fails_to_start_is_named_with_its_stderr(tmp_path, s
     assert "'broken'" in message and "did not start in the sandbox" in message
     assert "boom: MY_TOKEN is not set" in message and "exit code 3" in message
     cfg = config_of({"servers": [{"type": "stdio", "command": "no-such-mcp-server"}]}, tmp_path)
-    with pytest.raises(SandboxError, match="no-such-mcp-server"):
+    with pytest.raises(SandboxError, match="no-such-mcp-server") as err:
         play_config(tmp_path, cfg, [done()])
+    assert "`no-such-mcp-server` is not in the image" in err.value.hint
+
+
+# A server with two tools: `hello` answers, `crash` makes the process exit with code 5 mid-call.
+CRASHING_SERVER = r'''import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, params = msg["method"], msg.get("params") or {}
+    if method == "initialize":
+        result = {"protocolVersion": params["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "fragile", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in ("crash", "hello")]}
+    elif params.get("name") == "crash":
+        sys.stderr.write("fragile: out of cheese\n")
+        sys.exit(5)
+    else:
+        result = {"content": [{"type": "text", "text": "hello back"}]}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+'''
+
+
+@pytest.mark.docker
+def test_a_server_that_exits_mid_call_is_reported_with_its_exit_code_and_started_again(tmp_path, sandbox_image):
+    cfg = config_of({"servers": [{"command": "python3", "args": ["-c", CRASHING_SERVER]}]}, tmp_path)
+    out = play_config(tmp_path, cfg, [turn(call("crash")), turn(call("hello")), done()])
+    assert out.status == "done"
+    crashed = tool_messages(out.requests[1])[0]["content"]
+    assert crashed.startswith("error: the MCP server python3 failed on crash")
+    assert "it exited with exit code 5" in crashed and "fragile: out of cheese" in crashed
+    assert "started again at the next call" in crashed
+    again = tool_messages(out.requests[2])[-1]["content"]
+    assert again.startswith("hello back")
+    assert "[the MCP server python3 was started again before this call: it had exited with exit code 5]" in again
+    assert "sandbox" not in crashed + again
+
+
+@pytest.mark.docker
+def test_an_npx_server_is_installed_into_a_derived_image_and_runs_without_network(tmp_path, sandbox_image):
+    cfg = config_of({"servers": [{"type": "stdio", "command": "npx",
+                                  "args": ["-y", "@modelcontextprotocol/server-filesystem", "/workspace"]}]}, tmp_path)
+    assert cfg.sandbox.network == "none"
+    out = play_config(tmp_path, cfg, [turn(call("list_directory", path="/workspace"),
+                                           call("read_text_file", path="/workspace/notes.txt")), done()],
+                      workspace_files={"notes.txt": "from the host\n"})
+    assert out.status == "done"
+    names = tool_names(out.events("run_started")[0].tools)
+    assert {"list_directory", "read_text_file", "write_file"} <= set(names)
+    listing, text = tool_messages(out.requests[1])
+    assert "[FILE] notes.txt" in listing["content"] and text["content"].strip() == "from the host"
+
+
+@pytest.mark.docker
+def test_the_hint_names_node_only_when_the_image_lacks_it(tmp_path, sandbox_image):
+    cfg = config_of({"servers": [{"command": "node", "args": ["server.js"]}]}, tmp_path)
+    with pytest.raises(SandboxError) as err:
+        play_config(tmp_path, cfg, [done()])
+    assert "has no Node.js" in err.value.hint
+    # An image with Node.js (the derived one the npx rule makes): the script is what is missing, not node.
+    from orchestrator.tools.mcp_packages import image_for
+
+    npx = config_of({"servers": [{"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem"]}]},
+                    tmp_path).mcp.servers
+    cfg.sandbox.image = image_for(sandbox_image, npx)
+    with pytest.raises(SandboxError) as err:
+        play_config(tmp_path, cfg, [done()])
+    assert "server.js" in err.value.message and not (err.value.hint or "").count("Node.js")
 
 
 # -- an http server on the host ------------------------------------------------------------------
@@ -312,3 +399,15 @@ def test_an_sse_server_on_the_host_is_reached_from_the_host(tmp_path, sandbox_im
         server.stop()
     assert out.status == "done"
     assert tool_messages(out.requests[1])[0]["content"] == "echo: over sse"
+
+
+@pytest.mark.docker
+def test_the_waits_of_a_run_start_are_told_on_stderr_with_their_times(tmp_path, sandbox_image, capsys):
+    cfg = config_of({"servers": [{"command": "python3", "args": ["-c", CRASHING_SERVER]}]}, tmp_path)
+    capsys.readouterr()
+    out = play_config(tmp_path, cfg, [done()])
+    assert out.status == "done"
+    lines = capsys.readouterr().err.splitlines()
+    assert "starting the sandbox (" in lines[0] and lines[1].startswith("sandbox started in ")
+    assert lines[2] == "starting 1 MCP server: python3"
+    assert lines[3].startswith("MCP servers ready in ") and lines[3].endswith(" s: 2 tools")

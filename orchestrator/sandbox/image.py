@@ -18,7 +18,9 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -80,8 +82,11 @@ def build_image(
     `base` overrides the choice of base image (see the module's docstring). `source` and `ca_dir` are
     for tests: another copy of `sandbox_image/`, another directory of CA certificates.
     Raises SandboxError naming the step that failed, with the last lines of that step's log.
+    A build says when it starts and when it ends (with the time it took): through `progress`, which also
+    gets every step and its log, or else on stderr, so an automatic build is never a silent wait.
     """
     say = progress or (lambda _step: None)
+    announce = progress or _to_stderr
     files = _context_files(source, ca_dir)
     digest = _context_hash(files)
     tag = f"{REPOSITORY}:{digest[:12]}"
@@ -91,6 +96,8 @@ def build_image(
     with _build_lock():
         if not force and _image_exists(client, tag):
             return tag
+        started = time.monotonic()
+        announce(f"building the sandbox image {tag} (once for this version of cairn; about a minute)")
         if base is None:
             base = _choose_base(client, say)
         elif not _image_exists(client, base):
@@ -100,8 +107,12 @@ def build_image(
             _docker_build(client, Path(context), tag, {"BASE": base, "CAIRN_BUILD_HASH": digest}, say)
     if not _image_exists(client, tag):
         raise SandboxError(f"docker build ended without error but {tag} is not in the engine")
-    say(f"built {tag} on {base}")
+    announce(f"built {tag} on {base} in {time.monotonic() - started:.0f} s")
     return tag
+
+
+def _to_stderr(line: str) -> None:
+    print(f"cairn: {line}", file=sys.stderr, flush=True)
 
 
 # The build context and its hash

@@ -19,10 +19,15 @@ the hub's methods are plain sync calls for the loop.
 Tool names: the tools of all servers join the run's fixed tool list once, at its start, in server
 order and then by tool name. A tool keeps its own name unless another server (or a built-in tool) has
 the same one; then it becomes `<server>__<tool>`. Names are cut to `^[a-zA-Z0-9_-]{1,64}$`.
-`allowed_tools` of a server keeps only the tools it names.
+`allowed_tools` of a server (or tiny-agents' `tools.include`) keeps only the tools it names;
+`tools.exclude` leaves out the ones it names.
+
+A stdio server that exits (it crashed, or was killed) is reported in the result of the call it was
+serving, with its exit code and the end of its stderr; the next call to one of its tools starts it again
+first, and that call's result says so. A server that does not start again makes that call an error.
 
 Packages (the uvx rule, `mcp_packages.py`): servers that tiny-agents would fetch at start (`uvx`,
-`uv tool run`, `pipx run`) are installed into a derived image `cairn-tools:<hash>`, since the sandbox
+`uv tool run`, `pipx run`, `npx`) are installed into a derived image `cairn-tools:<hash>`, since the sandbox
 has no network. The stdio transport over a docker exec is in `mcp_transport.py`.
 """
 
@@ -34,11 +39,12 @@ import json
 import re
 import shlex
 import threading
+import time
 from collections import Counter
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import anyio
 
@@ -69,6 +75,8 @@ class _Server:
 
     def describe(self) -> str:
         if self.cfg.type == "stdio":
+            if not self.cfg.command:
+                return repr(self.cfg.name)
             return f"{self.cfg.name!r} ({shlex.join([self.cfg.command or '', *self.cfg.args])})"
         return f"{self.cfg.name!r} ({self.cfg.url})"
 
@@ -77,7 +85,8 @@ class McpHub:
     """The run's MCP servers and their tools, with sync methods for the loop."""
 
     def __init__(self, servers: list[McpServerConfig], *, start_timeout: float = 120.0,
-                 call_timeout: float = 300.0, reserved: set[str] | None = None) -> None:
+                 call_timeout: float = 300.0, reserved: set[str] | None = None,
+                 progress: Callable[[str], None] | None = None) -> None:
         self.servers = [_Server(cfg) for cfg in servers]
         self.start_timeout, self.call_timeout = start_timeout, call_timeout
         self.reserved = set(reserved or ())  # names already taken (the built-in tools)
@@ -88,6 +97,7 @@ class McpHub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._sandbox: Any = None
+        self._say = progress or (lambda _line: None)
 
     # The sync face
 
@@ -96,6 +106,9 @@ class McpHub:
         does not start; then none is left running."""
         self._sandbox = sandbox
         self._start_loop()
+        started = time.monotonic()
+        self._say(f"starting {len(self.servers)} MCP server{'s' * (len(self.servers) != 1)}: "
+                  + ", ".join(s.cfg.name for s in self.servers))
         try:
             for server in self.servers:  # all at once: a slow server does not hold up the others
                 self._launch(server)
@@ -105,6 +118,7 @@ class McpHub:
             self.close()
             raise
         self._name_tools()
+        self._say(f"MCP servers ready in {time.monotonic() - started:.1f} s: {len(self._specs)} tools")
 
     def tools(self) -> list[dict[str, Any]]:
         """The MCP tools as OpenAI function specs, in their fixed order."""
@@ -136,21 +150,59 @@ class McpHub:
         server, tool = route
         restarted = ""
         if self._needs_restart(server):
+            why = self._down_reason(server)
             try:
                 self._restart(server)
-                restarted = f"\n[the MCP server {server.cfg.name} was started again first: {server.failure or 'its sandbox was restarted'}]"
+                restarted = f"\n[the MCP server {server.cfg.name} was started again before this call: {why}]"
             except SandboxError as exc:
-                return f"error: the MCP server {server.cfg.name} is down and did not start again: {exc.message}", True
+                return (f"error: the MCP server {server.cfg.name} is down ({why}) and did not start again: "
+                        f"{exc.message}; the next call tries again"), True
         try:
             result = self._run(self._call(server, tool, args), self.call_timeout + 15)
         except TimeoutError:
             return f"error: {name} gave no answer within {self.call_timeout:g} s", True
         except Exception as exc:  # noqa: BLE001 - any failure of the server is a result the model sees
-            detail = _explain(exc)
-            if server.process is not None and server.process.stderr_tail():
-                detail += f" (its stderr ended with: {server.process.stderr_tail()})"
-            return f"error: the MCP server {server.cfg.name} failed on {tool}: {detail}{restarted}", True
+            return f"error: the MCP server {server.cfg.name} failed on {tool}: {self._failure(server, exc)}{restarted}", True
         return format_result(result) + restarted, bool(_field(result, "is_error", "isError"))
+
+    def _failure(self, server: _Server, exc: BaseException) -> str:
+        """Why a call failed: the session's error, and whether the server's process is gone (then with its
+        exit code and stderr, and what happens next)."""
+        detail = _explain(exc)
+        process = server.process
+        if server.cfg.type != "stdio" or process is None:
+            return detail
+        if not process.ended:  # the stream may still be closing: give it a moment to say so
+            deadline = time.monotonic() + 1.0
+            while not process.ended and time.monotonic() < deadline:
+                time.sleep(0.02)
+        tail = process.stderr_tail()
+        if process.ended:
+            code = self._exit_code(server)
+            exited = "it exited" + (f" with exit code {code}" if code is not None else "")
+            return (f"{detail}; {exited}" + (f", its stderr ended with: {tail}" if tail else "")
+                    + "; it will be started again at the next call of one of its tools")
+        return detail + (f" (its stderr ended with: {tail})" if tail else "")
+
+    def _down_reason(self, server: _Server) -> str:
+        """Why a server must be started again, in words that are true."""
+        container = getattr(self._sandbox, "container", None)
+        if server.cfg.type == "stdio" and container is not None and container.id != server.container_id:
+            return "its sandbox was restarted"
+        if server.cfg.type == "stdio" and server.process is not None and server.process.ended:
+            code = self._exit_code(server)
+            return "it had exited" + (f" with exit code {code}" if code is not None else "")
+        return server.failure or "its session had ended"
+
+    def _exit_code(self, server: _Server) -> int | None:
+        """The exit code of a stdio server's process, once it has one."""
+        exec_id = server.process.exec_id if server.process is not None else None
+        if not exec_id or self._sandbox is None:
+            return None
+        try:
+            return self._sandbox.client.api.exec_inspect(exec_id).get("ExitCode")
+        except Exception:  # noqa: BLE001 - only a detail of a message; the engine may have lost the exec
+            return None
 
     def close(self) -> None:
         """Stop the sessions (stdio servers get EOF on stdin) and the event loop; calling it twice is fine."""
@@ -206,24 +258,39 @@ class McpHub:
 
     def _start_failed(self, server: _Server, reason: str) -> SandboxError:
         tail = server.process.stderr_tail() if server.process is not None else ""
-        code = None
-        if server.process is not None and server.process.exec_id and self._sandbox is not None:
-            try:
-                code = self._sandbox.client.api.exec_inspect(server.process.exec_id).get("ExitCode")
-            except Exception:  # noqa: BLE001 - only a detail of the message
-                code = None
+        code = self._exit_code(server)
         where = " in the sandbox" if server.cfg.type == "stdio" else ""
         message = f"the MCP server {server.describe()} did not start{where}: {reason}"
         if code is not None:
             message += f" (exit code {code})"
         if tail:
             message += f"; its stderr ended with: {tail}"
-        hint = None
-        if server.cfg.type == "stdio" and Path(server.cfg.command or "").name in ("npx", "node"):
-            hint = "cairn's sandbox image has no Node.js: use an --image with node (and --network bridge for npx)"
-        elif code in (126, 127):
-            hint = "the command is not in the sandbox image; uvx and pipx servers are installed by cairn, others must be in the image"
+        hint = self._missing_hint(server) if server.cfg.type == "stdio" else None
         return SandboxError(message, hint=hint)
+
+    def _missing_hint(self, server: _Server) -> str | None:
+        """What is really missing for a stdio server that did not start: its command in the image (asked of
+        the sandbox itself), or, when the command is there, nothing cairn can name."""
+        argv = server_argv(server.cfg)
+        command = argv[0]
+        sandbox = self._sandbox
+        if sandbox is None or getattr(sandbox, "container", None) is None:
+            return None
+        try:
+            api = sandbox.client.api
+            probe = api.exec_create(sandbox.container.id, ["sh", "-c", 'command -v "$0"', command])
+            api.exec_start(probe["Id"])
+            found = api.exec_inspect(probe["Id"]).get("ExitCode") == 0
+        except Exception:  # noqa: BLE001 - the hint is a courtesy; the message above stands without it
+            return None
+        if found:
+            return None
+        image = getattr(sandbox, "image", "the sandbox image")
+        if Path(command).name == "node":
+            return (f"the image {image} has no Node.js: cairn installs npx servers itself (with Node.js), but "
+                    "`node SCRIPT` runs as it is; use an --image with node")
+        return (f"`{command}` is not in the image {image}: cairn installs the packages of uvx, pipx and npx "
+                "servers itself; any other command must be in the image (--image)")
 
     async def _serve(self, server: _Server, ready: concurrent.futures.Future) -> None:
         """The server's whole life, in one task: the SDK's context managers enter and exit here."""
@@ -246,14 +313,7 @@ class McpHub:
                 with anyio.fail_after(self.start_timeout):
                     await session.initialize()
                     tools = await _list_tools(session)
-                allowed = server.cfg.allowed_tools
-                if allowed is not None:
-                    names = {t.name for t in tools}
-                    missing = [n for n in allowed if n not in names]
-                    if missing:
-                        self.warnings.append(f"MCP server {server.cfg.name}: allowed_tools names "
-                                             f"{', '.join(missing)}, which it does not offer")
-                    tools = [t for t in tools if t.name in allowed]
+                tools = self._filter(server.cfg, tools)
                 server.tools, server.session = tools, session
                 ready.set_result(None)
                 await server.stop.wait()
@@ -268,6 +328,18 @@ class McpHub:
             server.session = None
             if server.failure is None and ready.done() and not server.stop.is_set():
                 server.failure = "the server's session ended"
+
+    def _filter(self, cfg: McpServerConfig, tools: list[Any]) -> list[Any]:
+        """The tools allowed_tools (or tools.include) keeps and tools.exclude does not leave out; a name
+        the server does not offer is a warning (a typo, or a server that changed)."""
+        names = {t.name for t in tools}
+        for key, listed in (("allowed_tools", cfg.allowed_tools), ("tools.exclude", cfg.excluded_tools)):
+            missing = [n for n in listed or () if n not in names]
+            if missing:
+                self.warnings.append(f"MCP server {cfg.name}: {key} names {', '.join(missing)}, which it does not offer")
+        if cfg.allowed_tools is not None:
+            tools = [t for t in tools if t.name in cfg.allowed_tools]
+        return [t for t in tools if t.name not in (cfg.excluded_tools or ())]
 
     def _stop(self, server: _Server) -> None:
         if server.stop is not None and self._loop is not None and not self._loop.is_closed():
