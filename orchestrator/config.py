@@ -128,7 +128,7 @@ class ContextConfig(Settings):
     preview_lines: int = Field(10, ge=1, description="Lines of head and of tail kept in an offload preview.")
     high_water: float = Field(0.75, gt=0, lt=1)
     low_water: float = Field(0.40, gt=0, lt=1)
-    keep_recent_results: int = Field(6, ge=0, description="Tool results never turned into pointers.")
+    keep_recent_results: int = Field(10, ge=0, description="Tool results never turned into pointers.")
     preview_chars: int = Field(
         1500, ge=200, description="Characters of head and of tail kept in a preview: one huge line cannot blow it up."
     )
