@@ -1083,6 +1083,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     steps = args.steps or (REAL_STEPS if args.workload == "real-shaped" else DEFAULT_STEPS)
     window = args.window or (REAL_WINDOW if args.workload == "real-shaped" else DEFAULT_WINDOW)
     if args.sweep:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from context_sweep import sweep  # noqa: PLC0415 - only the sweep needs it
 
         sweep(sys.modules[__name__], args, steps)
