@@ -283,7 +283,8 @@ def test_needs_compaction_only_above_high_water() -> None:
 
 def test_compaction_turns_old_results_into_pointers_oldest_first() -> None:
     history = make_history(10)
-    event = run_compact(history, ContextConfig(keep_recent_results=2))
+    # Marks that leave some old results whole, so the order shows.
+    event = run_compact(history, ContextConfig(keep_recent_results=2, high_water=0.75, low_water=0.4))
     results = [e.id for e in history if e.kind == "tool"]
     assert event.kind == "pointers" and 0 < len(event.replacements) < 8
     assert list(event.replacements) == results[: len(event.replacements)]
@@ -334,7 +335,7 @@ def test_offloaded_result_pointer_reuses_its_file_and_sizes() -> None:
 
 def test_compaction_gets_under_low_water() -> None:
     history = make_history(10)
-    cfg = ContextConfig(keep_recent_results=2)
+    cfg = ContextConfig(keep_recent_results=2, high_water=0.75, low_water=0.4)  # pointers alone reach 40%
     window = window_for(history)
     event = run_compact(history, cfg, window=window)
     assert history.tokens() <= cfg.low_water * window
