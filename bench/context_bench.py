@@ -34,11 +34,24 @@ cairn's per-step overhead is the wall time of its context work (shaping the new 
 the request, estimating, compacting), not the accounting: the median over steps 5-15 and over the
 last ten steps, each step's time being the median of `--repeats` runs.
 
+Information is kept equal by references back: 10% of the steps (`--rereads`, seeded apart from
+the workload) need the content of an earlier observation, chosen uniformly. If it is not in the
+request whole, the policy pays one extra step first: cairn a `file_read` of the file its pointer,
+preview or summary names (the window of lines an offloaded output's preview invites, not all of a
+30k-token log), the verbatim policies a re-run of the command (its whole output enters again).
+Each extra step is a full request plus its result; both are counted, and logged apart.
+
+`--workload real-shaped` plays a 150-step run shaped like real SWE-agent trajectories at a 32k
+window (`make_real_shaped`), and adds a raw agent that keeps its whole history with no limit.
+`--sweep` measures the marks and the preview size over seeds and windows (bench/context_sweep.py).
+
 The last line is machine-readable:
-    cache_hit=<cairn ratio> peak_tokens=<cairn peak> cost_vs_summarize=<ratio> overhead_300_vs_10=<ratio>
-(peak over all of cairn's requests, its summarize requests included; cost is cairn's over the
-summarize@90% baseline's; overhead is the last ten steps' over steps 5-15's.)
-Targets: cache_hit >= 0.9, peak under the window, cost_vs_summarize <= 0.5, overhead ratio <= 1.5.
+    cache_hit=<r> peak_tokens=<n> cost_vs_summarize=<r> cost_vs_appended=<r> rereads=<n> overhead_300_vs_10=<r>
+and on the real-shaped workload also ` compactions=<n> summaries=<n> cost_vs_raw=<r>`. (Peak over
+all of cairn's requests, its summarize requests included; costs are cairn's over the summarize@90%
+baseline's, fresh and appended, rereads included; overhead is the last ten steps' over steps 5-15's.)
+Targets: cache_hit >= 0.9, peak under the window, cost_vs_summarize <= 0.5, cost_vs_appended <=
+0.65, overhead ratio <= 1.5; on real-shaped, summaries at most half the compactions, cost_vs_raw <= 0.5.
 """
 
 from __future__ import annotations
@@ -46,13 +59,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import random
 import re
 import statistics
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +88,8 @@ from orchestrator.context import (  # noqa: E402
     shape_assistant_message,
     shape_result,
 )
+from orchestrator.context.compaction import SUMMARY_DIR, pointer_path  # noqa: E402
+from orchestrator.context.offload import obs_path  # noqa: E402
 from orchestrator.guards import Totals, budget_notice  # noqa: E402
 from orchestrator.llm.scripted import PrefixCache, canonical_prompt  # noqa: E402
 from orchestrator.llm.tokenizer import count_tokens, encoding  # noqa: E402
@@ -141,6 +157,12 @@ class Turn:
     output_tokens: int  # completion tokens, counted like the scripted server (`_count_answer`)
     verbatim: tuple[Message, ...]  # the turn as the baselines keep it: no offload, no shaping
     verbatim_tokens: int  # raw cl100k tokens of `verbatim`, for the baselines' cheap estimates
+    rereads: str | None = None  # an extra step: the id of the earlier call whose output it brings back
+
+    @property
+    def holds(self) -> frozenset[str]:
+        """Ids of the calls whose whole output this turn carries (a reread carries an earlier one's)."""
+        return frozenset([c.id for c in self.calls] + ([self.rereads] if self.rereads else []))
 
     def observation_tokens(self) -> int:
         return sum(count_tokens(call.result) for call in self.calls)
@@ -464,6 +486,153 @@ def make_workload(steps: int, seed: int) -> list[Turn]:
     return turns
 
 
+# --- the real-shaped workload ---------------------------------------------------------------------
+
+# Shapes measured on six long public SWE-agent-style runs (115-188 steps) replayed through cairn's
+# pipeline (issue 13): observations with a median of 250-800 characters, a 90th percentile near
+# 2,200 and almost none above 8,000; the assistant's own text (reasoning and commands) 600-1,400
+# characters a step on average, as big as the observations.
+REAL_STEPS = 150
+REAL_WINDOW = 32_768
+REAL_OBS_P90 = 2_200
+REAL_OBS_MAX = 12_000  # the lognormal's far tail, cut: "almost none above 8,000"
+Z90 = 1.2816  # the standard normal's 90th percentile
+
+
+def make_real_shaped(steps: int, seed: int) -> list[Turn]:
+    """A run with the shapes of real trajectories: the same `(steps, seed)` gives the same turns.
+
+    Per run, the median observation (250-800 characters) and the mean assistant text (600-1,400
+    characters a step) are drawn from the seed; per step, the observation's size is lognormal with
+    that median and a 90th percentile of 2,200, and the assistant's text is lognormal around its
+    mean. One call a step (a shell command, a file read or an edit), a tenth of them failing, no
+    todo.md (SWE-agent keeps none).
+    """
+    g = _Gen(seed)
+    r = g.rng
+    median = r.uniform(250, 800)
+    sigma = math.log(REAL_OBS_P90 / median) / Z90
+    mean_text = r.uniform(600, 1400)
+    text_sigma = 0.5
+    text_median = mean_text / math.exp(text_sigma**2 / 2)  # a lognormal's mean is median * e^(sigma^2/2)
+    turns: list[Turn] = []
+    for step in range(1, steps + 1):
+        size = max(20, min(REAL_OBS_MAX, round(r.lognormvariate(math.log(median), sigma))))
+        failed = r.random() < 0.10
+        budget = round(r.lognormvariate(math.log(text_median), text_sigma))
+        kind = r.choice(["shell", "shell", "read", "edit"])
+        if failed:
+            arguments = {"command": f"python -m pytest {g.test_path()} -x -q"}
+            tool, body = "shell_exec", g.traceback(r.randint(2, 30)) + "\n" + g.exit(1, 0.2, 9)
+        elif kind == "read":
+            arguments = {"path": g.path()}
+            tool, body = "file_read", "\n".join(f"{n:>4}  {g.code_line()}" for n in range(1, 400))
+        elif kind == "edit":
+            old = "\n".join(g.code_line() for _ in range(r.randint(1, 8)))
+            new = "\n".join(g.code_line() for _ in range(r.randint(1, 12)))
+            arguments = {"path": g.path(), "old": old, "new": new}
+            tool, body = "file_edit", "\n".join(f"{n:>4}  {g.code_line()}" for n in range(1, 400))
+        else:
+            arguments = {"command": r.choice([f"grep -rn '{g.func()}' tidewater tests", f"ls -la {g.module()}",
+                                              f"python -m pytest {g.test_path()} -q", f"git diff {g.path()}",
+                                              f"sed -n '{r.randint(1, 300)},+40p' {g.path()}"])}
+            line = r.choice([g.grep_line, g.ls_line, g.diff_line, g.code_line, g.find_line])
+            tool, body = "shell_exec", "\n".join(line() for _ in range(size // 20 + 2))
+        observation = _cut_lines(body, size)
+        # The assistant's text a step: the reasoning in `content`, plus the call's arguments.
+        spent = len(json.dumps(arguments, sort_keys=True))
+        content = g.prose(1)
+        while len(content) + 40 < budget - spent:  # 40: half a sentence, so the mean lands on the budget
+            content += " " + g.sentence()
+        call = _call(step, 0, tool, arguments)
+        message = {"role": "assistant", "content": content, "tool_calls": [call]}
+        calls = (Call(call["id"], tool, observation, failed),)
+        verbatim = (message, {"role": "tool", "tool_call_id": call["id"], "content": observation})
+        answer = content + tool + call["function"]["arguments"]
+        raw = sum(count_tokens(canonical_json(m)) for m in verbatim)
+        size_class = "failure" if failed else "small" if size < 1000 else "medium" if size < 8000 else "large"
+        turns.append(Turn(step, message, calls, None, size_class, count_tokens(answer), verbatim, raw))
+    return turns
+
+
+def _cut_lines(text: str, chars: int) -> str:
+    """The first `chars` characters of `text`, ending at a line's end where one is near."""
+    if len(text) <= chars:
+        return text
+    cut = text.rfind("\n", 0, chars)
+    return text[: cut if cut > chars // 2 else chars]
+
+
+# --- references back: a step that needs an earlier observation again ------------------------------
+
+REREAD_RATE = 0.10  # of the steps (after the first), chosen with their own seeded generator
+
+
+def make_references(turns: Sequence[Turn], seed: int, rate: float = REREAD_RATE) -> dict[int, Call]:
+    """Which steps need the content of an earlier observation, and which: step -> that call.
+
+    `rate` of the steps after the first, each needing the main observation of an earlier step chosen
+    uniformly (no recency bias: recent results stay whole under every policy, so a bias would only
+    flatter the policies that forget more). Its own generator, so the turns stay byte for byte as
+    `make_workload` made them.
+    """
+    rng = random.Random(f"references-{seed}")
+    later = [turn.step for turn in turns[1:]]
+    needing = sorted(rng.sample(later, round(rate * len(later)))) if later else []
+    return {step: rng.choice(turns[: step - 1]).calls[-1] for step in needing}
+
+
+def _reread_turn(turn: Turn, source: Call, tool: str, arguments: dict[str, Any], result: str, say: str) -> Turn:
+    """The extra step a policy pays before `turn` to get `source`'s output back: one call, one result."""
+    call_id = f"call_{turn.step}_reread"
+    function = {"name": tool, "arguments": json.dumps(arguments, sort_keys=True)}
+    message = {"role": "assistant", "content": say, "tool_calls": [{"id": call_id, "type": "function",
+                                                                    "function": function}]}
+    call = Call(call_id, tool, result, False)
+    verbatim = (message, {"role": "tool", "tool_call_id": call_id, "content": result})
+    output = count_tokens(say + tool + function["arguments"])
+    raw = sum(count_tokens(canonical_json(m)) for m in verbatim)
+    return Turn(turn.step, message, (call,), turn.todo, "reread", output, verbatim, raw, rereads=source.id)
+
+
+def rerun_turn(turn: Turn, source: Call, turns_by_call: dict[str, tuple[Turn, dict[str, Any]]]) -> Turn:
+    """A verbatim policy's extra step: the command that produced `source` runs again, whole output and all."""
+    original, call = turns_by_call[source.id]
+    arguments = json.loads(call["function"]["arguments"])
+    say = f"I need the output of step {original.step} again; it is no longer in my context, so I run it again."
+    return _reread_turn(turn, source, source.name, arguments, source.result, say)
+
+
+def read_back_turn(turn: Turn, source: Call, step: int, path: str, max_tokens: int) -> Turn:
+    """cairn's extra step: a `file_read` of the file the pointer (or preview, or summary) names.
+
+    An output bigger than cairn's offload threshold is read a window at a time, as the preview says:
+    the read brings back the window of lines around the middle that fits the threshold (the part
+    needed), not all of a 30k-token log.
+    """
+    text = source.result
+    arguments: dict[str, Any] = {"path": path}
+    if count_tokens(text) > max_tokens:
+        lines = text.split("\n")
+        budget, middle = max_tokens * 3, len(lines) // 2  # ~3 characters a token in logs: stays under
+        start = end = middle
+        size = 0
+        while end < len(lines) and size + len(lines[end]) + 1 <= budget:
+            size += len(lines[end]) + 1
+            end += 1
+            if start > 0 and size + len(lines[start - 1]) + 1 <= budget:
+                start -= 1
+                size += len(lines[start]) + 1
+        text = "\n".join(lines[start:end])
+        arguments |= {"offset": start + 1, "limit": end - start}
+    say = f"I need the output of step {step} again; reading it back from {path}."
+    return _reread_turn(turn, source, "file_read", arguments, text, say)
+
+
+def calls_by_id(turns: Sequence[Turn]) -> dict[str, tuple[Turn, dict[str, Any]]]:
+    return {call["id"]: (turn, call) for turn in turns for call in turn.message.get("tool_calls") or []}
+
+
 def summary_text(messages: Sequence[Message], tokens: int, seed: str) -> str:
     """A deterministic stand-in for a model-written summary of `messages`, about `tokens` long.
 
@@ -486,9 +655,33 @@ def summary_text(messages: Sequence[Message], tokens: int, seed: str) -> str:
 # --- accounting ------------------------------------------------------------------------------------
 
 
+_PIECES: dict[str, list[int]] = {}
+
+
+def _piece(text: str) -> list[int]:
+    tokens = _PIECES.get(text)
+    if tokens is None:
+        tokens = _PIECES[text] = encoding().encode(text, disallowed_special=())
+    return tokens
+
+
 def prompt_tokens_of(messages: list[Message], tools: list[dict[str, Any]]) -> list[int]:
-    """The request's tokens exactly as the scripted server counts them."""
-    return encoding().encode(canonical_prompt({"messages": messages, "tools": tools}), disallowed_special=())
+    """The request's tokens as the scripted server counts them, up to the seams between messages.
+
+    The text is `canonical_prompt`'s, byte for byte; it is tokenized a message at a time (each
+    message's tokens memoized), so a request of 100k tokens costs a lookup per message, not a
+    tokenization of all of it. BPE may merge across a seam (`},{`), so a request can count a token
+    or so per message more than the server would: the same for every policy, and it is what makes
+    the sweep affordable on a shared 2-core machine.
+    """
+    dump = lambda value: json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)  # noqa: E731
+    tokens = list(_piece(dump(tools))) + _piece("[")
+    for i, message in enumerate(messages):
+        if i:
+            tokens += _piece(",")
+        tokens += _piece(dump(message))
+    tokens += _piece("]")
+    return tokens
 
 
 @dataclass
@@ -508,13 +701,18 @@ class Ledger:
     summarize_prompt: int = 0  # of `prompt`, `cached` and `output`: what the summarize requests took
     summarize_cached: int = 0
     summarize_output: int = 0
+    rereads: int = 0  # extra steps paid to get an earlier observation back (a read, or a re-run)
+    reread_cost: float = 0.0  # what those extra requests cost (their results' later reads are not in it)
 
-    def account(self, tokens: list[int], output_tokens: int) -> int:
+    def account(self, tokens: list[int], output_tokens: int, reread: bool = False) -> int:
         """One agent request: its prefix is looked up in, then stored into, the shared cache."""
         cached = self.cache.lookup(tokens)
         self.cache.store(tokens)
         self._add(len(tokens), cached, output_tokens)
         self.peak = max(self.peak, len(tokens))
+        if reread:
+            self.rereads += 1
+            self.reread_cost += (len(tokens) - cached) * PRICE_INPUT + cached * PRICE_CACHED + output_tokens * PRICE_OUTPUT
         return len(tokens)
 
     def account_summary(self, messages: list[Message], output_tokens: int,
@@ -608,24 +806,42 @@ def cairn_summarize_request(messages: list[Message]) -> list[Message]:
     return [{"role": "system", "content": CAIRN_SUMMARIZE_PROMPT}, {"role": "user", "content": span}]
 
 
-# `send(step, messages, tools, output_tokens) -> prompt tokens`: the model call, as far as the bench
-# needs one. The accounted run tokenizes and caches; the timing repeats look the size up.
-Send = Callable[[int, list[Message], list[dict[str, Any]], int], int]
+# `send(step, messages, tools, output_tokens, reread) -> prompt tokens`: the model call, as far as the
+# bench needs one. The accounted run tokenizes and caches; the timing repeats look the size up.
+Send = Callable[[int, list[Message], list[dict[str, Any]], int, bool], int]
 
 
 def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | None,
-              cfg: ContextConfig | None = None) -> list[StepTime]:
-    """Drive the real context engine the way the loop does; return each step's context-work time."""
+              cfg: ContextConfig | None = None, references: dict[int, Call] | None = None) -> list[StepTime]:
+    """Drive the real context engine the way the loop does; return each step's context-work time.
+
+    Before a step that needs an earlier observation (`references`) which is not in the request
+    whole, one extra step reads it back (`read_back_turn`), through the same path as any step.
+    """
     cfg = cfg or ContextConfig()
+    references = references or {}
     counter = TokenCounter(count_tokens)
     history = History(counter)
     files: dict[str, str] = {}  # the workspace, as far as offload and compaction write to it
     summarizer = _Summarizer()
     limits = LimitsConfig(max_steps=len(turns))
+    holders: dict[str, list[str]] = {}  # call id -> history ids of the results that carried its output whole
     ids = 0
     summaries = 0
     times: list[StepTime] = []
-    for turn in turns:
+
+    def whole(call: Call) -> bool:
+        return any(_whole_in(history, id) for id in holders.get(call.id, ()))
+
+    def read_back(turn: Turn, source: Call) -> Turn:
+        entries = [history.get(id) for id in holders[source.id] if _in(history, id)]
+        path = next((e.offloaded_to or pointer_path(e.content) for e in entries
+                     if e.offloaded_to or pointer_path(e.content)), None)
+        step = entries[0].step if entries else turn.step
+        path = path or (f"{SUMMARY_DIR}/{summaries:03d}.md" if summaries else obs_path(step, source.name))
+        return read_back_turn(turn, source, step, path, cfg.offload_tokens)
+
+    for turn in _with_rereads(turns, references, whole, read_back):
         t = StepTime(entries=len(history))
         # prepare(): the tail, the request, the estimate, and a compaction above the high-water mark
         started = time.perf_counter()
@@ -649,7 +865,7 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
         t.build += time.perf_counter() - started
 
         # the model call (not timed): accounting, and summaries made by this step's compaction
-        prompt = send(turn.step, request.messages, request.tools, turn.output_tokens)
+        prompt = send(turn.step, request.messages, request.tools, turn.output_tokens, turn.rereads is not None)
         if ledger is not None:
             for span, text in zip(summarizer.spans, summarizer.texts):
                 ledger.account_summary(cairn_summarize_request(span), count_tokens(text))
@@ -664,7 +880,8 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
         history.append(f"e{ids}", message, turn.step, kind="assistant")
         seen: set[str] = set()
         for call in turn.calls:
-            label = call.id if call.name in seen else None  # as Agent.step labels a repeated tool
+            # as Agent.step labels a repeated tool; a reread is a second turn of its step, so labelled too
+            label = call.id if call.name in seen or turn.rereads else None
             seen.add(call.name)
             shaped = shape_result(turn.step, call.name, call.result, cfg=cfg, count=counter.count_text,
                                   save=files.__setitem__, call_id=label)
@@ -672,17 +889,47 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
             history.append(f"e{ids}", {"role": "tool", "tool_call_id": call.id, "content": shaped.content},
                            turn.step, kind="tool", tool=call.name, call_id=call.id, error=call.error,
                            offloaded_to=shaped.offloaded_to)
+            holders.setdefault(turn.rereads or call.id, []).append(f"e{ids}")
         t.shape = time.perf_counter() - started
         times.append(t)
     return times
+
+
+def _with_rereads(turns: Sequence[Turn], references: dict[int, Call], whole: Callable[[Call], bool],
+                  extra: Callable[[Turn, Call], Turn]) -> Iterator[Turn]:
+    """The turns, each that needs an earlier observation not `whole` now preceded by the `extra` step.
+
+    Lazy: `whole` is asked when the turn comes up, after the policy has played every turn before it.
+    """
+    for turn in turns:
+        source = references.get(turn.step)
+        if source is not None and not whole(source):
+            yield extra(turn, source)
+        yield turn
+
+
+def _in(history: History, id: str) -> bool:
+    try:
+        history.get(id)
+    except ValueError:  # summarized away
+        return False
+    return True
+
+
+def _whole_in(history: History, id: str) -> bool:
+    """The result `id` is in the history as the tool returned it: not a pointer, not a preview."""
+    if not _in(history, id):
+        return False
+    entry = history.get(id)
+    return not entry.pointer and entry.offloaded_to is None
 
 
 def _request_key(messages: list[Message], tools: list[dict[str, Any]]) -> str:
     return hashlib.sha1(canonical_prompt({"messages": messages, "tools": tools}).encode()).hexdigest()
 
 
-def measure_cairn(turns: Sequence[Turn], window: int, repeats: int,
-                  cfg: ContextConfig | None = None) -> tuple[Ledger, list[list[StepTime]]]:
+def measure_cairn(turns: Sequence[Turn], window: int, repeats: int, cfg: ContextConfig | None = None,
+                  references: dict[int, Call] | None = None) -> tuple[Ledger, list[list[StepTime]]]:
     """One accounted run, then `repeats - 1` timing-only runs that must send the same bytes.
 
     The repeats skip the tokenizing and caching (minutes over three runs) and calibrate the counter
@@ -691,34 +938,44 @@ def measure_cairn(turns: Sequence[Turn], window: int, repeats: int,
     ledger = Ledger("cairn")
     sizes: dict[str, int] = {}
 
-    def accounted(step: int, messages: list[Message], tools: list[dict[str, Any]], output: int) -> int:
-        prompt = ledger.account(prompt_tokens_of(messages, tools), output)
+    def accounted(step: int, messages: list[Message], tools: list[dict[str, Any]], output: int,
+                  reread: bool) -> int:
+        prompt = ledger.account(prompt_tokens_of(messages, tools), output, reread)
         sizes[_request_key(messages, tools)] = prompt
         return prompt
 
-    def replayed(step: int, messages: list[Message], tools: list[dict[str, Any]], output: int) -> int:
+    def replayed(step: int, messages: list[Message], tools: list[dict[str, Any]], output: int,
+                 reread: bool) -> int:
         key = _request_key(messages, tools)
         if key not in sizes:
             raise AssertionError(f"step {step}: a repeat sent other bytes than the accounted run")
         return sizes[key]
 
-    runs = [run_cairn(turns, window, accounted, ledger, cfg)]
-    runs += [run_cairn(turns, window, replayed, None, cfg) for _ in range(repeats - 1)]
+    runs = [run_cairn(turns, window, accounted, ledger, cfg, references)]
+    runs += [run_cairn(turns, window, replayed, None, cfg, references) for _ in range(repeats - 1)]
     return ledger, runs
 
 
 # --- policy 2: drop-oldest -------------------------------------------------------------------------
 
 
-def run_drop_oldest(turns: Sequence[Turn], window: int) -> Ledger:
+def run_drop_oldest(turns: Sequence[Turn], window: int, references: dict[int, Call] | None = None,
+                    name: str = "drop-oldest") -> Ledger:
     """Everything verbatim; while the request is over the window, drop the oldest whole turn.
 
     Whole turns, so a tool result is never left without the call it answers (providers refuse
-    that). The system prompt and the task always stay.
+    that). The system prompt and the task always stay. A step that needs an observation no longer
+    kept runs its command again first (`rerun_turn`). With a window no request reaches, this is
+    the raw agent that keeps its whole history.
     """
-    ledger = Ledger("drop-oldest")
+    ledger = Ledger(name)
     kept: deque[Turn] = deque()
-    for turn in turns:
+    by_call = calls_by_id(turns)
+
+    def whole(call: Call) -> bool:
+        return any(call.id in t.holds for t in kept)
+
+    for turn in _with_rereads(turns, references or {}, whole, lambda t, c: rerun_turn(t, c, by_call)):
         while True:
             messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK},
                         *(m for t in kept for m in t.verbatim)]
@@ -729,7 +986,7 @@ def run_drop_oldest(turns: Sequence[Turn], window: int) -> Ledger:
             # Drop by the stored raw counts (close to the real ones), then measure again.
             while excess > 0 and len(kept) > 1:
                 excess -= kept.popleft().verbatim_tokens
-        ledger.account(tokens, turn.output_tokens)
+        ledger.account(tokens, turn.output_tokens, turn.rereads is not None)
         kept.append(turn)
     return ledger
 
@@ -742,14 +999,19 @@ def baseline_summarize_request(history: list[Message]) -> list[Message]:
             {"role": "user", "content": "\n\n".join(canonical_json(m) for m in history)}]
 
 
-def run_summarize(turns: Sequence[Turn], window: int, appended: bool = False) -> Ledger:
+def run_summarize(turns: Sequence[Turn], window: int, appended: bool = False,
+                  references: dict[int, Call] | None = None) -> Ledger:
     """Everything verbatim; over 90% of the window, the whole history becomes one summary message.
 
     `appended`: the summarize request is the agent's request with the instruction appended (and so
-    mostly cached), not a prompt of its own (see the module's docstring)."""
-    ledger = Ledger("summarize@90%")
+    mostly cached), not a prompt of its own (see the module's docstring). A step that needs an
+    observation summarized away runs its command again first (`rerun_turn`)."""
+    ledger = Ledger("summarize@90%" + (" cached" if appended else ""))
     history: list[Message] = []
-    for turn in turns:
+    present: set[str] = set()  # calls whose output is in `history` whole
+    by_call = calls_by_id(turns)
+    for turn in _with_rereads(turns, references or {}, lambda c: c.id in present,
+                              lambda t, c: rerun_turn(t, c, by_call)):
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}, *history]
         tokens = prompt_tokens_of(messages, TOOLS)
         if len(tokens) > SUMMARIZE_AT * window and history:
@@ -760,10 +1022,12 @@ def run_summarize(turns: Sequence[Turn], window: int, appended: bool = False) ->
             else:
                 ledger.account_summary(baseline_summarize_request(history), count_tokens(text))
             history = [{"role": "user", "content": "Summary of the work so far:\n\n" + text}]
+            present.clear()
             messages = [messages[0], messages[1], *history]
             tokens = prompt_tokens_of(messages, TOOLS)
-        ledger.account(tokens, turn.output_tokens)
+        ledger.account(tokens, turn.output_tokens, turn.rereads is not None)
         history.extend(turn.verbatim)
+        present |= turn.holds
     return ledger
 
 
@@ -787,36 +1051,77 @@ def _fmt_int(n: int) -> str:
     return f"{n:,}"
 
 
+def _fmt_ratio(value: float) -> str:
+    return "nan" if math.isnan(value) else f"{value:.3f}"
+
+
+def _ratio(cost: float, ledger: Ledger | None) -> float:
+    return cost / ledger.cost if ledger is not None and ledger.cost else math.nan
+
+
+def _workload(name: str, steps: int, seed: int) -> list[Turn]:
+    return make_real_shaped(steps, seed) if name == "real-shaped" else make_workload(steps, seed)
+
+
+def _config(args: argparse.Namespace, **overrides: Any) -> ContextConfig:
+    fields = {"high_water": args.high_water, "low_water": args.low_water, "preview_lines": args.preview_lines,
+              "preview_chars": args.preview_chars, "keep_recent_results": args.keep_recent_results}
+    return ContextConfig(**(fields | overrides))
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
-    parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="the model's context window, in tokens")
+    parser.add_argument("--workload", choices=["synthetic", "real-shaped"], default="synthetic",
+                        help="the scripted 300-step coding run, or one shaped like real SWE-agent trajectories "
+                             "(150 steps, 32k window)")
+    parser.add_argument("--steps", type=int, default=None, help="default: 300 (synthetic), 150 (real-shaped)")
+    parser.add_argument("--window", type=int, default=None, help="the model's context window, in tokens; "
+                        "default: 64,000 (synthetic), 32,768 (real-shaped)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="cairn runs for the timing medians")
     defaults = ContextConfig()
     parser.add_argument("--high-water", type=float, default=defaults.high_water, help="cairn's compaction trigger")
     parser.add_argument("--low-water", type=float, default=defaults.low_water, help="where cairn's compaction stops")
-    parser.add_argument("--summary-request", choices=["fresh", "appended"], default="fresh",
-                        help="how summarize@90%% sends its summarize request: a prompt of its own (uncached), "
-                             "or appended to the agent's request (cached)")
+    parser.add_argument("--preview-lines", type=int, default=defaults.preview_lines)
+    parser.add_argument("--preview-chars", type=int, default=defaults.preview_chars)
+    parser.add_argument("--keep-recent-results", type=int, default=defaults.keep_recent_results)
+    parser.add_argument("--rereads", type=float, default=REREAD_RATE,
+                        help="share of steps that need an earlier observation again (0 turns references off)")
+    parser.add_argument("--summary-request", choices=["fresh", "appended", "both"], default="both",
+                        help="which summarize@90%% baselines run: its summarize request as a prompt of its own "
+                             "(uncached), appended to the agent's request (cached), or both")
+    parser.add_argument("--sweep", action="store_true",
+                        help="instead of one run: cairn's marks and preview size over seeds and windows, as a table")
     args = parser.parse_args(argv)
-    cfg = ContextConfig(high_water=args.high_water, low_water=args.low_water)
+    steps = args.steps or (REAL_STEPS if args.workload == "real-shaped" else DEFAULT_STEPS)
+    window = args.window or (REAL_WINDOW if args.workload == "real-shaped" else DEFAULT_WINDOW)
+    if args.sweep:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from context_sweep import sweep  # noqa: PLC0415 - only the sweep needs it
 
-    turns = make_workload(args.steps, args.seed)
+        sweep(sys.modules[__name__], args, steps)
+        return {}
+    cfg = _config(args)
+
+    turns = _workload(args.workload, steps, args.seed)
+    references = make_references(turns, args.seed, args.rereads)
     kinds = {k: sum(t.kind == k for t in turns) for k in ("small", "medium", "large", "failure")}
     observed = sum(t.observation_tokens() for t in turns)
     todo_rewrites = sum(c.name == "todo_write" for t in turns for c in t.calls)
-    print(f"workload: {args.steps} steps, seed {args.seed}, window {_fmt_int(args.window)} tokens "
-          f"(cairn compacts at {cfg.high_water:.0%} down to {cfg.low_water:.0%}; "
-          f"summarize@90%'s summarize request: {args.summary_request}); "
+    print(f"workload: {args.workload}, {steps} steps, seed {args.seed}, window {_fmt_int(window)} tokens "
+          f"(cairn compacts at {cfg.high_water:.0%} down to {cfg.low_water:.0%}, keeps the last "
+          f"{cfg.keep_recent_results} results whole, previews {cfg.preview_lines} lines); "
           f"main observation per step: {kinds['small']} small, {kinds['medium']} medium, {kinds['large']} large, "
           f"{kinds['failure']} failures; {sum(len(t.calls) for t in turns)} tool calls, "
           f"{sum(c.error for t in turns for c in t.calls)} failed; "
-          f"{_fmt_int(observed)} observation tokens; {todo_rewrites} todo rewrites")
+          f"{_fmt_int(observed)} observation tokens; {todo_rewrites} todo rewrites; "
+          f"{len(references)} steps need an earlier observation again")
 
-    cairn, runs = measure_cairn(turns, args.window, max(1, args.repeats), cfg)
-    summarize = run_summarize(turns, args.window, appended=args.summary_request == "appended")
-    ledgers = [cairn, run_drop_oldest(turns, args.window), summarize]
+    cairn, runs = measure_cairn(turns, window, max(1, args.repeats), cfg, references)
+    fresh = run_summarize(turns, window, False, references) if args.summary_request != "appended" else None
+    appended = run_summarize(turns, window, True, references) if args.summary_request != "fresh" else None
+    raw = run_drop_oldest(turns, 10**12, None, "raw, no limit") if args.workload == "real-shaped" else None
+    ledgers = [cairn, run_drop_oldest(turns, window, references), *(x for x in (fresh, appended, raw) if x)]
 
     rows: list[tuple[str, Callable[[Ledger], str]]] = [
         ("requests (incl. summarize)", lambda led: _fmt_int(led.requests)),
@@ -827,6 +1132,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         ("peak agent request", lambda led: _fmt_int(led.peak)),
         ("peak summarize request", lambda led: _fmt_int(led.peak_summarize) if led.summaries else "-"),
         ("compactions / summaries", lambda led: f"{led.compactions} / {led.summaries}"),
+        ("rereads (extra steps)", lambda led: _fmt_int(led.rereads)),
+        ("cost: of it, rereads", lambda led: f"{led.reread_cost:.2f}"),
         ("cost: uncached input", lambda led: f"{led.cost_uncached:.2f}"),
         ("cost: cached input", lambda led: f"{led.cost_cached:.2f}"),
         ("cost: output", lambda led: f"{led.cost_output:.2f}"),
@@ -835,27 +1142,28 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     ]
     width = 28
     print()
-    print("".ljust(width) + "".join(led.name.rjust(16) for led in ledgers))
+    print("".ljust(width) + "".join(led.name.rjust(22) for led in ledgers))
     for label, cell in rows:
-        print(label.ljust(width) + "".join(cell(led).rjust(16) for led in ledgers))
+        print(label.ljust(width) + "".join(cell(led).rjust(22) for led in ledgers))
     for led in ledgers:
         # Verbatim policies cannot shrink one turn: a single observation bigger than the window is
         # sent whole (drop-oldest) or handed whole to the summarizer (summarize@90%).
-        if led.peak > args.window:
+        if led.peak > window and led is not raw:
             print(f"note: {led.name} sent a request over the window ({_fmt_int(led.peak)} tokens): "
                   "one turn alone is bigger than it")
-        if led.peak_summarize > args.window:
+        if led.peak_summarize > window:
             print(f"note: {led.name}'s largest summarize request ({_fmt_int(led.peak_summarize)} tokens) is over the "
                   "window; a real model would refuse it (it is counted as if accepted)")
 
-    early, late = step_windows(args.steps)
+    early, late = step_windows(len(runs[0]))
     ms = 1000.0
     parts: list[tuple[str, Callable[[StepTime], float]]] = [
         ("total", lambda t: t.total), ("build+estimate", lambda t: t.build),
         ("compaction", lambda t: t.compact), ("shape+append", lambda t: t.shape),
     ]
     print()
-    print(f"cairn context work per step, ms (median of steps, each the median of {len(runs)} runs):")
+    print(f"cairn context work per step, ms (median of steps, each the median of {len(runs)} runs; "
+          "steps counted as played, rereads included):")
     heading = "".join(f"steps {steps.start}-{steps.stop - 1}".rjust(16) for steps in (early, late))
     print("".ljust(width) + heading)
     for label, part in parts:
@@ -873,12 +1181,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     result = {
         "cache_hit": cairn.cache_hit,
         "peak_tokens": float(max(cairn.peak, cairn.peak_summarize)),
-        "cost_vs_summarize": cairn.cost / ledgers[2].cost,
+        "cost_vs_summarize": _ratio(cairn.cost, fresh),
+        "cost_vs_appended": _ratio(cairn.cost, appended),
+        "rereads": float(cairn.rereads),
         "overhead_300_vs_10": overhead_late / overhead_early,
     }
+    line = (f"cache_hit={result['cache_hit']:.3f} peak_tokens={int(result['peak_tokens'])} "
+            f"cost_vs_summarize={_fmt_ratio(result['cost_vs_summarize'])} "
+            f"cost_vs_appended={_fmt_ratio(result['cost_vs_appended'])} rereads={cairn.rereads} "
+            f"overhead_300_vs_10={result['overhead_300_vs_10']:.2f}")
+    if raw is not None:
+        result |= {"compactions": float(cairn.compactions), "summaries": float(cairn.summaries),
+                   "cost_vs_raw": cairn.cost / raw.cost}
+        line += f" compactions={cairn.compactions} summaries={cairn.summaries} cost_vs_raw={result['cost_vs_raw']:.3f}"
     print()
-    print(f"cache_hit={result['cache_hit']:.3f} peak_tokens={int(result['peak_tokens'])} "
-          f"cost_vs_summarize={result['cost_vs_summarize']:.3f} overhead_300_vs_10={result['overhead_300_vs_10']:.2f}")
+    print(line)
     return result
 
 

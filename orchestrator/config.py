@@ -131,12 +131,15 @@ class LimitsConfig(Settings):
 
 class ContextConfig(Settings):
     offload_tokens: int = Field(2000, ge=64, description="A tool result above this goes to /cairn/obs/.")
-    preview_lines: int = Field(10, ge=1, description="Lines of head and of tail kept in an offload preview.")
-    high_water: float = Field(0.75, gt=0, lt=1)
-    low_water: float = Field(0.40, gt=0, lt=1)
-    keep_recent_results: int = Field(6, ge=0, description="Tool results never turned into pointers.")
+    # 5 lines and 750 characters: chosen with the marks by bench/context_bench.py --sweep.
+    preview_lines: int = Field(5, ge=1, description="Lines of head and of tail kept in an offload preview.")
+    # Chosen by bench/context_bench.py --sweep (README, "Benchmarks"): the lowest cost at equal
+    # information (rereads charged) over seeds and windows, against a cached summarizing baseline.
+    high_water: float = Field(0.5, gt=0, lt=1, description="Compact when a request is above this share of the window.")
+    low_water: float = Field(0.2, gt=0, lt=1, description="Compaction brings the request down to this share.")
+    keep_recent_results: int = Field(10, ge=0, description="Tool results never turned into pointers.")
     preview_chars: int = Field(
-        1500, ge=200, description="Characters of head and of tail kept in a preview: one huge line cannot blow it up."
+        750, ge=200, description="Characters of head and of tail kept in a preview: one huge line cannot blow it up."
     )
     keep_recent_turns: int = Field(4, ge=1, description="Most recent turns a written summary never replaces.")
     summary_tokens: int = Field(2000, ge=100, description="Room kept for a written summary when choosing its span.")
@@ -144,7 +147,7 @@ class ContextConfig(Settings):
     @field_validator("low_water")
     @classmethod
     def _low_below_high(cls, low: float, info) -> float:  # noqa: ANN001 - pydantic's ValidationInfo
-        high = info.data.get("high_water", 0.75)
+        high = info.data.get("high_water", 0.5)
         if low >= high:
             raise ValueError(f"low_water ({low}) must be below high_water ({high})")
         return low

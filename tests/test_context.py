@@ -250,7 +250,7 @@ def test_calibration_ratio_is_clamped() -> None:
 
 # --- compaction -------------------------------------------------------------------------------------
 
-LONG_THOUGHTS = "I think at length. " * 40  # assistant text that pointers cannot shrink
+LONG_THOUGHTS = "I think at length. " * 20  # assistant text just under TEXT_POINTER_TOKENS: it stays
 
 
 def run_compact(
@@ -283,7 +283,8 @@ def test_needs_compaction_only_above_high_water() -> None:
 
 def test_compaction_turns_old_results_into_pointers_oldest_first() -> None:
     history = make_history(10)
-    event = run_compact(history, ContextConfig(keep_recent_results=2))
+    # Marks that leave some old results whole, so the order shows.
+    event = run_compact(history, ContextConfig(keep_recent_results=2, high_water=0.75, low_water=0.4))
     results = [e.id for e in history if e.kind == "tool"]
     assert event.kind == "pointers" and 0 < len(event.replacements) < 8
     assert list(event.replacements) == results[: len(event.replacements)]
@@ -334,7 +335,7 @@ def test_offloaded_result_pointer_reuses_its_file_and_sizes() -> None:
 
 def test_compaction_gets_under_low_water() -> None:
     history = make_history(10)
-    cfg = ContextConfig(keep_recent_results=2)
+    cfg = ContextConfig(keep_recent_results=2, high_water=0.75, low_water=0.4)  # pointers alone reach 40%
     window = window_for(history)
     event = run_compact(history, cfg, window=window)
     assert history.tokens() <= cfg.low_water * window
@@ -360,7 +361,8 @@ def test_every_saved_output_stays_reachable_after_a_summary() -> None:
     files = Files()
     history = make_history(12, say=LONG_THOUGHTS)
     cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
-    event = run_compact(history, cfg, window=int(history.tokens() / 0.99), files=files, summarize=lambda m: "Sum.")
+    # So full that pointers alone are not enough.
+    event = run_compact(history, cfg, window=int(history.tokens() / 0.99) // 2, files=files, summarize=lambda m: "Sum.")
     in_context = canonical_json(history.messages())
     assert event.kind == "summary" and event.summary_path in in_context
     for obs in (path for path in files.saved if path.startswith("/cairn/obs/")):
@@ -379,7 +381,7 @@ def test_a_lone_earlier_summary_is_not_summarized_again() -> None:
 def test_replaying_the_compaction_event_gives_identical_messages() -> None:
     live = make_history(12, say=LONG_THOUGHTS)
     cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
-    event = run_compact(live, cfg, window=int(live.tokens() / 0.99), summarize=lambda m: "Summary.")
+    event = run_compact(live, cfg, window=int(live.tokens() / 0.99) // 2, summarize=lambda m: "Summary.")
     replayed = make_history(12, say=LONG_THOUGHTS)
     replayed.apply(parse_event(dump_event(event)))  # as a resume reads it back from events.jsonl
     assert event.replacements and event.span
@@ -483,3 +485,48 @@ def test_history_copies_share_no_mutable_part_even_with_list_content() -> None:
     copy = history.messages()[0]
     copy["content"][0]["text"] = "tampered"
     assert history.messages()[0]["content"] == [{"type": "text", "text": "hello"}]
+
+
+# --- old assistant text -----------------------------------------------------------------------------
+
+REASONING = "The parser drops the last frame when the buffer ends on a boundary, so I check it. " * 8
+
+
+def test_compaction_turns_old_long_assistant_text_into_a_pointer_to_a_file_holding_it() -> None:
+    history = make_history(10, result="ok", say=REASONING)
+    files = Files()
+    event = run_compact(history, ContextConfig(keep_recent_results=2, keep_recent_turns=2), files=files)
+    assert event.kind == "pointers" and event.replacements
+    calls = [e for e in history if e.kind == "assistant"]
+    assert all(e.content == REASONING for e in calls[-2:])  # the recent turns keep their text
+    for entry in (e for e in calls if e.pointer):
+        path = f"/cairn/obs/{entry.step}-assistant-call_{entry.step}.txt"
+        assert entry.content == (f"[your text of step {entry.step} moved out of the context: {len(REASONING)} bytes "
+                                 f"in {path}; read it with file_read]")
+        assert files.saved[path] == REASONING
+        assert entry.message["tool_calls"][0]["function"]["arguments"] == '{"command":"ls"}'  # short: stays
+
+
+def test_short_assistant_text_stays_whole() -> None:
+    history = make_history(10, say="Now the tests.")
+    run_compact(history, ContextConfig(keep_recent_results=2))
+    assert all(e.content == "Now the tests." for e in history if e.kind == "assistant")
+
+
+def test_replaying_an_assistant_text_pointer_compaction_gives_identical_messages() -> None:
+    live = make_history(10, result="ok", say=REASONING)
+    event = run_compact(live, ContextConfig(keep_recent_results=2, keep_recent_turns=2))
+    replayed = make_history(10, result="ok", say=REASONING)
+    replayed.apply(parse_event(dump_event(event)))
+    assert canonical_json(replayed.messages()) == canonical_json(live.messages())
+    assert replayed.tokens() == live.tokens()
+
+
+def test_summary_file_lists_the_saved_assistant_text_of_its_span() -> None:
+    history = make_history(12, result="ok", say=REASONING)
+    files = Files()
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    run_compact(history, cfg, window=int(history.tokens() / 0.99) // 4, files=files, summarize=lambda m: "S.")
+    summary = files.saved["/cairn/summaries/001.md"]
+    assert "step 0, tool call: /cairn/obs/0-assistant-call_0.txt" in summary
+    assert files.saved["/cairn/obs/0-assistant-call_0.txt"] == REASONING

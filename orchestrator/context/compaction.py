@@ -5,11 +5,14 @@ history down to the low-water mark, so the prefix cache is rebuilt once, not at 
 
 Two moves, cheapest first:
 
-1. Old tool results become one-line pointers to a file holding their text, and the long arguments
+1. Old tool results become one-line pointers to a file holding their text; the long arguments
    of old tool calls (a file written whole, an edit's old and new text) become pointers to a file
-   holding the call's original arguments: oldest first, the most recent turns staying whole,
-   because the agent is probably still working with them. A failed result keeps its error lines,
-   so the agent still sees what went wrong without reading the file.
+   holding the call's original arguments; and the assistant's own long old text (its reasoning)
+   becomes a pointer to a file holding it. Oldest first, the most recent turns and the last
+   `keep_recent_results` results staying whole, because the agent is probably still working with
+   them. A failed result keeps its error lines, so the agent still sees what went wrong without
+   reading the file. In real trajectories the assistant's text is as big as the observations, so
+   masking results alone leaves most of an old turn in place and forces a written summary.
 2. If that is not enough, the oldest turns are summarized by the model. The summary is saved as a
    file with the paths of every saved output of those turns and the turns themselves, and one
    message holding the summary and that file's path takes their place.
@@ -50,6 +53,10 @@ MAX_ERROR_LINE_CHARS = 200
 # An argument value over this many tokens is worth a pointer (~40 tokens) once its call is old: it
 # catches the files written and the edits made, and leaves paths, commands and patterns alone.
 ARGUMENT_POINTER_TOKENS = 200
+
+# The assistant's own text over this many tokens is worth a pointer (~35 tokens) once its turn is
+# old: a paragraph of reasoning is, a one-line "Now run the tests." is not.
+TEXT_POINTER_TOKENS = 100
 
 
 class CannotCompact(CairnError):
@@ -166,7 +173,7 @@ def _pointers(
         if entry.kind == "tool":
             found = _result_pointer(entry, counter, save)
         elif entry.kind == "assistant":
-            found = _argument_pointers(entry, counter, save)
+            found = _assistant_pointers(entry, counter, save)
         else:
             continue
         if found is None:
@@ -188,12 +195,50 @@ def _result_pointer(entry: Entry, counter: TokenCounter, save: Save) -> tuple[st
     return content, pointer_tokens
 
 
-def _argument_pointers(entry: Entry, counter: TokenCounter, save: Save) -> tuple[str, int] | None:
+def _assistant_pointers(entry: Entry, counter: TokenCounter, save: Save) -> tuple[str, int] | None:
+    """One old assistant message with its long text and its long call arguments turned into pointers.
+
+    Returns the replacement in the form `History.apply` reads (`replaced_message`) and the message's
+    new tokens, or None when nothing in it is long. Files are saved only when the message gets shorter.
+    """
+    files: list[tuple[str, str]] = []
+    message = entry.message
+    text = entry.content
+    if text and is_big(text, TEXT_POINTER_TOKENS, counter.count_text):
+        # A call id, when there is one, keeps a parent's and a sub-agent's files apart (as for arguments).
+        calls = message.get("tool_calls") or []
+        label = (calls[0].get("id") if calls and isinstance(calls[0], dict) else None) or entry.id
+        path = obs_path(entry.step, "assistant", label)
+        message = {**message, "content": text_pointer(entry.step, text, path)}
+        files.append((path, text))
+    calls = _argument_pointers(entry, counter)
+    if calls is not None:
+        new_calls, call_files = calls
+        message = {**message, "tool_calls": new_calls}
+        files += call_files
+    if not files:
+        return None
+    pointer_tokens = counter.message(message)
+    if pointer_tokens >= entry.tokens:
+        return None
+    for path, raw in files:
+        save(path, raw)
+    if message.get("content") == entry.message.get("content"):
+        return canonical_json(message["tool_calls"]), pointer_tokens  # the form old event logs hold
+    return canonical_json({"content": message.get("content"), "tool_calls": message.get("tool_calls")}), pointer_tokens
+
+
+def text_pointer(step: int, text: str, path: str) -> str:
+    """What stands for the long text of an old assistant message."""
+    return f"[your text of step {step} moved out of the context: {byte_size(text)} bytes in {path}{_POINTER_END}"
+
+
+def _argument_pointers(entry: Entry, counter: TokenCounter) -> tuple[list[Any], list[tuple[str, str]]] | None:
     """One assistant message's tool calls with every long argument value turned into a pointer.
 
-    Each call so shortened has its arguments, as the history held them, saved whole to
-    `/cairn/obs/<step>-<tool>-args-<call id>.txt`. Returns the canonical JSON of the new `tool_calls` and the message's new tokens,
-    or None when no argument is long. Unparsable arguments stay as the model wrote them.
+    Each call so shortened has its arguments, as the history held them, to be saved whole to
+    `/cairn/obs/<step>-<tool>-args-<call id>.txt`. Returns the new `tool_calls` and the files to save
+    (path, text), or None when no argument is long. Unparsable arguments stay as the model wrote them.
     """
     calls = entry.message.get("tool_calls") or []
     names = [(call.get("function") or {}).get("name") for call in calls]
@@ -220,14 +265,7 @@ def _argument_pointers(entry: Entry, counter: TokenCounter, save: Save) -> tuple
         serialized = json.dumps(shortened, sort_keys=True, ensure_ascii=False)  # as shape_assistant_message does
         new_calls.append({**call, "function": {**function, "arguments": serialized}})
         files.append((path, raw))
-    if not files:
-        return None
-    pointer_tokens = counter.message({**entry.message, "tool_calls": new_calls})
-    if pointer_tokens >= entry.tokens:
-        return None
-    for path, raw in files:
-        save(path, raw)
-    return canonical_json(new_calls), pointer_tokens
+    return (new_calls, files) if files else None
 
 
 def argument_pointer(value: str, path: str) -> str:
@@ -239,6 +277,7 @@ def argument_pointer(value: str, path: str) -> str:
 _POINTER_END = "; read it with file_read]"
 _POINTER_PATH = re.compile(r" in (\S+)" + re.escape(_POINTER_END))
 _ARGUMENTS_PATH = re.compile(r"the original arguments are in (\S+)" + re.escape(_POINTER_END))
+_TEXT_PATH = re.compile(r"^\[your text of step \d+ moved out of the context: \d+ bytes in (\S+)" + re.escape(_POINTER_END))
 
 
 def pointer_text(entry: Entry, path: str) -> str:
@@ -353,7 +392,8 @@ def _saved_paths(entry: Entry, message: dict[str, Any]) -> list[str]:
         return [path] if path else []
     if entry.kind == "assistant":
         arguments = [str((call.get("function") or {}).get("arguments")) for call in message.get("tool_calls") or []]
-        return sorted({path for text in arguments for path in _ARGUMENTS_PATH.findall(text)})
+        text = _TEXT_PATH.findall(str(message.get("content") or ""))
+        return text + sorted({path for args in arguments for path in _ARGUMENTS_PATH.findall(args)})
     return []
 
 

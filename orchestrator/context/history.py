@@ -96,9 +96,10 @@ class History:
 
         `event.replacements` maps a history id to its replacement, read by the kind of the entry
         (`replaced_message`): for a tool result, the new `content`; for an assistant message, the
-        canonical JSON of its new `tool_calls` list (old arguments turned into pointers). The
-        event's schema predates the second case and a plain string carries it exactly, so both go
-        in the one field and old event logs replay unchanged.
+        canonical JSON of its new `tool_calls` list (old arguments turned into pointers), or of an
+        object with its new `content` and `tool_calls` (its old text turned into a pointer too). The
+        event's schema predates the assistant cases and a plain string carries them exactly, so all
+        go in the one field and old event logs replay unchanged.
         """
         for id, value in sorted(event.replacements.items(), key=lambda item: self._position(item[0])):
             entry = self._entries[self._position(id)]
@@ -165,10 +166,15 @@ def replaced_message(entry: Entry, value: str) -> dict[str, Any]:
     if entry.kind == "tool":
         return {**entry.message, "content": value}
     if entry.kind == "assistant":
-        calls = json.loads(value)
-        if not isinstance(calls, list):
-            raise ValueError(f"compaction replaces the tool calls of {entry.id!r} with {type(calls).__name__}")
-        return {**entry.message, "tool_calls": calls}
+        parsed = json.loads(value)
+        if isinstance(parsed, list):
+            return {**entry.message, "tool_calls": parsed}
+        if isinstance(parsed, dict) and set(parsed) <= {"content", "tool_calls"}:
+            message = {**entry.message, "content": parsed.get("content")}
+            if parsed.get("tool_calls") is not None:
+                message["tool_calls"] = parsed["tool_calls"]
+            return message
+        raise ValueError(f"compaction replaces the message {entry.id!r} with {type(parsed).__name__}")
     raise ValueError(f"compaction replaces {entry.id!r}, a {entry.kind} message; only tool results and calls move")
 
 
