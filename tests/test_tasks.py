@@ -35,17 +35,26 @@ pytestmark = pytest.mark.docker
 # `USER cairn`; the project is made as root and the image keeps root as its user, as task images do.
 TASKS_DOCKERFILE = """FROM {base}
 USER root
-RUN mkdir -p /app/secret \\
- && printf '{{"a": 2, "b": 40}}\\n' > /app/data.json \\
+{project}
+WORKDIR /app
+"""
+PROJECT = """RUN mkdir -p /app/secret \\
+ && printf '{"a": 2, "b": 40}\\n' > /app/data.json \\
  && printf 'import tabulate\\nprint(tabulate.tabulate([[1, 2]], tablefmt="plain"))\\n' > /app/table.py \\
  && printf '#!/bin/sh\\necho built > /app/build.out\\n' > /app/build.sh && chmod 644 /app/build.sh \\
  && printf 's3cret\\n' > /app/secret/token && chmod 600 /app/secret/token && chmod 700 /app/secret \\
- && chown -R root:root /app
-WORKDIR /app
-"""
+ && chown -R root:root /app"""
+BASE_WITHOUT_PYTHON = "cairn-base:bookworm"  # a debootstrap minbase Debian: cairn carries its Python in
 
 APT_MIRROR = "http://deb.debian.org/debian/dists/bookworm/InRelease"
 PYPI = "https://pypi.org/simple/tabulate/"
+
+# Why pip is not played on an image of one's own: here the way out is a TLS-inspecting proxy, whose CA the
+# host trusts. cairn's own image carries the host's CA certificates (sandbox_image/Dockerfile), so pip
+# works in it; an image not built on it does not trust the proxy, and pip fails with
+# CERTIFICATE_VERIFY_FAILED (apt is unaffected: Debian's mirror is plain http, signed by its own keys).
+NO_PIP_ON_A_FOREIGN_IMAGE = ("an image not built on cairn's does not carry the host's CA certificates, so pip "
+                             "cannot verify PyPI through a TLS-inspecting proxy")
 
 
 @dataclass(frozen=True)
@@ -100,8 +109,20 @@ def build(client: docker.DockerClient, dockerfile: str, tag: str) -> str:
 def task_image(docker_client, sandbox_image) -> str:  # noqa: F811 - fixtures
     """The tasks' image, on the sandbox image of this checkout (tagged after it, so a new sandbox image
     gets a new task image)."""
-    return build(docker_client, TASKS_DOCKERFILE.format(base=sandbox_image),
+    return build(docker_client, TASKS_DOCKERFILE.format(base=sandbox_image, project=PROJECT),
                  f"cairn-test-tasks:{sandbox_image.rpartition(':')[2]}")
+
+
+@pytest.fixture(scope="module")
+def bare_task_image(docker_client, sandbox_image) -> str:  # noqa: F811 - fixtures
+    """The same project on a plain Debian without Python, as many task images are: the toolbox runs on
+    the Python cairn carries in."""
+    try:
+        docker_client.api.inspect_image(BASE_WITHOUT_PYTHON)
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"{BASE_WITHOUT_PYTHON} is not in the engine")
+    return build(docker_client, TASKS_DOCKERFILE.format(base=BASE_WITHOUT_PYTHON, project=PROJECT),
+                 "cairn-test-tasks-bare:latest")
 
 
 @pytest.fixture(scope="module")
@@ -149,10 +170,13 @@ def cairn(tmp_path: Path) -> Cairn:
 
 
 @pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
-def test_the_solution_passes_the_check_and_leaves_its_work_to_see(cairn, task_image, reachable, task):
+@pytest.mark.parametrize("image", ["task_image", "bare_task_image"], ids=["sandbox-base", "no-python"])
+def test_the_solution_passes_the_check_and_leaves_its_work_to_see(request, cairn, reachable, image, task):
     if task.network and reachable[task.network]:
         pytest.skip(reachable[task.network])
-    out, doc = play(cairn, task_image, task, task.solution)
+    if image == "bare_task_image" and task.network == "pypi":
+        pytest.skip(NO_PIP_ON_A_FOREIGN_IMAGE)
+    out, doc = play(cairn, request.getfixturevalue(image), task, task.solution)
     assert out.returncode == 0, (doc.get("check"), outputs(doc)[-3000:], out.stderr[-2000:])
     assert doc["status"] == "done"
     run_id = doc["id"]
