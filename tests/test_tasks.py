@@ -214,3 +214,15 @@ def test_under_lockdown_a_script_in_tmp_cannot_run_and_the_check_fails(cairn, ta
     assert "Read-only file system" in said and "noexec" in said, said
     assert "\n0\n" not in f"\n{said}"  # not root
     assert "/tmp/gen.sh: Permission denied" in said, said
+
+
+def test_under_lockdown_apt_get_cannot_install_and_the_check_fails(cairn, task_image):
+    """The cage refuses package installs. What the user sees: apt-get stops at once on the read-only root
+    (`E: List directory /var/lib/apt/lists/partial is missing. - Acquire (30: Read-only file system)`,
+    exit code 100), the next command finds no jq, and the check fails. No mirror is needed to see it."""
+    [task] = [t for t in TASKS if t.name == "apt-get install"]
+    out, doc = play(cairn, task_image, task, task.solution, "--lockdown")
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert doc["status"] == "done" and doc["check"]["passed"] is False
+    said = outputs(doc)
+    assert "(30: Read-only file system) [exit code 100" in said and "jq: command not found" in said, said
