@@ -8,8 +8,10 @@ says the check passed, `cairn files` lists the file the solution changed in /app
 belongs to the host user, and the run's container is kept, stopped.
 
 The tasks need what real coding work needs and the old cage refused: `apt-get install`, `pip install`,
-`chmod`, a root-only directory, a script run from /tmp. Under `--lockdown` (the cage kept for untrusted
-work) the /tmp task fails the way it should: noexec /tmp.
+`chmod`, a root-only directory, a script run from /tmp. They are played on two images: one on cairn's
+sandbox image, and one on a plain Debian without Python (the toolbox runs on the Python cairn carries
+in). Under `--lockdown` (the cage kept for untrusted work) the /tmp task and the apt-get task fail the
+way they should: noexec /tmp, a read-only root, no root.
 """
 
 from __future__ import annotations
