@@ -149,6 +149,21 @@ def home_of(uid: int) -> str:
     return ROOT_HOME if uid == 0 else HOME
 
 
+# Behind a TLS-inspecting proxy (a corporate one, or this project's CI), the host trusts the proxy's CA
+# through a local certificate (/usr/local/share/ca-certificates), which cairn's image carries. An image
+# of the user's does not: pip, curl, requests and npm in it fail to verify any https site. The carried
+# Python's CA bundle is cairn's image's, the host's local CAs included, so where the host has any, an
+# image without cairn's Python is pointed to it (the run's own `env` and `pass_env` still win). The
+# image's own trust store is then not read by these tools: the README says so.
+CA_VARIABLES = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
+
+
+def host_has_local_ca() -> bool:
+    from orchestrator.sandbox.image import HOST_CA_DIR
+
+    return HOST_CA_DIR.is_dir() and any(path.is_file() for path in HOST_CA_DIR.rglob("*.crt"))
+
+
 def run_options(cfg: SandboxConfig, run_id: str, workspace: Path, user: tuple[int, int] | None = None,
                 cairn_mount: Path | None = None, python: str | None = None) -> dict:
     """Keyword arguments of `client.containers.run(image, ...)` for this run's hardened container.
@@ -163,6 +178,8 @@ def run_options(cfg: SandboxConfig, run_id: str, workspace: Path, user: tuple[in
     if python is not None:
         volumes[python] = {"bind": python_volume.MOUNT, "mode": "ro"}
     env = {"HOME": home_of(uid)}
+    if python is not None and host_has_local_ca():
+        env.update({name: python_volume.CA_BUNDLE for name in CA_VARIABLES})
     env.update({name: os.environ[name] for name in cfg.pass_env if name in os.environ})
     env.update(cfg.env)
     return {

@@ -33,6 +33,7 @@ MOUNT = "/opt/cairn-python"
 HOME = f"{MOUNT}/python"
 LOADER = f"{HOME}/lib/ld.so"
 PYTHON = f"{HOME}/bin/python3"
+CA_BUNDLE = f"{HOME}/etc/ca-certificates.crt"  # cairn's image's: the host's local CAs are in it
 LABEL = "cairn.python"
 
 # Runs as root in a container of cairn's image, with the volume at /dest.
