@@ -48,7 +48,7 @@ def failed(tmp_path_factory, sandbox_image):
     and whose model then refuses the second request: it fails with a reason."""
     base = tmp_path_factory.mktemp("failed")
     runs_dir = base / "runs"
-    model = script(base / "script.json", shell("echo hi > a.txt; mkdir -p src .cairn; echo x > src/b.txt; echo old > .cairn/note.txt; "
+    model = script(base / "script.json", shell("echo hi > a.txt; mkdir -p src .cairn; echo x > src/b.txt; echo o > .cairn/n; "
                                                   "seq 1 20000"),
                    {"fail": 401})
     out = cairn("run", LONG_TASK, "--model", model, runs_dir=runs_dir)
@@ -110,7 +110,7 @@ def test_diff_leaves_out_cairns_own_files_unless_all(failed):
     shown = cairn("diff", failed["id"], runs_dir=failed["runs_dir"]).stdout
     assert "+++ b/a.txt" in shown and "+++ b/src/b.txt" in shown and ".cairn/" not in shown
     everything = cairn("diff", failed["id"], "--all", runs_dir=failed["runs_dir"]).stdout
-    assert "+++ b/.cairn/note.txt" in everything
+    assert "+++ b/.cairn/n" in everything
 
 
 @pytest.mark.docker
@@ -138,7 +138,7 @@ def test_piped_output_is_never_wrapped(failed):
     assert f"task: {LONG_TASK}\n" in cairn("show", failed["id"], runs_dir=failed["runs_dir"]).stdout
     # the live display's action line, piped (rich would wrap it at 80 columns)
     assert ('[1] shell_exec {"command": "echo hi > a.txt; mkdir -p src .cairn; echo x > src/b.txt; '
-            'echo old > .cairn/note.txt; seq 1 20000"}\n') in failed["out"].stderr
+            'echo o > .cairn/n; seq 1 20000"}\n') in failed["out"].stderr
     assert "\x1b[" not in failed["out"].stderr  # and no escape codes
 
 
