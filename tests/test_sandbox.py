@@ -126,8 +126,9 @@ def test_pip_installs_into_the_system_without_network(sandbox):
 
 def test_no_docker_socket_and_no_host_path_but_the_workspace(sandbox):
     assert shell(sandbox, "ls /var/run/docker.sock /run/docker.sock 2>&1 | grep -c 'No such'")["output"] == "2\n"
-    mounts = {m["Destination"] for m in sandbox.container.attrs["Mounts"] if m["Type"] == "bind"}
-    assert mounts == {"/workspace"}
+    mounts = {m["Destination"]: m["RW"] for m in sandbox.container.attrs["Mounts"] if m["Type"] == "bind"}
+    # the workspace, cairn's own files of the run, and the toolbox script, read-only
+    assert mounts == {"/workspace": True, "/cairn": True, "/opt/cairn/toolbox.py": False}
 
 
 def test_apt_get_install_works_with_network_bridge(docker_client, sandbox_image, tmp_path):

@@ -169,8 +169,9 @@ def run_options(cfg: SandboxConfig, run_id: str, workspace: Path, user: tuple[in
     """Keyword arguments of `client.containers.run(image, ...)` for this run's hardened container.
 
     `cairn_mount`: the host directory mounted at /cairn (the run's `<run>/cairn/`); `python`: the volume
-    that carries a Python (python_volume.py), for an image without cairn's."""
-    uid, gid = user or sandbox_user()
+    that carries a Python (python_volume.py), for an image without cairn's. `user`: as `decide_user`
+    decided it for this workspace (its default: the profile's user, as for the run's own workspace)."""
+    uid, gid = user or decide_user(cfg, workspace)
     volumes = {str(Path(workspace).resolve()): {"bind": cfg.workdir, "mode": "rw"},
                str(TOOLBOX_SOURCE): {"bind": TOOLBOX_IN_IMAGE, "mode": "ro"}}
     if cairn_mount is not None:
