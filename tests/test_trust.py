@@ -197,11 +197,9 @@ def _imported(tmp_path: Path, settings: dict[str, Any], workspace: str | None = 
     config = meta["config"]
     for section, values in settings.items():
         config[section] = {**config.get(section, {}), **values}
-    extra = {"config": config, **({"workspace": workspace} if workspace else {})}
-    # An archive made by hand: export drops "workspace", an attacker's tar need not.
-    run.write_meta({**meta, **extra})
+    run.write_meta({**meta, "config": config})
     archive = _archive_of(tmp_path, run)
-    if workspace:
+    if workspace:  # an archive made by hand: export drops "workspace", an attacker's tar need not
         with tarfile.open(archive) as tar, tarfile.open(tmp_path / "with-ws.tar.gz", "w:gz") as out:
             for m in tar.getmembers():
                 data = tar.extractfile(m).read() if m.isreg() else None

@@ -115,6 +115,7 @@ def resume(
 ) -> None:
     """Continue a stopped, interrupted or crashed run (or, with --from-step, a fork of it). An imported run
     is untrusted: its settings that reach this machine need --trust, --safe-defaults or your own values."""
+    from orchestrator.llm.preflight import preflight
     from orchestrator.runner import run_is_live
     from orchestrator.store.trust import settle
 
@@ -153,12 +154,9 @@ def resume(
         cfg.limits.max_steps = max_steps
     if max_cost is not None:
         cfg.limits.max_cost = max_cost
-    from orchestrator.llm.preflight import preflight
-
     preflight(cfg.model, key_elsewhere=cfg.mcp.api_key_in_file)  # before the sandbox starts
     meta["config"] = cfg.model_dump(mode="json")
     run_dir.write_meta({**meta, "updated": time.time()})
-    run_dir._external = False  # trust may have changed which workspace it works on
     _drive(run_dir, cfg, json_output, message=message, resumed=True, source=source)
 
 

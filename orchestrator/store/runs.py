@@ -96,7 +96,6 @@ class RunDir:
             (run.root / "workspace").mkdir()
         run.cairn_dir.mkdir()
         run.write_meta({"id": run.id, "created": time.time(), **meta})
-        run._external = False  # read again from run.json
         return run
 
     @classmethod
@@ -181,6 +180,7 @@ class RunDir:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.meta_path)
+        self._external = False  # derived from run.json: read again when next asked
 
     def update_meta(self, **changes: Any) -> dict[str, Any]:
         meta = self.read_meta()
