@@ -38,13 +38,13 @@ def parse_size(text: str) -> int:
     return value
 
 
-def format_size(n: int) -> str:
-    """`3.2 GB`-style, in units of 1024 (as `parse_size` reads them)."""
-    for unit in ("B", "KB", "MB", "GB"):
+def format_size(n: float) -> str:
+    """`3.2 GiB`-style, in units of 1024 (as `parse_size` reads them)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024:
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.1f} TB"
+    return f"{n:.1f} TiB"
 
 
 def tree_usage(root: Path) -> int:

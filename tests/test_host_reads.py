@@ -287,7 +287,7 @@ def test_sizes_read_like_dockers():
     for bad in ("lots", "-1g", "0", "3 x"):
         with pytest.raises(ValueError):
             parse_size(bad)
-    assert format_size(int(3.2 * 2**30)) == "3.2 GB"
+    assert format_size(int(3.2 * 2**30)) == "3.2 GiB"
 
 
 def test_tree_usage_counts_allocated_blocks_so_a_sparse_file_counts_little(tmp_path):

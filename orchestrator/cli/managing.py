@@ -121,10 +121,15 @@ def import_cmd(
 ) -> None:
     """Add a run from an archive of `cairn export` to the runs directory; then `cairn resume` it. The run
     is untrusted: its settings that reach this machine apply only with `cairn resume --trust`."""
-    from orchestrator.store.archive import import_run, parse_size
+    from orchestrator.disk import parse_size
+    from orchestrator.store.archive import import_run
     from orchestrator.store.trust import host_settings
 
-    run_dir = import_run(archive, _runs_dir(runs_dir), max_bytes=parse_size(max_size), max_files=max_files)
+    try:
+        max_bytes = parse_size(max_size)
+    except ValueError as exc:
+        raise UsageError(f"--max-size {exc}") from None
+    run_dir = import_run(archive, _runs_dir(runs_dir), max_bytes=max_bytes, max_files=max_files)
     typer.echo(run_dir.id)
     settings = host_settings(run_dir.read_meta())
     if settings:

@@ -41,6 +41,7 @@ import zlib
 from pathlib import Path
 from typing import Callable, Iterator
 
+from orchestrator.disk import format_size
 from orchestrator.errors import UsageError
 from orchestrator.store.checkpoints import SKIPPED_DIRS, own_git_dir
 from orchestrator.store.events import parse_event
@@ -217,26 +218,10 @@ def _add_sparse(tar: tarfile.TarFile, host: Path, name: str) -> str:
                             "GNU.sparse.realsize": str(st.st_size)}
         tar.addfile(info, _Concat(head, f, regions))
     held = sum(n for _o, n in regions)
-    return f"written sparse: {name.split('/', 1)[1]} ({_human(st.st_size)}, of which {_human(held)} data)"
-
-
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+    return f"written sparse: {name.split('/', 1)[1]} ({format_size(st.st_size)}, of which {format_size(held)} data)"
 
 
 # -- import -----------------------------------------------------------------------------------------
-
-def parse_size(text: str) -> int:
-    """Bytes from '20g', '500M', '1.5GiB' or a plain number (units are powers of 1024)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
-    if not m:
-        raise UsageError(f"not a size: {text!r} (say e.g. 20g, 500m or 1048576)")
-    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " "))
-
 
 def import_run(archive: Path, runs_dir: Path, max_bytes: int = MAX_BYTES, max_files: int = MAX_FILES) -> RunDir:
     """Checks and extracts an exported run into `runs_dir`; refuses an unsafe archive, one past the
@@ -292,7 +277,7 @@ def _read_members(tar: tarfile.TarFile, archive: Path, max_bytes: int, max_files
                 if m.sparse is not None and any(o < 0 or n < 0 or o + n > m.size for o, n in m.sparse):
                     raise UsageError(f"refusing {archive}: member {m.name!r} has a sparse map past its size")
             if total > max_bytes:
-                raise UsageError(f"refusing {archive}: it unpacks to more than {_human(max_bytes)} "
+                raise UsageError(f"refusing {archive}: it unpacks to more than {format_size(max_bytes)} "
                                  f"(at {m.name!r})", hint="if you expect that much, raise the limit: "
                                  "cairn import --max-size SIZE")
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
@@ -310,7 +295,7 @@ def _on_disk_within(members: list[tarfile.TarInfo], staging: Path, archive: Path
             st = os.lstat(staging / previous.name)
             used += max(st.st_blocks * 512, 0)
             if used > max_bytes:
-                raise UsageError(f"refusing {archive}: it took more than {_human(max_bytes)} of disk "
+                raise UsageError(f"refusing {archive}: it took more than {format_size(max_bytes)} of disk "
                                  f"(at {previous.name!r})", hint="cairn import --max-size SIZE raises the limit")
         if m is None:
             return
