@@ -45,6 +45,12 @@ Each extra step is a full request plus its result; both are counted, and logged 
 window (`make_real_shaped`), and adds a raw agent that keeps its whole history with no limit.
 `--sweep` measures the marks and the preview size over seeds and windows (bench/context_sweep.py).
 
+A fourth run is cairn again with `--critic-every 10` (orchestrator/critic.py: after every tenth step, a
+critic request of the task, the plan and the last ten steps, answered in ~270 tokens, whose note enters
+the next request's tail). Its figures are the line before the last:
+    critic_every_10: cache_hit=<r> cost_vs_without=<r>
+(cache hits over all its requests, the critic's included; its cost over cairn's without a critic.)
+
 The last line is machine-readable:
     cache_hit=<r> peak_tokens=<n> cost_vs_summarize=<r> cost_vs_appended=<r> rereads=<n> overhead_300_vs_10=<r>
 and on the real-shaped workload also ` compactions=<n> summaries=<n> cost_vs_raw=<r>`. (Peak over
@@ -90,6 +96,8 @@ from orchestrator.context import (  # noqa: E402
 )
 from orchestrator.context.compaction import SUMMARY_DIR, pointer_path  # noqa: E402
 from orchestrator.context.offload import obs_path  # noqa: E402
+from orchestrator.critic import CRITIC_DIR, critic_request, tail_text  # noqa: E402
+from orchestrator.store.events import CriticNote  # noqa: E402
 from orchestrator.guards import Totals, budget_notice  # noqa: E402
 from orchestrator.llm.scripted import PrefixCache, canonical_prompt  # noqa: E402
 from orchestrator.llm.tokenizer import count_tokens, encoding  # noqa: E402
@@ -108,6 +116,8 @@ DEFAULT_SEED = 7
 DEFAULT_REPEATS = 3
 
 CAIRN_SUMMARY_TOKENS = 300  # what the scripted summarizer writes for cairn's compaction
+CRITIC_TOKENS = 270  # the critic's answer: about 200 words
+CRITIC_EVERY = 10  # the `--critic-every` of the run measured beside cairn's
 BASELINE_SUMMARY_TOKENS = 500  # and for the summarize@90% baseline: it has more to cover
 SUMMARIZE_AT = 0.90
 
@@ -703,6 +713,7 @@ class Ledger:
     summarize_output: int = 0
     rereads: int = 0  # extra steps paid to get an earlier observation back (a read, or a re-run)
     reread_cost: float = 0.0  # what those extra requests cost (their results' later reads are not in it)
+    critics: int = 0  # critic requests (--critic-every), in `requests`, `prompt`, `cached` and `output`
 
     def account(self, tokens: list[int], output_tokens: int, reread: bool = False) -> int:
         """One agent request: its prefix is looked up in, then stored into, the shared cache."""
@@ -728,6 +739,15 @@ class Ledger:
         self.summarize_cached += cached
         self.summarize_output += output_tokens
         return len(tokens)
+
+    def account_critic(self, messages: list[Message], output_tokens: int) -> None:
+        """One critic request (orchestrator/critic.py): looked up in the cache like any request; only
+        its instructions and the task can be a shared prefix."""
+        tokens = prompt_tokens_of(messages, [])
+        cached = self.cache.lookup(tokens)
+        self.cache.store(tokens)
+        self._add(len(tokens), cached, output_tokens)
+        self.critics += 1
 
     def _add(self, prompt: int, cached: int, output: int) -> None:
         self.requests += 1
@@ -812,11 +832,14 @@ Send = Callable[[int, list[Message], list[dict[str, Any]], int, bool], int]
 
 
 def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | None,
-              cfg: ContextConfig | None = None, references: dict[int, Call] | None = None) -> list[StepTime]:
+              cfg: ContextConfig | None = None, references: dict[int, Call] | None = None,
+              critic_every: int | None = None) -> list[StepTime]:
     """Drive the real context engine the way the loop does; return each step's context-work time.
 
     Before a step that needs an earlier observation (`references`) which is not in the request
     whole, one extra step reads it back (`read_back_turn`), through the same path as any step.
+    With `critic_every`, after every that many steps the critic's request (orchestrator/critic.py)
+    is accounted, and its ~200-word note goes into the next request's tail, once.
     """
     cfg = cfg or ContextConfig()
     references = references or {}
@@ -829,6 +852,8 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
     ids = 0
     summaries = 0
     times: list[StepTime] = []
+    played = 0  # steps, reread steps included: the loop's step counter
+    note: CriticNote | None = None
 
     def whole(call: Call) -> bool:
         return any(_whole_in(history, id) for id in holders.get(call.id, ()))
@@ -845,7 +870,9 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
         t = StepTime(entries=len(history))
         # prepare(): the tail, the request, the estimate, and a compaction above the high-water mark
         started = time.perf_counter()
-        tail = render_tail(turn.todo, [budget_notice(limits, Totals(), turn.step)])
+        tail = render_tail(turn.todo, [budget_notice(limits, Totals(), turn.step)], None,
+                           tail_text(note) if note else None)
+        note = None
         request = build_request(SYSTEM, TOOLS, TASK, history, tail)
         over = needs_compaction(counter.estimate(request), window, cfg)
         t.build = time.perf_counter() - started
@@ -892,6 +919,12 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
             holders.setdefault(turn.rereads or call.id, []).append(f"e{ids}")
         t.shape = time.perf_counter() - started
         times.append(t)
+        played += 1
+        if critic_every and played % critic_every == 0 and ledger is not None:
+            recent = [e.message for e in history if e.step > turn.step - critic_every]
+            text = summary_text(recent, CRITIC_TOKENS, f"critic-{played}")
+            ledger.account_critic(critic_request(TASK, turn.todo, recent, critic_every), count_tokens(text))
+            note = CriticNote(step=played, text=text, path=f"{CRITIC_DIR}/{played:03d}.md", model="bench", usage={})
     return times
 
 
@@ -1194,6 +1227,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         result |= {"compactions": float(cairn.compactions), "summaries": float(cairn.summaries),
                    "cost_vs_raw": cairn.cost / raw.cost}
         line += f" compactions={cairn.compactions} summaries={cairn.summaries} cost_vs_raw={result['cost_vs_raw']:.3f}"
+    critic = Ledger(f"cairn, critic every {CRITIC_EVERY}")
+    run_cairn(turns, window, lambda step, messages, tools, output, reread: critic.account(
+        prompt_tokens_of(messages, tools), output, reread), critic, cfg, references, critic_every=CRITIC_EVERY)
+    result |= {"critic_cache_hit": critic.cache_hit, "critic_cost_vs_without": critic.cost / cairn.cost}
+    print(f"\ncairn with --critic-every {CRITIC_EVERY}: {critic.critics} critic requests; {critic.requests} requests, "
+          f"cost ${critic.cost:.2f} against ${cairn.cost:.2f} without")
+    print(f"critic_every_{CRITIC_EVERY}: cache_hit={critic.cache_hit:.3f} "
+          f"cost_vs_without={result['critic_cost_vs_without']:.3f}")
     print()
     print(line)
     return result

@@ -302,19 +302,22 @@ class Batch:
     def preflight(self, work: list[tuple[int, RunDir | None]]) -> None:
         """Each model, key and endpoint the work needs, before any run is made or sandbox started
         (llm/preflight.py); a bad one is a usage error that names its line."""
+        from orchestrator.critic import preflight_critic
         from orchestrator.llm.preflight import preflight
         from orchestrator.runner import load_config
 
-        checked: set[tuple[str, str | None]] = set()
+        checked: set[tuple[str | None, ...]] = set()
         for index, run in work:
             cfg = load_config(run) if run is not None else self.todo[index].cfg
-            if (cfg.model.model, cfg.model.api_base) in checked:
+            key = (cfg.model.model, cfg.model.api_base, cfg.critic.model, cfg.critic.api_base)
+            if key in checked:
                 continue
             try:
                 preflight(cfg.model, key_elsewhere=cfg.mcp.api_key_in_file)
+                preflight_critic(cfg)  # --critic-model, in a line's settings
             except UsageError as exc:
                 raise UsageError(f"line {self.todo[index].line}: {exc.message}", hint=exc.hint) from None
-            checked.add((cfg.model.model, cfg.model.api_base))
+            checked.add(key)
 
     def _worker(self, pending: queue.Queue) -> None:
         while not self.stopping.is_set():

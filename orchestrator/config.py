@@ -170,6 +170,17 @@ class CheckConfig(Settings):
         return command
 
 
+class CriticConfig(Settings):
+    """`--critic-every N`: every N steps, one extra model call reads the task, the plan and the last N
+    steps and says what is going wrong or being missed; the next request's tail shows its answer
+    (orchestrator/critic.py). A sub-agent has none."""
+
+    every: int | None = Field(None, ge=1, description="Steps between two critic calls; None: no critic.")
+    model: str | None = Field(None, description="The critic's litellm model string (or scripted:PATH); None: "
+                              "the run's model, through the same client.")
+    api_base: str | None = Field(None, description="The critic model's endpoint; None: the run's api_base.")
+
+
 REDACTED = "<redacted>"
 
 
@@ -216,6 +227,7 @@ class RunConfig(Settings):
     system_prompt_extra: str = ""
     mcp: McpConfig = Field(default_factory=McpConfig)
     check: CheckConfig = Field(default_factory=CheckConfig)
+    critic: CriticConfig = Field(default_factory=CriticConfig)
 
 
 def stored_config(data: dict) -> RunConfig:

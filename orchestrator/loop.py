@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any, Callable, Protocol
 
+from orchestrator import critic
 from orchestrator.check import check_done
 from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError
@@ -66,6 +67,7 @@ class Agent:
         self.inbox_offset = inbox.delivered_offset(events)  # where the undelivered `cairn say` lines start
         self.disk: DiskLimit | None = None  # made when the run starts (`start_disk_limit`)
         self.checkpoints: Any = None  # store.checkpoints.Checkpoints, made at the first checkpoint
+        self.critic_model: ModelLike | None = None  # --critic-model's own client; None: the critic asks `model`
         self.cut_off_child: tuple[ToolCall, Any] | None = None  # a sub-agent to go on with (see recover)
 
     def emit(self, event: ev._Event) -> None:
@@ -132,6 +134,7 @@ class Agent:
             raise Finished("interrupted", "stopped by cairn stop")
         if self.stop_requested:
             raise Finished("interrupted", f"stopped by {self.stopped_by or 'Ctrl-C'}")
+        critic.after_step(self, step)  # every --critic-every steps, a note for the next request's tail
 
     def _stop_asked(self) -> bool:
         """`cairn stop` (store/runs.py): a sub-agent sees its top run's request and stops; the top run takes it."""
@@ -171,7 +174,8 @@ class Agent:
     def prepare(self, step: int, allow_compaction: bool = True) -> Any:
         notices = [n for n in [budget_notice(self.cfg.limits, self.state.totals, step), *self.notices] if n]
         todo, cut = self.read_todo()
-        tail = render_tail(todo, notices, cut)
+        note = self.state.critic_note  # made after the last step, or before a stop: shown once
+        tail = render_tail(todo, notices, cut, critic.tail_text(note) if note else None)
         request = self._build(tail)
         if allow_compaction and needs_compaction(self.estimate(request), self.model.context_window(), self.cfg.context):
             self.compact(step, request)

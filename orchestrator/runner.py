@@ -280,6 +280,7 @@ class Session:
     """A run's live parts. Use as a context manager so the sandbox always stops with the run."""
 
     def __init__(self, run: RunDir, cfg: RunConfig, display: Any, resumed: bool = False) -> None:
+        from orchestrator.critic import critic_model_config
         from orchestrator.llm.client import LLM  # imports litellm: only for commands that call a model
         from orchestrator.loop import Agent
         from orchestrator.sandbox import Sandbox
@@ -310,6 +311,10 @@ class Session:
         llm = LLM(cfg.model)
         self.agent = Agent(run, cfg, self.sandbox, llm, display)
         llm.on_retry = self._retrying
+        critic_cfg = critic_model_config(cfg)
+        if critic_cfg is not None:  # --critic-model: the critic's own client, its retries logged alike
+            self.agent.critic_model = LLM(critic_cfg)
+            self.agent.critic_model.on_retry = self._retrying
         self.agent.tools.mcp = self.hub
 
     def _retrying(self, retry: Any) -> None:  # noqa: ANN401 - llm.retry.Retry, imported with litellm

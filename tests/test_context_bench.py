@@ -46,6 +46,19 @@ def test_short_run_prints_parsable_summary_and_cairn_stays_under_the_window(
 
 
 
+def test_the_line_before_the_last_one_prices_a_critic_every_ten_steps_beside_no_critic(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = load_bench()
+    result = bench.main(["--steps", "40", "--window", "24000", "--repeats", "1", "--summary-request", "fresh"])
+    lines = capsys.readouterr().out.rstrip("\n").splitlines()
+    match = re.match(r"^critic_every_10: cache_hit=([0-9.]+) cost_vs_without=([0-9.]+)$", lines[-3])
+    assert match, lines[-4:]
+    assert float(match[2]) > 1  # four critic requests cost something
+    assert float(match[2]) == pytest.approx(result["critic_cost_vs_without"], abs=1e-3)
+    assert "4 critic requests" in lines[-4]
+
+
 def test_summarize_baseline_appended_request_is_served_from_the_cache() -> None:
     bench = load_bench()
     turns = bench.make_workload(40, seed=7)

@@ -45,7 +45,7 @@ def show(
     json_output: bool = JsonOut,
 ) -> None:
     """The timeline of a run (with the messages it got, and why it ended), or one step whole."""
-    from orchestrator.inspect.timeline import check_line, step_lines, step_text, timeline, walk
+    from orchestrator.inspect.timeline import check_line, critic_line, one_line, step_lines, step_text, timeline, walk
     from orchestrator.terminal import page
 
     run_dir = _find(runs_dir, run_ref)
@@ -71,6 +71,11 @@ def show(
     typer.echo("\n".join(step_lines(doc)) or "(no steps yet)")
     typer.echo(f"tokens: {u['prompt_tokens']:,} prompt ({u['cache_hit_ratio']:.0%} cached), "
                f"{u['completion_tokens']:,} completion; {cost}")
+    if u["critic"]["requests"]:
+        typer.echo(critic_line(u["critic"]))
+    for note in doc["critic_notes"]:
+        typer.echo(f"critic after step {note['step']}: {clean(one_line(note['text'], 120))}"
+                   + (f" ({note['path']})" if note["path"] else ""))
     for c in doc["compactions"]:
         typer.echo(f"compaction at step {c['step']} ({c['kind']}): {c['tokens_before']:,} → {c['tokens_after']:,} tokens")
     for c in doc["checks"][:-1]:

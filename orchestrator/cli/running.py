@@ -39,11 +39,14 @@ def run(
     config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", help="An agent.json (tiny-agents schema: model, MCP servers), or a folder with one, an optional PROMPT.md and an optional cairn.json of settings."),
     check: Optional[str] = typer.Option(None, "--check", metavar="CMD", help="A command that says whether the task is done: run in the sandbox's work directory, in a fresh shell, after task_done; exit code 0 passes, else the run exits 1."),
     check_rounds: Optional[int] = typer.Option(None, "--check-rounds", metavar="N", min=0, help="When the check fails, send its output back to the agent and go on, at most N times (default 0)."),
+    critic_every: Optional[int] = typer.Option(None, "--critic-every", metavar="N", min=1, help="Every N steps, one extra model call reviews the task, the plan and the last N steps; its answer goes into the next request's tail and /cairn/critic/ (default: off)."),
+    critic_model: Optional[str] = typer.Option(None, "--critic-model", metavar="M", help="The critic's model (a litellm model string or scripted:PATH; default: the run's model)."),
     settings: Optional[Path] = typer.Option(None, "--settings", metavar="FILE", help="A JSON file of settings (any fields of a run's config, as a template's cairn.json), e.g. {\"model\": {\"context_window\": 32768}}."),
     json_output: bool = JsonOut,
 ) -> None:
     """Start a run. Settings: built-in defaults < the template's cairn.json < an agent folder's cairn.json
     < the --settings file < the options given here."""
+    from orchestrator.critic import preflight_critic
     from orchestrator.llm.preflight import preflight
     from orchestrator.runner import agent_folder_settings, create_run, resolve_config, settings_file
 
@@ -63,6 +66,7 @@ def run(
             "sandbox": {"network": network, "image": image, "user": sandbox_user, "workdir": workdir,
                         "max_disk": max_disk, "runtime": runtime, "lockdown": True if lockdown else None},
             "check": {"command": check, "rounds": check_rounds},
+            "critic": {"every": critic_every, "model": critic_model},
         }, template=template, model_elsewhere=config is not None, layers=layers)
     except ValidationError as exc:
         raise UsageError(_one_line(exc)) from None
@@ -71,6 +75,7 @@ def run(
 
         cfg = load_agent_config(config, cfg, cli_model=model, cli_api_base=api_base)
     preflight(cfg.model)  # a wrong model, key or endpoint: said now, before a run or a sandbox exists
+    preflight_critic(cfg)
 
     interactive = task is None
     if interactive:
@@ -115,6 +120,7 @@ def resume(
 ) -> None:
     """Continue a stopped, interrupted or crashed run (or, with --from-step, a fork of it). An imported run
     is untrusted: its settings that reach this machine need --trust, --safe-defaults or your own values."""
+    from orchestrator.critic import preflight_critic
     from orchestrator.llm.preflight import preflight
     from orchestrator.runner import run_is_live
     from orchestrator.store.trust import settle
@@ -155,6 +161,7 @@ def resume(
     if max_cost is not None:
         cfg.limits.max_cost = max_cost
     preflight(cfg.model, key_elsewhere=cfg.mcp.api_key_in_file)  # before the sandbox starts
+    preflight_critic(cfg)
     meta["config"] = cfg.model_dump(mode="json")
     run_dir.write_meta({**meta, "updated": time.time()})
     _drive(run_dir, cfg, json_output, message=message, resumed=True, source=source)

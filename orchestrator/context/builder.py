@@ -65,12 +65,13 @@ def todo_cut_note(path: str, shown_lines: int, total_lines: int) -> str:
             f"{total_lines:,}) are shown. The whole file is {path}; file_read reads the rest. Keep the plan short.]")
 
 
-def render_tail(todo: str | None, notices: list[str], todo_cut: str | None = None) -> str:
+def render_tail(todo: str | None, notices: list[str], todo_cut: str | None = None, critic: str | None = None) -> str:
     """The status block at the end of every request: the plan, then the notices, in a fixed frame.
 
     `todo` is the text of todo.md (None or blank when there is none); `todo_cut`, the note that says
     it was cut (`todo_cut_note`). `notices` are one-line facts for this step: steps and budget left,
-    a loop warning, files the user changed.
+    a loop warning, files the user changed. `critic`: the critic's note (orchestrator/critic.py), shown
+    once, in the tail of the request after it was made.
     """
     plan = todo.strip("\n") if todo and todo.strip() else NO_TODO
     if todo_cut:
@@ -84,6 +85,7 @@ def render_tail(todo: str | None, notices: list[str], todo_cut: str | None = Non
             plan,
             "## Notices",
             notes,
+            *(["## A critic's review of your recent steps", critic.strip()] if critic else []),
             TAIL_END,
         ]
     )

@@ -29,7 +29,7 @@ from typing import Any
 
 from orchestrator.inspect.report_data import rebuilt_requests, sessions, step_diffs, step_times
 from orchestrator.inspect.report_time import Axis, seconds, step_clock, time_axis
-from orchestrator.inspect.timeline import check_line, new_step, step_lines, timeline, walk
+from orchestrator.inspect.timeline import check_line, critic_line, new_step, step_lines, timeline, walk
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
 
@@ -245,6 +245,12 @@ JS = """
 """
 
 
+def _critic(usage: dict[str, Any]) -> str:
+    """One line for the critic's share of the usage (--critic-every), when it was asked at all."""
+    critic = usage.get("critic") or {}
+    return f'<p class="meta" id="critic">{esc(critic_line(critic))}</p>' if critic.get("requests") else ""
+
+
 def render_report(run: RunDir) -> str:
     data = report_data(run)
     u = data["usage"]
@@ -269,6 +275,7 @@ def render_report(run: RunDir) -> str:
         f'<span><b id="n-steps">{len(data["steps"])}</b> steps</span>'
         f"<span>{u['prompt_tokens']:,} prompt tokens ({u['cache_hit_ratio']:.0%} cached)</span>"
         f"<span>{u['completion_tokens']:,} completion tokens</span><span>{esc(cost)}</span></div>",
+        _critic(u),
         _banner(data),
         "<h2>Task</h2>",
         f'<pre id="task">{esc(data["task"])}</pre>',

@@ -37,6 +37,8 @@ def walk(run: RunDir) -> dict[str, Any]:
     calls: dict[str, dict[str, Any]] = {}
     shown: set[int] = set()  # the steps `cairn show` lists (not those that only got a message)
     usage = {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+    critic = {"requests": 0, "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+    critic_cost_known, critic_notes = True, []
     cost_known = True
     status, result, task, compactions = meta.get("status", "running"), meta.get("result"), meta.get("task", ""), []
     checks: list[dict[str, Any]] = []
@@ -65,6 +67,17 @@ def walk(run: RunDir) -> dict[str, Any]:
             else:
                 usage["cost_usd"] += e.usage["cost_usd"]
                 spent["cost_usd"] = (spent["cost_usd"] or 0.0) + e.usage["cost_usd"]
+        elif isinstance(e, ev.CriticNote):  # in the run's totals (its budget), and apart
+            critic_notes.append({"step": e.step, "model": e.model, "path": e.path, "text": e.text})
+            critic["requests"] += 1
+            for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+                usage[key] += e.usage.get(key, 0)
+                critic[key] += e.usage.get(key, 0)
+            if e.usage.get("cost_usd") is None:
+                cost_known = critic_cost_known = False
+            else:
+                usage["cost_usd"] += e.usage["cost_usd"]
+                critic["cost_usd"] += e.usage["cost_usd"]
         elif isinstance(e, ev.AssistantMessage):
             step_of(e.step)["text"] = e.message.get("content")
         elif isinstance(e, ev.UserMessage):
@@ -91,8 +104,11 @@ def walk(run: RunDir) -> dict[str, Any]:
 
     usage["cost_usd"] = round(usage["cost_usd"], 6) if cost_known else None
     usage["cache_hit_ratio"] = round(usage["cached_tokens"] / usage["prompt_tokens"], 4) if usage["prompt_tokens"] else 0.0
+    critic["cost_usd"] = round(critic["cost_usd"], 6) if critic_cost_known else None
+    usage["critic"] = critic  # already counted in the totals above; this says how much of them
     return {"meta": meta, "events": events, "torn": torn, "task": task, "status": status, "result": result,
             "steps": steps, "shown": shown, "usage": usage, "compactions": compactions, "checks": checks,
+            "critic_notes": critic_notes,
             "error": end_error(status, result, end)}
 
 
@@ -140,6 +156,7 @@ def timeline(run: RunDir, walked: dict[str, Any] | None = None) -> dict[str, Any
         # it was sent, which a run that then failed may never have shown.
         "messages": [{"step": n, **m} for n, step in sorted(w["steps"].items()) for m in step["messages"]],
         "compactions": w["compactions"],
+        "critic_notes": w["critic_notes"],
         "usage": w["usage"],
         "check": _check(meta, w["checks"]),
         "checks": [{key: c[key] for key in ("round", "step", "command", "passed", "exit_code", "output_path",
@@ -156,6 +173,13 @@ def _check(meta: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any]
         return {key: last[key] for key in ("command", "passed", "exit_code", "output_path")}
     command = ((meta.get("config") or {}).get("check") or {}).get("command")
     return {"command": command, "passed": None, "exit_code": None, "output_path": None} if command else None
+
+
+def critic_line(critic: dict[str, Any]) -> str:
+    """The critic's share of a run's usage (`usage.critic`), as show and the report print it."""
+    cost = f", ${critic['cost_usd']:.4f}" if critic["cost_usd"] is not None else ", cost unknown"
+    return (f"critic: {critic['requests']} review(s), {critic['prompt_tokens']:,} prompt + "
+            f"{critic['completion_tokens']:,} completion tokens{cost} (in the totals)")
 
 
 def check_line(check: dict[str, Any]) -> str:

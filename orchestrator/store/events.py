@@ -116,6 +116,17 @@ class CheckFinished(_Event):
     sent_back: bool = False
 
 
+class CriticNote(_Event):
+    """The critic's answer after `step` (--critic-every): shown in the next request's tail, never stored in
+    the history; saved whole at `path`. Its usage counts toward the run's budget, apart from the agent's."""
+
+    type: Literal["critic_note"] = "critic_note"
+    text: str
+    path: str | None  # None: the file could not be written (a notice says why)
+    model: str
+    usage: dict[str, Any]
+
+
 class Checkpoint(_Event):
     type: Literal["checkpoint"] = "checkpoint"
     commit: str | None
@@ -135,6 +146,7 @@ Event = Annotated[
         StatusChanged,
         Checkpoint,
         CheckFinished,
+        CriticNote,
     ],
     Field(discriminator="type"),
 ]

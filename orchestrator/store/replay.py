@@ -34,6 +34,7 @@ class RunState:
         self.checks = 0  # checks run (--check), and the last one's verdict
         self.check: dict[str, Any] | None = None
         self.check_rounds = 0  # failed checks sent back to the agent since a person last spoke
+        self.critic_note: ev.CriticNote | None = None  # the critic's last answer, until a request has shown it
         self.n_events = 0
 
     def apply(self, event: ev.Event) -> None:
@@ -55,7 +56,15 @@ class RunState:
             self.check_rounds = 0
 
     def _on_model_request(self, e: ev.ModelRequest) -> None:
-        u = e.usage
+        self._spend(e.usage)
+        if getattr(e, "child", None) is None:  # the agent's own request carried the pending critic note
+            self.critic_note = None
+
+    def _on_critic_note(self, e: ev.CriticNote) -> None:
+        self._spend(e.usage)  # the critic's tokens count toward the budget like the agent's
+        self.critic_note = e
+
+    def _spend(self, u: dict[str, Any]) -> None:
         t = self.totals
         t.prompt_tokens += u.get("prompt_tokens", 0)
         t.cached_tokens += u.get("cached_tokens", 0)
