@@ -233,7 +233,7 @@ class Agent:
         try:
             args = parse_arguments(call.name, call.arguments, self.tools.extra_names)
             if call.name == "agent_delegate":  # a sub-agent on the same sandbox (orchestrator/delegate.py)
-                observation = delegate(self, call, step, args)
+                observation = delegate(self, Agent, call, step, args)
             else:
                 self.sandbox.call_key = self.journal_key(step, call)  # its request is journaled under it
                 try:
@@ -382,7 +382,7 @@ class Agent:
         after it are not executed, and the step ends as every step does."""
         (call, child), self.cut_off_child = self.cut_off_child, None
         step, started = self.state.step, time.monotonic()
-        observation = resume_delegate(self, child, step)
+        observation = resume_delegate(self, Agent, child, step)
         # Named after its call id: another agent_delegate call of this step may have saved an output.
         self.finish(call, step, observation, (time.monotonic() - started) * 1000, label=call.id)
         for rest in list(self.state.open_calls.values()):

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from orchestrator.store import events as ev
+from orchestrator.store.children import open_child
 from orchestrator.store.replay import check_verdict
 from orchestrator.store.runs import RunDir
 from orchestrator.terminal import clean
@@ -182,9 +183,7 @@ def _shown_call(run: RunDir, c: dict[str, Any]) -> dict[str, Any]:
 
 
 def _child(run: RunDir, call_id: str, info: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The sub-agent run of an agent_delegate call (orchestrator/delegate.py), as a nested timeline."""
-    from orchestrator.delegate import open_child
-
+    """The sub-agent run of an agent_delegate call (orchestrator/store/children.py), as a nested timeline."""
     child = open_child(run, call_id, info if isinstance(info, dict) else None)
     if child is None:
         return None

@@ -29,10 +29,9 @@ import openai  # noqa: E402
 from orchestrator.config import ModelConfig  # noqa: E402
 from orchestrator.llm.endpoint import endpoint_of, provider_of  # noqa: E402
 from orchestrator.llm.inflight import interruptible, pause, watched  # noqa: E402
-from orchestrator.llm.preflight import connect_hint  # noqa: E402
 from orchestrator.llm.retry import Failure, NoAnswer, Retry, classify, is_read_timeout  # noqa: E402
 from orchestrator.llm.scripted import DEFAULT_CONTEXT_WINDOW, ScriptedServer, load_script, script_spec  # noqa: E402
-from orchestrator.llm.types import ContextOverflow, ModelError, Reply, ToolCall, Usage, assistant_message  # noqa: E402
+from orchestrator.llm.types import ContextOverflow, ModelError, Reply, ToolCall, Usage, assistant_message, connect_hint  # noqa: E402
 
 litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on the user's terminal
 
