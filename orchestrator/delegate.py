@@ -57,6 +57,7 @@ from orchestrator.store.children import CHILDREN, ChildRun, open_child, safe_nam
 from orchestrator.store.runs import RunDir
 from orchestrator.store.trust import safe_config
 from orchestrator.tools.dispatch import BadCall, Observation
+from orchestrator.status import Status
 
 OWN_FILES = (".cairn/obs/", ".cairn/summaries/", ".cairn/inbox/")  # cairn's in runs made before /cairn
 WRITING_TOOLS = ("file_write", "file_edit", "todo_write")
@@ -194,7 +195,7 @@ def _run_child(parent: Any, agent_class: type, run: ChildRun, cfg: RunConfig, de
                resumed: bool = False) -> Observation:
     child = _child_agent_class(agent_class)(run, cfg, parent, depth)
     try:
-        if resumed and child.state.status != "running":
+        if resumed and child.state.status != Status.RUNNING:
             status = child.state.status  # it had ended; only the parent's record of that was lost
         else:
             if resumed:
@@ -213,13 +214,13 @@ def _run_child(parent: Any, agent_class: type, run: ChildRun, cfg: RunConfig, de
     usage = child_usage(events)
     if usage["prompt_tokens"] or usage["completion_tokens"]:
         parent.emit(ev.ModelRequest(step=step, model=cfg.model.model, usage=usage, child=run.id))
-    if status == "interrupted" and not parent.stop_requested:
+    if status == Status.INTERRUPTED and not parent.stop_requested:
         parent.stop_requested = True
         parent.emit(ev.Notice(step=step, text="the sub-agent was interrupted: stopping after this step"))
     paths = written_paths(events, changes, cfg.sandbox.workdir)
     info = {"id": run.id, "path": run.path, "status": status, "steps": child.state.step, "paths": paths}
     text = result_text(events, status, child.state.step, paths, run.path, diff.error, cfg.sandbox.workdir)
-    return Observation(text, error=status in ("budget", "looping", "interrupted", "failed"), child=info)
+    return Observation(text, error=status in (Status.BUDGET, Status.LOOPING, Status.INTERRUPTED, Status.FAILED), child=info)
 
 
 def _steps_argument(value: Any) -> int | None:
@@ -369,11 +370,11 @@ def result_text(events: list[Any], status: str, steps: int, paths: list[dict[str
     result = ending.result if ending is not None else None
     said = next((e.message.get("content") for e in reversed(events)
                  if isinstance(e, ev.AssistantMessage) and e.message.get("content")), None)
-    why = f" ({reason})" if reason and status not in ("done", "stopped", "waiting") else ""
+    why = f" ({reason})" if reason and status not in (Status.DONE, Status.STOPPED, Status.WAITING) else ""
     lines = [f"The sub-agent {ENDINGS.get(status, status)}{why} after {steps} step(s)."]
-    if status == "done":
+    if status == Status.DONE:
         lines.append(f"Its summary: {result or '(none)'}")
-    elif status == "waiting":
+    elif status == Status.WAITING:
         lines.append(f"Its question: {result or '(none)'}")
     else:
         lines.append(f"Its last text: {result or said or '(none)'}")

@@ -30,6 +30,7 @@ from orchestrator.store.replay import RunState
 from orchestrator.store.runs import RunDir
 from orchestrator.tools.dispatch import AskUser, BadCall, Observation, TaskDone, ToolRunner, parse_arguments
 from orchestrator.tools.specs import force
+from orchestrator.status import Status
 
 
 # Ctrl-C and SIGTERM (`kill`, `docker stop`, systemd, a job scheduler) both stop a run between actions.
@@ -118,7 +119,7 @@ class Agent:
             raise Finished("stopped", "the model answered without a tool call", result=reply.message.get("content"))
         ending = self.run_tools(reply.tool_calls, step)
         self.checkpoint(step)  # before any ending: the last step's work is kept too
-        if ending is not None and ending.status == "done" and self.cfg.check.command and not self.tag:
+        if ending is not None and ending.status == Status.DONE and self.cfg.check.command and not self.tag:
             ending = check_done(self, step, ending)  # the run's check; a sub-agent's task_done is not the run's
         if ending is not None:
             raise ending

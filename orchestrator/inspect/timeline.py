@@ -13,6 +13,7 @@ from orchestrator.store.children import open_child
 from orchestrator.store.replay import check_verdict
 from orchestrator.store.runs import RunDir
 from orchestrator.terminal import clean
+from orchestrator.status import Status
 
 
 def _preview(text: str | None, width: int = 200) -> str:
@@ -100,10 +101,10 @@ def walk(run: RunDir) -> dict[str, Any]:
 def end_error(status: str, result: str | None, end: dict[str, Any] | None) -> dict[str, Any] | None:
     """Why a run that did not finish ended: `{"reason": one line, "event": where the log says so}`;
     None for a run that is done or still running. Shared by show, ls, the report and the batch summary."""
-    if status in ("done", "running"):
+    if status in (Status.DONE, Status.RUNNING):
         return None
     said = (end or {}).get("reason") or ""
-    if status == "waiting":
+    if status == Status.WAITING:
         said = f"the agent asks: {result}" if result else "the agent waits for an answer"
     reason = one_line(said) or f"the run ended as {status} without a recorded reason"
     event = {k: end[k] for k in ("index", "type", "step")} if end else None
