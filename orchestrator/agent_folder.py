@@ -144,7 +144,6 @@ class AgentFolder:
     file: Path  # the agent.json, absolute
     spec: AgentFile
     prompt: str | None = None  # PROMPT.md or AGENTS.md beside it
-    prompt_file: Path | None = None
 
 
 @dataclass
@@ -185,7 +184,7 @@ def load_agent(path: str | Path) -> AgentFolder:
     for name in PROMPT_FILENAMES:
         candidate = file.parent / name
         if candidate.is_file():
-            folder.prompt, folder.prompt_file = candidate.read_text(encoding="utf-8"), candidate
+            folder.prompt = candidate.read_text(encoding="utf-8")
             break
     return folder
 

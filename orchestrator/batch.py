@@ -45,6 +45,7 @@ from orchestrator.errors import CairnError, SandboxError, UsageError
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
 from orchestrator.terminal import clean, json_text
+from orchestrator.status import Status
 
 LINE_KEYS = {"task", "model", "api_base", "template", "image", "workdir", "check", "settings", "max_steps", "max_cost"}
 RESUMABLE = ("interrupted",)  # and `running` runs whose process is gone (crashed)
@@ -80,7 +81,7 @@ class Row:
     @property
     def ok(self) -> bool:
         """Done, and its check passed when it has one."""
-        return self.status == "done" and (self.check is None or self.check.get("passed") is not False)
+        return self.status == Status.DONE and (self.check is None or self.check.get("passed") is not False)
 
     def doc(self) -> dict[str, Any]:
         return {"line": self.line, "id": self.id, "task": self.task, "action": self.action, "status": self.status,
@@ -261,11 +262,11 @@ class Batch:
             status = meta.get("status", "running")
             row = self.rows[i]
             row.id = run.id
-            if status == "running" and run_is_live(run):
+            if status == Status.RUNNING and run_is_live(run):
                 self._fill(row, run, "skipped")
                 row.status = "running"
                 row.error = "running in another process"
-            elif status in RESUMABLE or status == "running":
+            elif status in RESUMABLE or status == Status.RUNNING:
                 work.append((i, run))
             else:
                 self._fill(row, run, "left")
@@ -377,7 +378,7 @@ class Batch:
         row.cost_usd = usage.get("cost_usd", row.cost_usd) if usage else row.cost_usd
         row.result = meta.get("result")
         row.check = meta.get("check")
-        if row.status not in ("done", "running") and not row.error:  # every end but done says why
+        if row.status not in (Status.DONE, Status.RUNNING) and not row.error:  # every end but done says why
             row.error = _end_reason(run, row.status, row.result)
 
     def _on_stop_signal(self, signum: int, frame: Any) -> None:

@@ -46,7 +46,6 @@ from __future__ import annotations
 import functools
 import json
 import posixpath
-import re
 import shutil
 import time
 from pathlib import Path
@@ -54,11 +53,12 @@ from typing import Any
 
 from orchestrator.config import LimitsConfig, RunConfig
 from orchestrator.store import events as ev
-from orchestrator.store.events import EventLog
+from orchestrator.store.children import CHILDREN, ChildRun, open_child, safe_name, top_of  # noqa: F401 - open_child: named here too
 from orchestrator.store.runs import RunDir
+from orchestrator.store.trust import safe_config
 from orchestrator.tools.dispatch import BadCall, Observation
+from orchestrator.status import Status
 
-CHILDREN = "children"
 OWN_FILES = (".cairn/obs/", ".cairn/summaries/", ".cairn/inbox/")  # cairn's in runs made before /cairn
 WRITING_TOOLS = ("file_write", "file_edit", "todo_write")
 USAGE_KEYS = ("prompt_tokens", "cached_tokens", "cache_write_tokens", "completion_tokens")
@@ -73,77 +73,6 @@ ENDINGS = {
     "interrupted": "was interrupted",
     "failed": "failed",
 }
-
-
-# -- the child's run directory ----------------------------------------------------------------------
-
-class ChildRun(RunDir):
-    """A sub-agent's run: its log and run.json in `<parent state>/children/<name>/`; the workspace is
-    the parent's (and so are the in-place folder, cairn's directory and the checkpoints)."""
-
-    def __init__(self, root: Path, parent: RunDir) -> None:
-        super().__init__(root)
-        self.parent = parent
-        self.state = self.root
-        self.events = EventLog(self.root / "events.jsonl")
-        self.meta_path = self.root / "run.json"
-
-    @property
-    def external_workspace(self) -> Path | None:  # type: ignore[override]
-        return self.parent.external_workspace
-
-    @property
-    def workspace(self) -> Path:  # type: ignore[override]
-        return self.parent.workspace
-
-    @property
-    def cairn_dir(self) -> Path:  # type: ignore[override]
-        return self.parent.cairn_dir
-
-    def check_workspace(self) -> None:
-        self.parent.check_workspace()
-
-    @property
-    def top(self) -> RunDir:
-        run: RunDir = self
-        while isinstance(run, ChildRun):
-            run = run.parent
-        return run
-
-    @property
-    def path(self) -> str:
-        """Relative to the top run's directory, e.g. `state/children/call_1`."""
-        return self.root.relative_to(self.top.root.absolute()).as_posix()
-
-
-def top_of(run: RunDir) -> RunDir:
-    return run.top if isinstance(run, ChildRun) else run
-
-
-def safe_name(call_id: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id).lstrip(".")[:80]
-    return name or "call"
-
-
-def open_child(run: RunDir, call_id: str, info: dict[str, Any] | None = None) -> ChildRun | None:
-    """The child run of one agent_delegate call of `run`: by the path its ToolFinished recorded, or, for
-    a call still running (or cut off by a crash), by its call id."""
-    top = top_of(run)
-    if info and isinstance(info.get("path"), str):
-        root = top.root / info["path"]
-    else:
-        root = run.state / CHILDREN / safe_name(call_id)
-    if not (root / "events.jsonl").is_file() or not _inside(root, run.state / CHILDREN):
-        return None
-    return ChildRun(root, run)
-
-
-def _inside(path: Path, parent: Path) -> bool:
-    try:
-        path.resolve().relative_to(parent.resolve())
-        return True
-    except ValueError:
-        return False
 
 
 def _new_child_run(parent: Any, call_id: str, step: int, task: str, cfg: RunConfig, depth: int) -> ChildRun:
@@ -167,10 +96,11 @@ def _new_child_run(parent: Any, call_id: str, step: int, task: str, cfg: RunConf
 # -- the child agent --------------------------------------------------------------------------------
 
 @functools.cache
-def _child_agent_class() -> type:
-    from orchestrator.loop import Agent  # imports litellm: only when a child actually runs
+def _child_agent_class(agent_class: type) -> type:
+    """The child's class: the parent's agent class (handed in by the loop, so this module need not import
+    it) with what a sub-agent does differently."""
 
-    class ChildAgent(Agent):
+    class ChildAgent(agent_class):  # type: ignore[misc,valid-type]
         def __init__(self, run: ChildRun, cfg: RunConfig, parent: Any, depth: int) -> None:
             self.parent, self.depth, self._stop = parent, depth, False
             super().__init__(run, cfg, parent.sandbox, parent.model, ChildDisplay(parent.display, depth))
@@ -224,8 +154,9 @@ class ChildDisplay:
 
 # -- the tool ---------------------------------------------------------------------------------------
 
-def delegate(parent: Any, call: Any, step: int, args: dict[str, Any]) -> Observation:
-    """Runs agent_delegate for the agent `parent` (a loop.Agent); BadCall for a call that cannot run."""
+def delegate(parent: Any, agent_class: type, call: Any, step: int, args: dict[str, Any]) -> Observation:
+    """Runs agent_delegate for the agent `parent`, whose child is made from `agent_class` (the loop's
+    Agent); BadCall for a call that cannot run."""
     depth = getattr(parent, "depth", 0) + 1
     allowed = parent.cfg.limits.delegate_depth
     if depth > allowed:
@@ -241,7 +172,7 @@ def delegate(parent: Any, call: Any, step: int, args: dict[str, Any]) -> Observa
     diff = WorkspaceDiff(top_of(parent.run_dir), run.root / "index.tmp")
     diff.start()
     run.update_meta(workspace_before=diff.before)
-    return _run_child(parent, run, cfg, depth, diff, step)
+    return _run_child(parent, agent_class, run, cfg, depth, diff, step)
 
 
 def resumable_child(parent: Any, call: Any) -> ChildRun | None:
@@ -249,24 +180,22 @@ def resumable_child(parent: Any, call: Any) -> ChildRun | None:
     return open_child(parent.run_dir, call.id) if call.name == "agent_delegate" else None
 
 
-def resume_delegate(parent: Any, run: ChildRun, step: int) -> Observation:
+def resume_delegate(parent: Any, agent_class: type, run: ChildRun, step: int) -> Observation:
     """The rest of an agent_delegate call a crash cut off: the child goes on where its log ends (or, if
     it had ended, its ending is read back), and the result is the one the call would have had."""
-    from orchestrator.runner import load_config
-
     meta = run.read_meta()
-    cfg = load_config(run)
+    cfg = safe_config(meta, run.id)  # as runner.load_config reads a run's stored config
     diff = WorkspaceDiff(top_of(parent.run_dir), run.root / "index.tmp")
     diff.resume(meta.get("workspace_before"))
-    return _run_child(parent, run, cfg, int(meta.get("depth") or getattr(parent, "depth", 0) + 1), diff, step,
+    return _run_child(parent, agent_class, run, cfg, int(meta.get("depth") or getattr(parent, "depth", 0) + 1), diff, step,
                       resumed=True)
 
 
-def _run_child(parent: Any, run: ChildRun, cfg: RunConfig, depth: int, diff: "WorkspaceDiff", step: int,
+def _run_child(parent: Any, agent_class: type, run: ChildRun, cfg: RunConfig, depth: int, diff: "WorkspaceDiff", step: int,
                resumed: bool = False) -> Observation:
-    child = _child_agent_class()(run, cfg, parent, depth)
+    child = _child_agent_class(agent_class)(run, cfg, parent, depth)
     try:
-        if resumed and child.state.status != "running":
+        if resumed and child.state.status != Status.RUNNING:
             status = child.state.status  # it had ended; only the parent's record of that was lost
         else:
             if resumed:
@@ -285,13 +214,13 @@ def _run_child(parent: Any, run: ChildRun, cfg: RunConfig, depth: int, diff: "Wo
     usage = child_usage(events)
     if usage["prompt_tokens"] or usage["completion_tokens"]:
         parent.emit(ev.ModelRequest(step=step, model=cfg.model.model, usage=usage, child=run.id))
-    if status == "interrupted" and not parent.stop_requested:
+    if status == Status.INTERRUPTED and not parent.stop_requested:
         parent.stop_requested = True
         parent.emit(ev.Notice(step=step, text="the sub-agent was interrupted: stopping after this step"))
     paths = written_paths(events, changes, cfg.sandbox.workdir)
     info = {"id": run.id, "path": run.path, "status": status, "steps": child.state.step, "paths": paths}
     text = result_text(events, status, child.state.step, paths, run.path, diff.error, cfg.sandbox.workdir)
-    return Observation(text, error=status in ("budget", "looping", "interrupted", "failed"), child=info)
+    return Observation(text, error=status in (Status.BUDGET, Status.LOOPING, Status.INTERRUPTED, Status.FAILED), child=info)
 
 
 def _steps_argument(value: Any) -> int | None:
@@ -441,11 +370,11 @@ def result_text(events: list[Any], status: str, steps: int, paths: list[dict[str
     result = ending.result if ending is not None else None
     said = next((e.message.get("content") for e in reversed(events)
                  if isinstance(e, ev.AssistantMessage) and e.message.get("content")), None)
-    why = f" ({reason})" if reason and status not in ("done", "stopped", "waiting") else ""
+    why = f" ({reason})" if reason and status not in (Status.DONE, Status.STOPPED, Status.WAITING) else ""
     lines = [f"The sub-agent {ENDINGS.get(status, status)}{why} after {steps} step(s)."]
-    if status == "done":
+    if status == Status.DONE:
         lines.append(f"Its summary: {result or '(none)'}")
-    elif status == "waiting":
+    elif status == Status.WAITING:
         lines.append(f"Its question: {result or '(none)'}")
     else:
         lines.append(f"Its last text: {result or said or '(none)'}")

@@ -13,12 +13,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker
-import docker.errors
-
 from orchestrator.config import ModelConfig, default_runs_dir
 from orchestrator.errors import SandboxError
-from orchestrator.sandbox.engine import connect
+from orchestrator.sandbox.engine import Engine, connect, describe, has_image
 from orchestrator.sandbox.image import image_tag
 
 MIN_FREE_BYTES = 2 * 1024**3
@@ -45,27 +42,22 @@ def run_checks(model_cfg: ModelConfig | None = None) -> list[Check]:
     ]
 
 
-def _check_engine() -> tuple[Check, docker.DockerClient | None]:
+def _check_engine() -> tuple[Check, Engine | None]:
     try:
         client = connect(timeout=10)
     except SandboxError as exc:
         return Check("docker engine", False, exc.message, exc.hint or ""), None
-    version = client.version()
-    return Check(
-        "docker engine", True, f"Docker {version.get('Version', '?')} (API {version.get('ApiVersion', '?')})"
-    ), client
+    return Check("docker engine", True, describe(client)), client
 
 
-def _check_image(client: docker.DockerClient | None) -> Check:
+def _check_image(client: Engine | None) -> Check:
     try:
         tag = image_tag()
     except SandboxError as exc:
         return Check("sandbox image", False, exc.message, "restore sandbox_image/ from cairn's repository")
     if client is None:
         return Check("sandbox image", False, f"{tag}: no engine to look in", "start the engine first")
-    try:
-        client.images.get(tag)
-    except docker.errors.ImageNotFound:
+    if not has_image(client, tag):
         return Check("sandbox image", False, f"{tag} is not built yet", "run cairn image build")
     return Check("sandbox image", True, tag)
 

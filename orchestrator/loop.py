@@ -31,6 +31,7 @@ from orchestrator.store.replay import RunState
 from orchestrator.store.runs import RunDir
 from orchestrator.tools.dispatch import AskUser, BadCall, Observation, TaskDone, ToolRunner, parse_arguments
 from orchestrator.tools.specs import force
+from orchestrator.status import Status
 
 
 # Ctrl-C and SIGTERM (`kill`, `docker stop`, systemd, a job scheduler) both stop a run between actions.
@@ -120,7 +121,7 @@ class Agent:
             raise Finished("stopped", "the model answered without a tool call", result=reply.message.get("content"))
         ending = self.run_tools(reply.tool_calls, step)
         self.checkpoint(step)  # before any ending: the last step's work is kept too
-        if ending is not None and ending.status == "done" and self.cfg.check.command and not self.tag:
+        if ending is not None and ending.status == Status.DONE and self.cfg.check.command and not self.tag:
             ending = check_done(self, step, ending)  # the run's check; a sub-agent's task_done is not the run's
         if ending is not None:
             raise ending
@@ -237,7 +238,7 @@ class Agent:
         try:
             args = parse_arguments(call.name, call.arguments, self.tools.extra_names)
             if call.name == "agent_delegate":  # a sub-agent on the same sandbox (orchestrator/delegate.py)
-                observation = delegate(self, call, step, args)
+                observation = delegate(self, Agent, call, step, args)
             else:
                 self.sandbox.call_key = self.journal_key(step, call)  # its request is journaled under it
                 try:
@@ -386,7 +387,7 @@ class Agent:
         after it are not executed, and the step ends as every step does."""
         (call, child), self.cut_off_child = self.cut_off_child, None
         step, started = self.state.step, time.monotonic()
-        observation = resume_delegate(self, child, step)
+        observation = resume_delegate(self, Agent, child, step)
         # Named after its call id: another agent_delegate call of this step may have saved an output.
         self.finish(call, step, observation, (time.monotonic() - started) * 1000, label=call.id)
         for rest in list(self.state.open_calls.values()):

@@ -19,6 +19,7 @@ from orchestrator.prompts import system_prompt
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
 from orchestrator.tools.specs import BUILTIN_TOOLS, canonical, tool_names
+from orchestrator.status import Status
 
 DEFAULT_WORKDIR = "/workspace"
 
@@ -32,7 +33,7 @@ def exit_code(status: str, error: CairnError | None = None, check: dict[str, Any
     3 budget, 130 interrupted, 4 no sandbox, 1 for every other ending."""
     if error is not None:
         return error.exit_code
-    if status == "done" and check is not None and not check.get("passed"):
+    if status == Status.DONE and check is not None and not check.get("passed"):
         return EXIT_FAILED
     return EXIT_CODES.get(status, EXIT_FAILED)
 

@@ -9,7 +9,7 @@ from typing import Any, List, Optional
 import typer
 from pydantic import ValidationError
 
-from orchestrator.cli import RUN_HELP, JsonOut, RunsDir, _find, _print_json, _runs_dir, _status_colour, app
+from orchestrator.cli.shared import RUN_HELP, JsonOut, RunsDir, _find, _print_json, _runs_dir, _status_colour, app
 from orchestrator.errors import UsageError
 from orchestrator.terminal import clean
 

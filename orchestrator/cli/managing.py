@@ -3,13 +3,12 @@ build, doctor and gc."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import List, Optional
 
 import typer
 
-from orchestrator.cli import RUN_HELP, RunsDir, _find, _runs_dir, app, image_app
+from orchestrator.cli.shared import RUN_HELP, RunsDir, _find, _runs_dir, app, image_app
 from orchestrator.errors import CairnError, UsageError
 
 
@@ -24,7 +23,7 @@ def rm(
 
     from orchestrator.errors import SandboxError
     from orchestrator.runner import run_is_live
-    from orchestrator.sandbox.container import container_name
+    from orchestrator.sandbox.container import container_name, remove_if_present
 
     runs = list({r.id: r for r in (_find(runs_dir, ref) for ref in run_refs)}.values())  # all found, or none removed
     for run_dir in runs:
@@ -39,7 +38,7 @@ def rm(
         typer.echo(f"cairn: {exc.message}: the runs' containers ({', '.join(container_name(r.id) for r in runs)}) "
                    "are left; `cairn gc` removes them later", err=True)
     for run_dir in runs:
-        gone = client is not None and _remove_container(client, container_name(run_dir.id))
+        gone = client is not None and remove_if_present(client, container_name(run_dir.id))
         try:
             shutil.rmtree(run_dir.root)
         except OSError as exc:
@@ -48,22 +47,6 @@ def rm(
         typer.echo(f"removed run {run_dir.id}" + (f" and its container {container_name(run_dir.id)}" if gone else ""))
         if run_dir.external_workspace:
             typer.echo(f"  its folder {run_dir.external_workspace} is yours, and was left as it is", err=True)
-
-
-def _remove_container(client: Any, name: str) -> bool:
-    """True when there was a container of that name, and it is gone."""
-    import docker
-
-    from orchestrator.sandbox.container import remove
-
-    try:
-        client.api.inspect_container(name)
-    except docker.errors.NotFound:
-        return False
-    except docker.errors.DockerException:
-        pass  # `remove` says what the engine says
-    remove(client, name)
-    return True
 
 
 @app.command()
@@ -142,45 +125,13 @@ def import_cmd(
 def shell_cmd(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
     """An interactive shell in the run's kept container (the machine as the agent left it), else in a fresh
     sandbox on its workspace, made like the run's own."""
-    import shutil
-    import subprocess
-
     from orchestrator.runner import load_config, run_is_live
-    from orchestrator.sandbox import Sandbox, container as containers
-    from orchestrator.sandbox.engine import connect
-    from orchestrator.sandbox.image import ensure_image
+    from orchestrator.sandbox.shell import open_shell
 
     run_dir = _find(runs_dir, run_ref)
     run_dir.check_workspace()
-    docker_cli = shutil.which("docker")
-    if docker_cli is None:  # docker-py has no interactive terminal; the client does
-        raise UsageError("cairn shell needs the docker command line client on PATH")
-    tty = ["-t"] if sys.stdin.isatty() and sys.stdout.isatty() else []
-    shell = ["sh", "-c", "command -v bash >/dev/null && exec bash || exec sh"]
-    client = connect()
-    kept = containers.find(client, run_dir.id, run_dir.root)
-    if kept is not None:
-        started = kept.status != "running"
-        if started:
-            client.api.start(kept.id)
-        typer.echo(f"a shell in the container of run {run_dir.id} ({'started for it' if started else 'running'})",
-                   err=True)
-        try:
-            code = subprocess.call([docker_cli, "exec", "-i", *tty, kept.name, *shell])
-        finally:
-            if started and not run_is_live(run_dir):  # as it was found: stopped
-                containers.stop(client, kept.id)
-        raise typer.Exit(code)
-    cfg = load_config(run_dir)
-    run_dir.cairn_dir.mkdir(exist_ok=True)
-    sandbox = Sandbox(f"{run_dir.id}-shell", run_dir.workspace, cfg.sandbox, image=cfg.sandbox.image or ensure_image(),
-                      client=client, cairn_mount=run_dir.cairn_dir, external=run_dir.external_workspace is not None)
-    typer.echo(f"run {run_dir.id} holds no container: a shell in a fresh sandbox on its workspace", err=True)
-    sandbox.start()
-    try:
-        code = subprocess.call([docker_cli, "exec", "-i", *tty, "-w", cfg.sandbox.workdir, sandbox.container.name, *shell])
-    finally:
-        sandbox.stop()
+    code = open_shell(run_dir, settings=lambda: load_config(run_dir).sandbox, is_live=lambda: run_is_live(run_dir),
+                      say=lambda line: typer.echo(line, err=True))
     raise typer.Exit(code)
 
 

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from pydantic import ValidationError
 
-from orchestrator.cli import JsonOut, RunsDir, _find, _print_json, _runs_dir, _status_colour, app
+from orchestrator.cli.shared import JsonOut, RunsDir, _find, _print_json, _runs_dir, _status_colour, app
 from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError, UsageError
 from orchestrator.terminal import clean

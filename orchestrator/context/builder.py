@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.context.history import History
+from orchestrator.context.request import Request
 
 TAIL_BEGIN = "<cairn-status>"
 TAIL_END = "</cairn-status>"
@@ -26,16 +27,6 @@ NO_TODO = (
     "There is no todo.md yet. Make one with todo_write: a short markdown checklist of the plan. "
     "Keep it current as you work; it is shown here every step."
 )
-
-
-@dataclass(frozen=True)
-class Request:
-    """One request's messages and tools. `messages[history_end:]` is the tail, rebuilt each step."""
-
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]]
-    history_end: int
-    history_tokens: int  # raw tokens of messages[2:history_end], as the history keeps them
 
 
 def build_request(system_prompt: str, tools: list[dict[str, Any]], task: str, history: History, tail: str) -> Request:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orchestrator.context.builder import Request
+    from orchestrator.context.request import Request
 
 Count = Callable[[str], int]
 """Tokens of one string. Injectable, so tests can count how often tokenizing really happens."""

@@ -21,8 +21,9 @@ from orchestrator.inspect.held import States, container_states, held_by
 from orchestrator.inspect.timeline import end_error, one_line, timeline
 from orchestrator.runner import run_is_live
 from orchestrator.store import events as ev
-from orchestrator.store.runs import STATUSES, RunDir
+from orchestrator.store.runs import RunDir
 from orchestrator.terminal import clean
+from orchestrator.status import Status, is_status
 
 UNREADABLE = "unreadable"
 
@@ -37,7 +38,7 @@ def meta_problem(meta: dict[str, Any]) -> str | None:
     for key, types in _FIELDS.items():
         if key in meta and (not isinstance(meta[key], types) or isinstance(meta[key], bool) and bool not in types):
             return f"state/run.json: {key} is {type(meta[key]).__name__}, not {types[0].__name__}"
-    if meta.get("status", "running") not in STATUSES:
+    if not is_status(meta.get("status", Status.RUNNING)):
         return f"state/run.json: status {str(meta['status'])[:40]!r} is not a run status"
     if not isinstance(meta.get("config", {}).get("model", {}), dict):
         return "state/run.json: config.model is not an object"
@@ -116,12 +117,12 @@ def _row(run: RunDir) -> dict[str, Any]:
     if why:
         raise UsageError(why)
     status, usage, steps = meta.get("status", "running"), meta.get("usage"), meta.get("steps", 0)
-    if status == "running":
+    if status == Status.RUNNING:
         # The run has not written its end: it is live, or it crashed (then it is resumable).
         doc = timeline(run)
         usage, steps = doc["usage"], len(doc["steps"])
         status = "running" if run_is_live(run) else "interrupted"
-    if status == "interrupted" and meta.get("status", "running") == "running":
+    if status == Status.INTERRUPTED and meta.get("status", Status.RUNNING) == Status.RUNNING:
         reason = CRASHED
     else:
         error = end_error(status, meta.get("result"), _last_status(run))

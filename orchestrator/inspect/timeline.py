@@ -9,9 +9,11 @@ import json
 from typing import Any
 
 from orchestrator.store import events as ev
+from orchestrator.store.children import open_child
 from orchestrator.store.replay import check_verdict
 from orchestrator.store.runs import RunDir
 from orchestrator.terminal import clean
+from orchestrator.status import Status
 
 
 def _preview(text: str | None, width: int = 200) -> str:
@@ -115,10 +117,10 @@ def walk(run: RunDir) -> dict[str, Any]:
 def end_error(status: str, result: str | None, end: dict[str, Any] | None) -> dict[str, Any] | None:
     """Why a run that did not finish ended: `{"reason": one line, "event": where the log says so}`;
     None for a run that is done or still running. Shared by show, ls, the report and the batch summary."""
-    if status in ("done", "running"):
+    if status in (Status.DONE, Status.RUNNING):
         return None
     said = (end or {}).get("reason") or ""
-    if status == "waiting":
+    if status == Status.WAITING:
         said = f"the agent asks: {result}" if result else "the agent waits for an answer"
     reason = one_line(said) or f"the run ended as {status} without a recorded reason"
     event = {k: end[k] for k in ("index", "type", "step")} if end else None
@@ -206,9 +208,7 @@ def _shown_call(run: RunDir, c: dict[str, Any]) -> dict[str, Any]:
 
 
 def _child(run: RunDir, call_id: str, info: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The sub-agent run of an agent_delegate call (orchestrator/delegate.py), as a nested timeline."""
-    from orchestrator.delegate import open_child
-
+    """The sub-agent run of an agent_delegate call (orchestrator/store/children.py), as a nested timeline."""
     child = open_child(run, call_id, info if isinstance(info, dict) else None)
     if child is None:
         return None

@@ -29,10 +29,9 @@ import openai  # noqa: E402
 from orchestrator.config import ModelConfig  # noqa: E402
 from orchestrator.llm.endpoint import endpoint_of, provider_of  # noqa: E402
 from orchestrator.llm.inflight import interruptible, pause, watched  # noqa: E402
-from orchestrator.llm.preflight import connect_hint  # noqa: E402
 from orchestrator.llm.retry import Failure, NoAnswer, Retry, classify, is_read_timeout  # noqa: E402
 from orchestrator.llm.scripted import DEFAULT_CONTEXT_WINDOW, ScriptedServer, load_script, script_spec  # noqa: E402
-from orchestrator.llm.types import ContextOverflow, ModelError, Reply, ToolCall, Usage, assistant_message  # noqa: E402
+from orchestrator.llm.types import ContextOverflow, ModelError, Reply, ToolCall, Usage, assistant_message, connect_hint  # noqa: E402
 
 litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on the user's terminal
 
@@ -114,17 +113,13 @@ def _with_breakpoint(message: dict) -> dict:
 class LLM:
     """One configured model. `complete` is safe to call from one thread at a time."""
 
-    # The first backoff wait, doubled each retry; tests set it small. (ModelConfig may carry it too.)
-    retry_base_seconds: float = 1.0
-
     def __init__(self, cfg: ModelConfig, *, stream: bool = True) -> None:
         self.cfg = cfg
         self.stream = stream
         self.context_window_source = ""  # "config", "script", "litellm" or "fallback": for `cairn doctor`
         self._script_spec = script_spec(cfg.model)
         self._script = load_script(self._script_spec) if self._script_spec is not None else None
-        # Should ModelConfig grow a `retry_base_seconds` field, it wins (so agent.json can set it).
-        self.retry_base_seconds = getattr(cfg, "retry_base_seconds", self.retry_base_seconds)
+        self.retry_base_seconds = cfg.retry_base_seconds  # the first backoff wait, doubled each retry
         # Told of each retry before its wait (the Session records it as an event the display shows).
         self.on_retry: Callable[[Retry], None] | None = None
         self._cancelled = threading.Event()

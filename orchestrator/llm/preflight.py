@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from orchestrator.config import ModelConfig
 from orchestrator.errors import UsageError
+from orchestrator.llm.types import connect_hint
 from orchestrator.llm.scripted import check_model, script_spec
 
 # Providers whose credentials come from a chain (profiles, metadata servers, tokens), not one
@@ -66,13 +67,6 @@ def _check_key(cfg: ModelConfig, provider: str) -> None:
     raise UsageError(f"no {' or '.join(missing)} in the environment for {cfg.model}",
                      hint=f"export {missing[0]}=… (cairn reads it on this machine; the sandbox never sees it), "
                           "or give an agent.json with an apiKey")
-
-
-def connect_hint(api_base_given: bool) -> str:
-    """What to look at when the endpoint cannot be reached (cairn reaches it from the host)."""
-    if api_base_given:
-        return "is the server running, and is --api-base right? (cairn reaches it from this machine, not the sandbox)"
-    return "check this machine's network (and HTTPS_PROXY, if a proxy is needed)"
 
 
 class _Connection:

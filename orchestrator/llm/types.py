@@ -48,6 +48,14 @@ class ContextOverflow(ModelError):
     """The request did not fit the model's context window: compact and try again."""
 
 
+def connect_hint(api_base_given: bool) -> str:
+    """What to look at when the endpoint cannot be reached (cairn reaches it from the host). Here, with
+    the errors, so that the client and the preflight (which imports the client) both can name it."""
+    if api_base_given:
+        return "is the server running, and is --api-base right? (cairn reaches it from this machine, not the sandbox)"
+    return "check this machine's network (and HTTPS_PROXY, if a proxy is needed)"
+
+
 def assistant_message(content: str | None, tool_calls: list[ToolCall]) -> dict:
     """The one canonical dict for an answer, so the same answer always gives the same bytes."""
     message: dict = {"role": "assistant", "content": content or None}

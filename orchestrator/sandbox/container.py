@@ -387,6 +387,18 @@ def remove(client: docker.DockerClient, name_or_id: str) -> None:
         raise SandboxError(f"cannot remove the container {name_or_id}: {_explain(exc)}") from exc
 
 
+def remove_if_present(client: docker.DockerClient, name: str) -> bool:
+    """Remove a container if there is one of that name: True when there was, and it is gone."""
+    try:
+        client.api.inspect_container(name)
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.DockerException:
+        pass  # `remove` says what the engine says
+    remove(client, name)
+    return True
+
+
 def toolbox_argv(container: Container, cfg: SandboxConfig, client: docker.DockerClient) -> list[str]:
     """The command that starts the toolbox in `container`: the script mounted from cairn's files, run by
     the image's python3 in cairn's image, else by the Python carried in on a volume (python_volume.py),

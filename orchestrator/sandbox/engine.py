@@ -12,6 +12,8 @@ try:  # ssh:// engines go through paramiko (docker-py's ssh transport); it raise
 except ImportError:  # without it, docker-py says "Install paramiko package to enable ssh:// support"
     SSHException = docker.errors.DockerException  # type: ignore[misc,assignment]
 
+Engine = docker.DockerClient  # the engine's client, as modules outside sandbox/ name it (they never import docker)
+
 
 def connect(timeout: float = 120.0) -> docker.DockerClient:
     """A client of the engine named by the environment (`DOCKER_HOST`, else the local socket).
@@ -33,6 +35,21 @@ def connect(timeout: float = 120.0) -> docker.DockerClient:
             hint="start one (on Debian as root: bash scripts/ensure-docker.sh), or set DOCKER_HOST",
         ) from exc
     return client
+
+
+def describe(client: Engine) -> str:
+    """The engine's version, as `cairn doctor` shows it."""
+    version = client.version()
+    return f"Docker {version.get('Version', '?')} (API {version.get('ApiVersion', '?')})"
+
+
+def has_image(client: Engine, tag: str) -> bool:
+    """Whether the engine holds an image of that tag."""
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
 
 
 def _first_line(exc: BaseException) -> str:

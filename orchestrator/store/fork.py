@@ -35,6 +35,7 @@ from orchestrator.store import events as ev
 from orchestrator.store import inbox
 from orchestrator.store.checkpoints import BRANCH, STEP_REF, Checkpoints, make_git
 from orchestrator.store.runs import RunDir
+from orchestrator.status import Status
 
 ACTIONS = ("model_request", "assistant_message", "tool_started", "tool_finished", "compaction")
 TAIL_KEPT = ("checkpoint", "notice")
@@ -66,9 +67,9 @@ def plan_fork(source: RunDir, step: int) -> ForkPlan:
     cut = next((i for i, e in enumerate(events) if e.step > step), len(events))
     end = max([0] + [i for i in range(cut) if events[i].type in ACTIONS])
     kept = list(range(end + 1)) + [i for i in range(end + 1, cut) if events[i].type in TAIL_KEPT]
-    closing = [events[i] for i in range(end + 1, cut) if events[i].type == "status" and events[i].status != "running"]
+    closing = [events[i] for i in range(end + 1, cut) if events[i].type == "status" and events[i].status != Status.RUNNING]
     status, result = "interrupted", None
-    if closing and closing[-1].status == "waiting":
+    if closing and closing[-1].status == Status.WAITING:
         status, result = "waiting", closing[-1].result
     cp = Checkpoints.of(source)
     steps = cp.steps()

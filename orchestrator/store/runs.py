@@ -19,8 +19,6 @@ from typing import Any
 from orchestrator.errors import UsageError
 from orchestrator.store.events import EventLog
 
-STATUSES = ("running", "done", "waiting", "stopped", "budget", "looping", "interrupted", "failed")
-
 
 ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 LAST = ("@last", "-")  # what names the newest run wherever a command takes RUN

@@ -157,9 +157,6 @@ class ToolRunner:
             error=not 200 <= int(r["status"]) < 400,
         )
 
-    def _agent_delegate(self, args: dict[str, Any], obs_path: str) -> Observation:
-        raise BadCall("agent_delegate is run by the agent loop, not by the tool runner")
-
     def _todo_write(self, args: dict[str, Any], obs_path: str) -> Observation:
         r = self.sandbox.call("write", path="todo.md", content=args["content"])
         return Observation(f"todo.md updated ({r['bytes']} bytes)")

@@ -1,0 +1,104 @@
+"""The shape of the package (issue 12): no import cycle inside orchestrator/, counting the imports made
+inside functions, and Docker used only by the sandbox package. Read from the source with `ast`, so
+nothing is imported and no engine is needed."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "orchestrator"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported_names(path: Path, name: str, known: frozenset[str] = frozenset()) -> set[str]:
+    """Every module named by an import anywhere in the file (top level, in functions, under TYPE_CHECKING
+    alike). `from a import b` names `a.b` when that is a module of the package (a submodule import, as
+    import-cycle checkers count it) and `a` otherwise, since then b is a name defined by a."""
+    is_package = path.name == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                found.add(f"{source}.{alias.name}" if f"{source}.{alias.name}" in known else source)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the orchestrator modules it imports. Importing `a.b.c` runs `a` and `a.b` too, but a
+    package's __init__ is an edge only when it is named, so that a module importing a sibling is not
+    said to import its own package."""
+    known = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        targets = {target for target in imported_names(path, name, frozenset(known))
+                   if target in known and target != name}
+        graph[name] = targets
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as a list of modules (first repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                return path[path.index(target):] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_import_graph_is_read_from_every_module() -> None:
+    graph = import_graph()
+    assert "orchestrator.loop" in graph and "orchestrator.sandbox.container" in graph
+    assert graph["orchestrator.loop"], "the loop imports other modules of the package"
+
+
+def test_the_cycle_finder_names_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_inside_orchestrator() -> None:
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_only_the_sandbox_package_imports_docker() -> None:
+    offenders = sorted(
+        name for name, path in modules().items()
+        if not name.startswith("orchestrator.sandbox")
+        and any(target == "docker" or target.startswith("docker.") for target in imported_names(path, name))
+    )
+    assert offenders == [], f"modules outside orchestrator/sandbox/ importing docker: {offenders}"
