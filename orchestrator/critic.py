@@ -9,7 +9,7 @@ first request after the resume: `RunState.critic_note` holds it until a request 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from orchestrator.config import ModelConfig, RunConfig
 from orchestrator.context.offload import CAIRN_DIR
@@ -17,9 +17,23 @@ from orchestrator.guards import Finished, check_budget
 from orchestrator.llm.types import ModelError
 from orchestrator.sandbox import ToolError
 from orchestrator.store import events as ev
+from orchestrator.store.replay import RunState
 
-if TYPE_CHECKING:
-    from orchestrator.loop import Agent
+
+class Reviewed(Protocol):
+    """What the critic needs of the agent it reviews (loop.Agent, which calls it: the loop imports the
+    critic, never the other way round)."""
+
+    cfg: RunConfig
+    tag: str
+    state: RunState
+    model: Any  # loop.ModelLike; a second client on --critic-model is the agent's `critic_model`
+
+    def read_todo(self) -> tuple[str | None, str | None]: ...
+
+    def save_file(self, path: str, text: str) -> None: ...
+
+    def emit(self, event: ev._Event) -> None: ...
 
 CRITIC_DIR = f"{CAIRN_DIR}/critic"
 CRITIC_PROMPT = (
@@ -92,7 +106,7 @@ def preflight_critic(cfg: RunConfig) -> None:
         preflight(critic_cfg)
 
 
-def after_step(agent: Agent, step: int) -> None:
+def after_step(agent: Reviewed, step: int) -> None:
     """The hook at the end of a step that goes on: every `critic.every` steps, the critic's note."""
     every = agent.cfg.critic.every
     if not every or agent.tag or step % every:  # a sub-agent (delegate.py) has no critic
@@ -104,7 +118,7 @@ def after_step(agent: Agent, step: int) -> None:
     critique(agent, step, every)
 
 
-def critique(agent: Agent, step: int, every: int) -> None:
+def critique(agent: Reviewed, step: int, every: int) -> None:
     """One critic call over the steps after `step - every`; its note is saved and logged. A failed
     critic call is a notice: the critic advises, and the run goes on without its advice."""
     model = getattr(agent, "critic_model", None) or agent.model
