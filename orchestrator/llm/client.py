@@ -16,6 +16,7 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import functools  # noqa: E402
+import importlib  # noqa: E402
 import re  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -32,6 +33,7 @@ from orchestrator.llm.inflight import interruptible, pause, watched  # noqa: E40
 from orchestrator.llm.preflight import connect_hint  # noqa: E402
 from orchestrator.llm.retry import Failure, NoAnswer, Retry, classify, is_read_timeout  # noqa: E402
 from orchestrator.llm.scripted import DEFAULT_CONTEXT_WINDOW, ScriptedServer, load_script, script_spec  # noqa: E402
+from orchestrator.llm.tokenizer import encoding  # noqa: E402
 from orchestrator.llm.types import ContextOverflow, ModelError, Reply, ToolCall, Usage, assistant_message  # noqa: E402
 
 litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on the user's terminal
@@ -406,6 +408,22 @@ class _Answer:
     @property
     def cache_write_tokens(self) -> int:
         return getattr(self.raw_usage, "cache_creation_input_tokens", None) or 0
+
+
+# What litellm and the openai client import on the first request, not before: about 1 s of CPU.
+FIRST_REQUEST_MODULES = ("openai.resources", "litellm.proxy.openai_files_endpoints.common_utils")
+
+
+def preload() -> None:
+    """Do now the work a first request would do before it is sent: import what litellm imports lazily,
+    load the tokenizer. A start calls it while the container starts (Session), so the first request
+    goes out at once when the sandbox is ready."""
+    for name in FIRST_REQUEST_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # a litellm laid out otherwise: its first request imports what it needs, a little later
+    encoding()
 
 
 def _model_info(model: str) -> dict:
