@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -278,12 +279,10 @@ def load_config(run: RunDir) -> RunConfig:
 
 
 class Session:
-    """A run's live parts. Use as a context manager so the sandbox always stops with the run."""
+    """A run's live parts. Making one starts its sandbox (in a thread, while the model library loads);
+    use it as a context manager, whose entry waits for that start, so the sandbox always stops with the run."""
 
     def __init__(self, run: RunDir, cfg: RunConfig, display: Any, resumed: bool = False) -> None:
-        from orchestrator.critic import critic_model_config
-        from orchestrator.llm.client import LLM  # imports litellm: only for commands that call a model
-        from orchestrator.loop import Agent
         from orchestrator.sandbox import Sandbox
         from orchestrator.sandbox.image import ensure_image
 
@@ -309,14 +308,31 @@ class Session:
         self.sandbox = Sandbox(run.id, run.workspace, cfg.sandbox, image=carried or image, cairn_mount=run.cairn_dir,
                                external=run.external_workspace is not None, keep=True, run_dir=run.root,
                                machine=carried is not None)
-        llm = LLM(cfg.model)
-        self.agent = Agent(run, cfg, self.sandbox, llm, display)
+        # The container starts (I/O on the engine) while this thread loads the model library (CPU): a
+        # start waits for the longer of the two, not for both (bench/startup_bench.py).
+        self._starting = _Starting(self.sandbox)
+        try:
+            self.agent = self._make_agent(display)
+        except BaseException:
+            self._starting.wait()  # a half-started sandbox is stopped, never left running
+            self.sandbox.stop()
+            raise
+
+    def _make_agent(self, display: Any) -> Any:  # noqa: ANN401 - loop.Agent, imported with litellm
+        from orchestrator.critic import critic_model_config
+        from orchestrator.llm.client import LLM, preload  # imports litellm: only for commands that call a model
+        from orchestrator.loop import Agent
+
+        preload()
+        llm = LLM(self.cfg.model)
+        agent = Agent(self.run, self.cfg, self.sandbox, llm, display)
         llm.on_retry = self._retrying
-        critic_cfg = critic_model_config(cfg)
+        critic_cfg = critic_model_config(self.cfg)
         if critic_cfg is not None:  # --critic-model: the critic's own client, its retries logged alike
-            self.agent.critic_model = LLM(critic_cfg)
-            self.agent.critic_model.on_retry = self._retrying
-        self.agent.tools.mcp = self.hub
+            agent.critic_model = LLM(critic_cfg)
+            agent.critic_model.on_retry = self._retrying
+        agent.tools.mcp = self.hub
+        return agent
 
     def _retrying(self, retry: Any) -> None:  # noqa: ANN401 - llm.retry.Retry, imported with litellm
         """A model retry goes into the log (show, report) and so onto the display, before its wait."""
@@ -333,10 +349,11 @@ class Session:
         os.replace(tmp, pid_file)
 
     def __enter__(self) -> "Session":
-        started = time.monotonic()
-        _progress(f"starting the sandbox ({self.sandbox.image})")
-        self.sandbox.start()
-        _progress(f"sandbox started in {time.monotonic() - started:.1f} s")
+        try:
+            self._starting.result()
+        except BaseException:
+            self.sandbox.stop()
+            raise
         try:
             self._lock()
             if self.hub is not None:
@@ -378,6 +395,44 @@ class Session:
 
     def go(self, message: str | None = None, source: str = "user") -> str:
         return self.agent.run(message, source)
+
+
+class _Starting:
+    """`Sandbox.start()` in a thread, saying when it begins and ends; `result()` waits and raises its error."""
+
+    def __init__(self, sandbox: Any) -> None:  # noqa: ANN401 - a Sandbox, imported lazily
+        self.sandbox = sandbox
+        self.error: BaseException | None = None
+        _progress(f"starting the sandbox ({sandbox.image})")
+        self.thread = threading.Thread(target=self._start, name="cairn-sandbox-start", daemon=True)
+        self.thread.start()
+
+    def _start(self) -> None:
+        started = time.monotonic()
+        try:
+            self.sandbox.start()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which raises it
+            self.error = exc
+            return
+        _progress(f"sandbox started in {time.monotonic() - started:.1f} s")
+
+    def wait(self) -> bool:
+        """Wait for the start to end, even through Ctrl-C, so that the container it made can be stopped.
+        True if Ctrl-C (or SIGTERM) came meanwhile."""
+        interrupted = False
+        while self.thread.is_alive():
+            try:
+                self.thread.join()
+            except KeyboardInterrupt:
+                interrupted = True
+        return interrupted
+
+    def result(self) -> None:
+        interrupted = self.wait()
+        if self.error is not None:
+            raise self.error
+        if interrupted:
+            raise KeyboardInterrupt
 
 
 def carried_machine(run: RunDir) -> str | None:

@@ -30,6 +30,22 @@ def test_commands_that_call_no_model_do_not_import_litellm(runs_dir):
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.docker
+def test_reading_a_real_run_does_not_import_litellm(runs_dir, sandbox_image, tmp_path):
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [
+        {"tool_calls": [{"name": "todo_write", "arguments": {"content": "- [x] say ok"}}]},
+        {"tool_calls": [{"name": "task_done", "arguments": {"summary": "ok"}}]}]}))
+    assert cairn("run", "say ok", "--model", f"scripted:{script}", runs_dir=runs_dir).returncode == 0
+    code = ("import sys; from orchestrator.cli import app; from typer.testing import CliRunner; "
+            "codes = [CliRunner().invoke(app, [command, '@last']).exit_code for command in ('show', 'todo', 'files')]; "
+            "codes.append(CliRunner().invoke(app, ['ls']).exit_code); "
+            "print(codes, 'litellm' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)})
+    assert out.stdout.strip() == "[0, 0, 0, 0] False"
+
+
 def test_an_unknown_run_id_is_a_one_line_usage_error(runs_dir):
     out = cairn("show", "no-such-run", runs_dir=runs_dir)
     assert out.returncode == 2

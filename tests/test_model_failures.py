@@ -245,6 +245,14 @@ def test_preflight_opens_a_connection_but_sends_no_request(silent):
     assert silent.connections == 1 and silent.received == b""
 
 
+def test_preflight_of_a_server_of_ones_own_leaves_litellm_for_later(silent):
+    # litellm then loads while the container starts, not before the run exists (bench/startup_bench.py)
+    code = ("import sys; from orchestrator.config import ModelConfig; from orchestrator.llm.preflight import preflight; "
+            f"preflight(ModelConfig(model='openai/test', api_base={silent.url!r})); print('litellm' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False" and silent.connections == 1
+
+
 # -- the command ----------------------------------------------------------------------------------
 
 

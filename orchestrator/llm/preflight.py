@@ -6,7 +6,9 @@ Three checks, in `cairn run`, `cairn resume` and for each line of a batch:
 - the endpoint (`api_base`, or the provider's host) accepts a connection: TCP, and TLS for https.
 None of them sends a chat request: a provider would bill it, and the scripted model would take it as
 a turn. A failure is a UsageError, so the run is never made. The connection is opened while litellm
-imports (when the endpoint is given), so the checks add little to a start that imports it anyway.
+imports (when the endpoint is given), so the checks add little to a start that imports it anyway. For
+`openai/NAME` with an endpoint given (a server of one's own) the connection is the only check, and
+litellm is not imported here at all: the run's start loads it while its container starts.
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ def preflight(cfg: ModelConfig, key_elsewhere: bool = False) -> None:
     if script_spec(cfg.model) is not None:
         check_model(cfg.model)  # served on loopback by cairn itself: nothing to connect to yet
         return
+    if cfg.api_base and _named_openai(cfg.model):
+        # A server of one's own (vLLM, llama.cpp, Ollama...): the provider is in the name and no key is
+        # needed (_check_key), so the connection is all there is to check. litellm then loads later, while
+        # the container starts, instead of before the run exists (bench/startup_bench.py).
+        _Connection(cfg.api_base, cfg.connect_timeout, given=True).start().result()
+        return
     early = _Connection(cfg.api_base, cfg.connect_timeout, given=True).start() if cfg.api_base else None
     from orchestrator.llm import client  # noqa: F401 - litellm, quiet (no banners), with its local price list
     from orchestrator.llm.endpoint import endpoint_of, provider_of
@@ -52,6 +60,12 @@ def preflight(cfg: ModelConfig, key_elsewhere: bool = False) -> None:
     connection = early or _Connection(endpoint_of(cfg.model, cfg.api_base), cfg.connect_timeout,
                                        given=bool(cfg.api_base)).start()
     connection.result()
+
+
+def _named_openai(model: str) -> bool:
+    """`openai/NAME`: litellm places any such string with the OpenAI-compatible provider."""
+    provider, _, name = model.partition("/")
+    return provider == "openai" and bool(name.strip())
 
 
 def _check_key(cfg: ModelConfig, provider: str) -> None:
