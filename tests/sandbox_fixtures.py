@@ -7,10 +7,12 @@ when that module is not there.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,3 +107,16 @@ def locked_toolbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Toolbox
     process = ToolboxProcess(tmp_path_factory.mktemp("root"), lockdown=True)
     yield process
     process.close()
+
+
+def build_image(client: docker.DockerClient, dockerfile: str, tag: str) -> str:
+    """Build `dockerfile` (no other file in its context) as `tag`, and return the tag."""
+    data = dockerfile.encode()
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True)
+    return tag

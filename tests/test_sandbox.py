@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import io
 import os
 import resource
-import tarfile
 from collections.abc import Iterator
 
 import docker
@@ -15,7 +13,7 @@ from orchestrator.config import SandboxConfig
 from orchestrator.errors import SandboxError, UsageError
 from orchestrator.sandbox import Sandbox, ToolError
 from orchestrator.sandbox.container import ROOT_CAPABILITIES, gc, run_options, sandbox_user
-from tests.sandbox_fixtures import docker_client, sandbox_image  # noqa: F401 - fixtures
+from tests.sandbox_fixtures import build_image, docker_client, sandbox_image  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.docker
 
@@ -333,15 +331,9 @@ def test_memory_bomb_is_killed_and_the_sandbox_works_after(own_sandbox):
 
 def test_image_without_the_toolbox_gets_it_mounted_and_the_workspace_stays_clean(docker_client, sandbox_image,
                                                                                  tmp_path):
-    dockerfile = f"FROM {sandbox_image}\nUSER root\nRUN rm /opt/cairn/toolbox.py\n"
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(dockerfile)
-        tar.addfile(info, io.BytesIO(dockerfile.encode()))
-    context.seek(0)
-    image, _ = docker_client.images.build(fileobj=context, custom_context=True, tag="cairn-test-no-toolbox:latest")
-    with Sandbox("test-no-toolbox", tmp_path / "ws", SandboxConfig(), image.tags[0], docker_client) as box:
+    image = build_image(docker_client, f"FROM {sandbox_image}\nUSER root\nRUN rm /opt/cairn/toolbox.py\n",
+                        "cairn-test-no-toolbox:latest")
+    with Sandbox("test-no-toolbox", tmp_path / "ws", SandboxConfig(), image, docker_client) as box:
         assert shell(box, "echo ok")["output"] == "ok\n"
         assert "/opt/cairn/toolbox.py" in box.toolbox.argv
     assert list((tmp_path / "ws").iterdir()) == []

@@ -16,18 +16,16 @@ way they should: noexec /tmp, a read-only root, no root.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 import pytest
 
-from tests.sandbox_fixtures import docker_client, sandbox_image  # noqa: F401 - fixtures
+from tests.sandbox_fixtures import build_image, docker_client, sandbox_image  # noqa: F401 - fixtures
 from tests.test_crash import Cairn
 from tests.loop_helpers import call, done, turn
 
@@ -91,22 +89,11 @@ TASKS = [
 ]
 
 
-def build(client: docker.DockerClient, dockerfile: str, tag: str) -> str:
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(dockerfile.encode())
-        tar.addfile(info, io.BytesIO(dockerfile.encode()))
-    context.seek(0)
-    client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True)
-    return tag
-
-
 @pytest.fixture(scope="module")
 def task_image(docker_client, sandbox_image) -> str:  # noqa: F811 - fixtures
     """The tasks' image, on the sandbox image of this checkout (tagged after it, so a new sandbox image
     gets a new task image)."""
-    return build(docker_client, TASKS_DOCKERFILE.format(base=sandbox_image, project=PROJECT),
+    return build_image(docker_client, TASKS_DOCKERFILE.format(base=sandbox_image, project=PROJECT),
                  f"cairn-test-tasks:{sandbox_image.rpartition(':')[2]}")
 
 
@@ -118,7 +105,7 @@ def bare_task_image(docker_client, sandbox_image) -> str:  # noqa: F811 - fixtur
         docker_client.api.inspect_image(BASE_WITHOUT_PYTHON)
     except docker.errors.ImageNotFound:
         pytest.skip(f"{BASE_WITHOUT_PYTHON} is not in the engine")
-    return build(docker_client, TASKS_DOCKERFILE.format(base=BASE_WITHOUT_PYTHON, project=PROJECT),
+    return build_image(docker_client, TASKS_DOCKERFILE.format(base=BASE_WITHOUT_PYTHON, project=PROJECT),
                  "cairn-test-tasks-bare:latest")
 
 

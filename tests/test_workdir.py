@@ -21,7 +21,7 @@ from orchestrator.runner import create_run
 from orchestrator.sandbox import Sandbox, ToolError
 from orchestrator.sandbox import python_volume
 from orchestrator.store.runs import RunDir
-from tests.sandbox_fixtures import docker_client, sandbox_image  # noqa: F401 - fixtures
+from tests.sandbox_fixtures import build_image, docker_client, sandbox_image  # noqa: F401 - fixtures
 from tests.test_cli import cairn
 from tests.test_workspaces import DONE, call, results, script, the_run
 
@@ -43,24 +43,13 @@ RUN mkdir -p /app/src /app/private \\
 """
 
 
-def build(client: docker.DockerClient, dockerfile: str, tag: str) -> str:
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(dockerfile)
-        tar.addfile(info, io.BytesIO(dockerfile.encode()))
-    context.seek(0)
-    client.images.build(fileobj=context, custom_context=True, tag=tag)
-    return tag
-
-
 @pytest.fixture(scope="module")
 def app_image(docker_client) -> str:
     try:
         docker_client.api.inspect_image(BASE)
     except docker.errors.ImageNotFound:
         pytest.skip(f"{BASE} is not in the engine")
-    return build(docker_client, APP_DOCKERFILE, APP_IMAGE)
+    return build_image(docker_client, APP_DOCKERFILE, APP_IMAGE)
 
 
 @pytest.fixture(scope="module")
