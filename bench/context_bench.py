@@ -9,7 +9,8 @@ producing the whole request (messages + tools) at every step:
 
 1. cairn: the real `orchestrator.context` code, driven the way `orchestrator/loop.py` drives it
    (offload at insertion, todo and budget in a tail, bulk compaction at the high-water mark with a
-   summary request, a TokenCounter calibrated on the previous request's true size).
+   summary request appended to its own request, so the cache serves it, a TokenCounter calibrated on the
+   previous request's true size).
 2. drop-oldest: everything verbatim, the plan only in the history, and the oldest turns dropped
    while the request is over the window: a sliding window, which rewrites the prefix every step
    once it is full.
@@ -130,12 +131,6 @@ TASK = (
     "unchanged. When done, write a short CHANGES.md entry and call task_done."
 )
 
-# What cairn's loop sends to summarize a span (Agent.summarize in orchestrator/loop.py). Copied, not
-# imported: importing the loop imports litellm.
-CAIRN_SUMMARIZE_PROMPT = (
-    "Summarize this part of an agent's work history for the agent itself: decisions, facts "
-    "learned, files written, errors met, and every file path mentioned. Be concise."
-)
 BASELINE_SUMMARIZE_PROMPT = (
     "Summarize the conversation so far so that the agent can continue the task from the summary "
     "alone: the goal, what was done, files changed, errors met and their state, and the next steps."
@@ -728,8 +723,9 @@ class Ledger:
 
     def account_summary(self, messages: list[Message], output_tokens: int,
                         tools: list[dict[str, Any]] | None = None, from_cache: bool = False) -> int:
-        """One summarize request. Its own prompt shares no prefix with the agent's requests, so all of
-        it is uncached input; one that extends the agent's request (`from_cache`) is looked up in the cache."""
+        """One summarize request. One with a prompt of its own shares no prefix with the agent's requests, so
+        all of it is uncached input; one that extends the agent's request (`from_cache`: cairn's, and the
+        appended baseline's) is looked up in the cache."""
         tokens = prompt_tokens_of(messages, tools or [])
         cached = self.cache.lookup(tokens) if from_cache else 0
         self._add(len(tokens), cached, output_tokens)
@@ -800,30 +796,20 @@ class StepTime:
 
 
 class _Summarizer:
-    """The `summarize` callback: scripted text, its span kept for accounting after the timed part."""
+    """The `summarize` callback: scripted text, its request kept for accounting after the timed part."""
 
     def __init__(self) -> None:
-        self.spans: list[list[Message]] = []
+        self.requests: list[list[Message]] = []
         self.texts: list[str] = []
         self.elapsed = 0.0  # stands for a model call, so it is taken out of the context work
 
     def __call__(self, messages: list[Message]) -> str:
         started = time.perf_counter()
-        text = summary_text(messages, CAIRN_SUMMARY_TOKENS, f"cairn-{len(self.spans)}")
-        self.spans.append(messages)
+        text = summary_text(messages, CAIRN_SUMMARY_TOKENS, f"cairn-{len(self.requests)}")
+        self.requests.append(messages)
         self.texts.append(text)
         self.elapsed += time.perf_counter() - started
         return text
-
-
-def cairn_summarize_request(messages: list[Message]) -> list[Message]:
-    """The request Agent.summarize sends for a span (kept in step with orchestrator/loop.py)."""
-    span = "\n\n".join(
-        f"[{m['role']}] {m.get('content') or ''}"
-        + "".join(f"\n  call {c['function']['name']} {c['function']['arguments']}" for c in m.get("tool_calls") or [])
-        for m in messages
-    )
-    return [{"role": "system", "content": CAIRN_SUMMARIZE_PROMPT}, {"role": "user", "content": span}]
 
 
 # `send(step, messages, tools, output_tokens, reread) -> prompt tokens`: the model call, as far as the
@@ -880,7 +866,8 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
             started, before = time.perf_counter(), summarizer.elapsed
             event = compact(history, window=window, cfg=cfg, save=files.__setitem__, summarize=summarizer,
                             step=turn.step, next_summary_number=summaries + 1,
-                            overhead_tokens=counter.overhead(request), counter=counter)
+                            overhead_tokens=counter.overhead(request), counter=counter,
+                            prefix=request.messages[:2])
             summaries += event.kind == "summary"
             request = build_request(SYSTEM, TOOLS, TASK, history, tail)
             t.compact = time.perf_counter() - started - (summarizer.elapsed - before)
@@ -894,9 +881,10 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
         # the model call (not timed): accounting, and summaries made by this step's compaction
         prompt = send(turn.step, request.messages, request.tools, turn.output_tokens, turn.rereads is not None)
         if ledger is not None:
-            for span, text in zip(summarizer.spans, summarizer.texts):
-                ledger.account_summary(cairn_summarize_request(span), count_tokens(text))
-        summarizer.spans.clear()
+            # The request compaction built (`summary_request`): this step's, instruction appended.
+            for summary_request, text in zip(summarizer.requests, summarizer.texts):
+                ledger.account_summary(summary_request, count_tokens(text), TOOLS, from_cache=True)
+        summarizer.requests.clear()
         summarizer.texts.clear()
 
         # the reply and its observations enter the history (RunState._on_assistant_message, loop.finish)

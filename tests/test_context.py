@@ -350,11 +350,35 @@ def test_summary_replaces_oldest_whole_turns_and_saves_numbered_file() -> None:
     event = run_compact(history, cfg, files=files, number=3, summarize=lambda m: seen.append(m) or "Listed twice.")
     assert event.kind == "summary" and event.summary_path == "/cairn/summaries/003.md"
     assert event.span == [f"e{i}" for i in range(len(event.span))] and len(event.span) % 2 == 0  # whole turns
-    assert [m["role"] for m in seen[0]] == ["assistant", "tool"] * (len(event.span) // 2)
     first = history.messages()[0]
     assert first["role"] == "user" and "Listed twice." in first["content"] and "003.md" in first["content"]
     assert "Listed twice." in files.saved["/cairn/summaries/003.md"]
     assert history.messages()[-4:] == make_history(12, result="ok", say=LONG_THOUGHTS).messages()[-4:]
+
+
+def test_the_summary_request_is_the_request_as_it_was_plus_one_instruction() -> None:
+    history = make_history(12, result="ok", say=LONG_THOUGHTS)
+    before = history.messages()
+    prefix = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    seen: list[list[dict]] = []
+    event = compact(history, window=window_for(history), cfg=cfg, save=Files(), step=100, next_summary_number=1,
+                    summarize=lambda m: seen.append(m) or "S.", prefix=prefix)
+    request, last_step = seen[0], int(event.span[-1][1:]) // 2  # message e<2i> and e<2i+1> are step i's
+
+    assert request[: len(prefix) + len(before)] == [*prefix, *before]  # byte for byte the cached prefix
+    assert len(request) == len(prefix) + len(before) + 1
+    assert request[-1]["role"] == "user" and f"steps 0 to {last_step} " in request[-1]["content"]
+
+
+def test_a_history_over_the_window_is_summarized_from_its_span_alone() -> None:
+    # As after the provider refused a request as too long: the history as it is cannot be sent again.
+    history = make_history(12, say=LONG_THOUGHTS)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    seen: list[list[dict]] = []
+    event = run_compact(history, cfg, window=int(history.tokens() / 0.99) // 2, summarize=lambda m: seen.append(m) or "S.")
+    assert [m["role"] for m in seen[0]] == ["assistant", "tool"] * (len(event.span) // 2) + ["user"]
+    assert all(pointer_path(m["content"]) for m in seen[0] if m["role"] == "tool")
 
 
 def test_every_saved_output_stays_reachable_after_a_summary() -> None:

@@ -15,7 +15,10 @@ Two moves, cheapest first:
    masking results alone leaves most of an old turn in place and forces a written summary.
 2. If that is not enough, the oldest turns are summarized by the model. The summary is saved as a
    file with the paths of every saved output of those turns and the turns themselves, and one
-   message holding the summary and that file's path takes their place.
+   message holding the summary and that file's path takes their place. The summary request is the
+   agent's own request as it stands (the history not yet compacted) with the instruction appended
+   as one user message, so the provider's prefix cache serves all of it but that message, as
+   Claude Code and Codex CLI send theirs.
 
 Every pointer resolves to a file in the workspace, and the event log keeps every byte besides.
 The result is a `Compaction` event, applied with `History.apply`: the same call a resume makes, so
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator.config import ContextConfig
@@ -37,7 +40,8 @@ from orchestrator.errors import CairnError
 from orchestrator.store.events import Compaction
 
 Summarize = Callable[[list[dict[str, Any]]], str]
-"""`summarize(messages)` returns a written summary of those history messages (an LLM call)."""
+"""`summarize(request)` returns the model's answer to `request` (an LLM call, with the agent's tools and
+none of them callable): the messages of `summary_request`, which end with the instruction."""
 
 SUMMARY_DIR = f"{CAIRN_DIR}/summaries"
 
@@ -80,12 +84,14 @@ def compact(
     overhead_tokens: int = 0,
     counter: TokenCounter | None = None,
     summary_prefix: str = "",
+    prefix: Sequence[dict[str, Any]] = (),
 ) -> Compaction:
     """Bring the history down to `cfg.low_water × window`, apply that to it, and return the event.
 
     `overhead_tokens` is the estimate of the rest of the request (system prompt, tools, task, tail;
     `TokenCounter.overhead` gives it), which counts against the window as well. `counter` is the
-    calibrated counter of the loop (default: the history's own). Files are written
+    calibrated counter of the loop (default: the history's own). `prefix` is what the agent's request
+    puts before the history (the system prompt and the task), for the summary request. Files are written
     through `save` before the event exists, so a recorded pointer never points at nothing.
 
     It does what it may even when that stops short of the low-water mark; when nothing may be moved
@@ -120,7 +126,10 @@ def compact(
             replaced_message(entry, replacements[entry.id]) if entry.id in replacements else entry.message
             for entry in span
         ]
-        text = summarize(replaced).strip()
+        # The history as it is, which the provider has cached; when that would not fit (the provider
+        # refused it as too long), the span alone with its pointers, which is smaller but not cached.
+        cached = estimate(history.tokens()) < window
+        text = summarize(summary_request(prefix, history.messages() if cached else replaced, span)).strip()
         # A sub-agent shares the workspace: its prefix keeps its summaries from overwriting the parent's.
         summary_path = f"{SUMMARY_DIR}/{summary_prefix}{next_summary_number:03d}.md"
         save(summary_path, summary_file(next_summary_number, step, text, span, replaced))
@@ -346,6 +355,26 @@ def _oldest_span(
         if fits(remaining):
             break
     return span if sum(tokens[entry.id] for entry in span) > cfg.summary_tokens else []
+
+
+def summary_request(
+    prefix: Sequence[dict[str, Any]], messages: Sequence[dict[str, Any]], span: Sequence[Entry]
+) -> list[dict[str, Any]]:
+    """The request that asks the model for a summary of `span`: the request's `prefix` and history
+    `messages`, then one user message with the instruction. Given the history as the last request
+    sent it, every byte but that message's is a prefix the provider has cached."""
+    return [*prefix, *messages, {"role": "user", "content": summary_instruction(span)}]
+
+
+def summary_instruction(span: Sequence[Entry]) -> str:
+    """The appended message of a summary request: which steps to summarize, and how."""
+    first, last = span[0].step, span[-1].step
+    return (
+        f"[cairn is compacting your context: the messages of steps {first} to {last} above will be replaced "
+        "by a summary you write now, and saved whole to a file you can read. Summarize those steps for "
+        "yourself: decisions, facts learned, files written, errors met and their state, and every file "
+        "path mentioned. Answer with the summary only, in plain text; call no tool.]"
+    )
 
 
 def summary_message(number: int, path: str, span: list[Entry], text: str) -> str:
