@@ -54,7 +54,8 @@ the next request's tail). Its figures are the line before the last:
 
 The last line is machine-readable:
     cache_hit=<r> peak_tokens=<n> cost_vs_summarize=<r> cost_vs_appended=<r> rereads=<n> overhead_300_vs_10=<r>
-and on the real-shaped workload also ` compactions=<n> summaries=<n> cost_vs_raw=<r>`. (Peak over
+and on the real-shaped workload also ` compactions=<n> summaries=<n> cost_vs_raw=<r>`, after a line
+`floor: ...` that prices what any policy keeping the last results whole must pay (`cost_floor`). (Peak over
 all of cairn's requests, its summarize requests included; costs are cairn's over the summarize@90%
 baseline's, fresh and appended, rereads included; overhead is the last ten steps' over steps 5-15's.)
 Targets: cache_hit >= 0.9, peak under the window, cost_vs_summarize <= 0.5, cost_vs_appended <=
@@ -1052,6 +1053,40 @@ def run_summarize(turns: Sequence[Turn], window: int, appended: bool = False,
     return ledger
 
 
+# --- a floor under cairn's cost on the real-shaped workload -----------------------------------------
+
+
+def cost_floor(turns: Sequence[Turn], raw: Ledger, cfg: ContextConfig) -> tuple[float, dict[str, float]]:
+    """What any policy that keeps the last `keep_recent_results` turns' results whole must pay at least.
+
+    From the raw agent's own figures: its answers and its new tokens (each step's, sent uncached once)
+    are paid by every policy. On top, every request holds the prefix (system, tools, task) and the
+    recent turns (their results whole; the text of all but the last `keep_recent_turns` as a pointer),
+    `L` tokens, read from the cache; and every compaction re-sends at least those recent turns, `R`,
+    uncached: 9 C more a token than a cached read (C). With the request growing `g` tokens a step,
+    compacting every `d` tokens of growth costs per step C (L + d/2) + 9 C R g / d, least at
+    d = sqrt(18 R g). The older history is counted as free: no pointers, digests, summaries or rereads.
+    """
+    prefix = len(prompt_tokens_of([{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}], TOOLS))
+
+    def tokens(turn: Turn, whole_text: bool) -> int:
+        if whole_text:
+            return turn.verbatim_tokens
+        message = {**turn.verbatim[0], "content": f"[your text of step {turn.step} moved out of the context: "
+                   f"{len(turn.message['content'])} bytes in /cairn/obs/{turn.step}-assistant-call_{turn.step}_0.txt; "
+                   "read it with file_read]"}
+        return sum(count_tokens(canonical_json(m)) for m in (message, *turn.verbatim[1:]))
+
+    keep, whole = cfg.keep_recent_results, cfg.keep_recent_turns
+    recent = statistics.mean(sum(tokens(turns[j], j >= i - whole) for j in range(i - keep, i))
+                             for i in range(keep, len(turns) + 1))
+    growth = statistics.mean(turn.verbatim_tokens for turn in turns)
+    spacing = math.sqrt(18 * recent * growth)
+    per_step = PRICE_CACHED * (prefix + recent + spacing / 2) + 9 * PRICE_CACHED * recent * growth / spacing
+    floor = raw.cost_output + raw.cost_uncached + len(turns) * per_step
+    return floor, {"prefix": prefix, "recent": recent, "growth": growth, "spacing": spacing}
+
+
 # --- report ----------------------------------------------------------------------------------------
 
 
@@ -1118,9 +1153,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     window = args.window or (REAL_WINDOW if args.workload == "real-shaped" else DEFAULT_WINDOW)
     if args.sweep:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from context_sweep import sweep  # noqa: PLC0415 - only the sweep needs it
+        from context_sweep import sweep, sweep_real  # noqa: PLC0415 - only the sweep needs it
 
-        sweep(sys.modules[__name__], args, steps)
+        (sweep_real if args.workload == "real-shaped" else sweep)(sys.modules[__name__], args, steps)
         return {}
     cfg = _config(args)
 
@@ -1176,6 +1211,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             print(f"note: {led.name}'s largest summarize request ({_fmt_int(led.peak_summarize)} tokens) is over the "
                   "window; a real model would refuse it (it is counted as if accepted)")
 
+    if raw is not None:
+        floor, parts = cost_floor(turns, raw, cfg)
+        print(f"floor: any policy keeping the last {cfg.keep_recent_results} results whole pays at least "
+              f"${floor:.2f} ({floor / raw.cost:.3f} of the raw agent's ${raw.cost:.2f}): the raw agent's answers and "
+              f"new tokens (${raw.cost_output + raw.cost_uncached:.2f}), a prefix of {parts['prefix']:.0f} and recent "
+              f"turns of {parts['recent']:.0f} tokens read from the cache every step, re-sent uncached at each "
+              f"compaction, one every {parts['spacing']:.0f} tokens of growth ({parts['growth']:.0f} a step) at best")
     early, late = step_windows(len(runs[0]))
     ms = 1000.0
     parts: list[tuple[str, Callable[[StepTime], float]]] = [
@@ -1213,7 +1255,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             f"overhead_300_vs_10={result['overhead_300_vs_10']:.2f}")
     if raw is not None:
         result |= {"compactions": float(cairn.compactions), "summaries": float(cairn.summaries),
-                   "cost_vs_raw": cairn.cost / raw.cost}
+                   "cost_vs_raw": cairn.cost / raw.cost, "floor_vs_raw": cost_floor(turns, raw, cfg)[0] / raw.cost}
         line += f" compactions={cairn.compactions} summaries={cairn.summaries} cost_vs_raw={result['cost_vs_raw']:.3f}"
     critic = Ledger(f"cairn, critic every {CRITIC_EVERY}")
     run_cairn(turns, window, lambda step, messages, tools, output, reread: critic.account(
