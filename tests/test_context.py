@@ -345,7 +345,8 @@ def test_compaction_gets_under_low_water() -> None:
 def test_summary_replaces_oldest_whole_turns_and_saves_numbered_file() -> None:
     files = Files()
     history = make_history(12, result="ok", say=LONG_THOUGHTS)
-    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    # A low mark only a summary reaches: a digest of these turns would not.
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100, low_water=0.2)
     seen: list[list[dict]] = []
     event = run_compact(history, cfg, files=files, number=3, summarize=lambda m: seen.append(m) or "Listed twice.")
     assert event.kind == "summary" and event.summary_path == "/cairn/summaries/003.md"
@@ -360,12 +361,12 @@ def test_the_summary_request_is_the_request_as_it_was_plus_one_instruction() -> 
     history = make_history(12, result="ok", say=LONG_THOUGHTS)
     before = history.messages()
     prefix = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
-    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    # A low mark only a summary reaches: a digest of these turns would not.
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100, low_water=0.2)
     seen: list[list[dict]] = []
     event = compact(history, window=window_for(history), cfg=cfg, save=Files(), step=100, next_summary_number=1,
                     summarize=lambda m: seen.append(m) or "S.", prefix=prefix)
     request, last_step = seen[0], int(event.span[-1][1:]) // 2  # message e<2i> and e<2i+1> are step i's
-
     assert request[: len(prefix) + len(before)] == [*prefix, *before]  # byte for byte the cached prefix
     assert len(request) == len(prefix) + len(before) + 1
     assert request[-1]["role"] == "user" and f"steps 0 to {last_step} " in request[-1]["content"]
