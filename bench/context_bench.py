@@ -9,7 +9,8 @@ producing the whole request (messages + tools) at every step:
 
 1. cairn: the real `orchestrator.context` code, driven the way `orchestrator/loop.py` drives it
    (offload at insertion, todo and budget in a tail, bulk compaction at the high-water mark with a
-   summary request, a TokenCounter calibrated on the previous request's true size).
+   summary request appended to its own request, so the cache serves it, a TokenCounter calibrated on the
+   previous request's true size).
 2. drop-oldest: everything verbatim, the plan only in the history, and the oldest turns dropped
    while the request is over the window: a sliding window, which rewrites the prefix every step
    once it is full.
@@ -53,7 +54,8 @@ the next request's tail). Its figures are the line before the last:
 
 The last line is machine-readable:
     cache_hit=<r> peak_tokens=<n> cost_vs_summarize=<r> cost_vs_appended=<r> rereads=<n> overhead_300_vs_10=<r>
-and on the real-shaped workload also ` compactions=<n> summaries=<n> cost_vs_raw=<r>`. (Peak over
+and on the real-shaped workload also ` compactions=<n> summaries=<n> cost_vs_raw=<r>`, after a line
+`floor: ...` that prices what any policy keeping the last results whole must pay (`cost_floor`). (Peak over
 all of cairn's requests, its summarize requests included; costs are cairn's over the summarize@90%
 baseline's, fresh and appended, rereads included; overhead is the last ten steps' over steps 5-15's.)
 Targets: cache_hit >= 0.9, peak under the window, cost_vs_summarize <= 0.5, cost_vs_appended <=
@@ -130,12 +132,6 @@ TASK = (
     "unchanged. When done, write a short CHANGES.md entry and call task_done."
 )
 
-# What cairn's loop sends to summarize a span (Agent.summarize in orchestrator/loop.py). Copied, not
-# imported: importing the loop imports litellm.
-CAIRN_SUMMARIZE_PROMPT = (
-    "Summarize this part of an agent's work history for the agent itself: decisions, facts "
-    "learned, files written, errors met, and every file path mentioned. Be concise."
-)
 BASELINE_SUMMARIZE_PROMPT = (
     "Summarize the conversation so far so that the agent can continue the task from the summary "
     "alone: the goal, what was done, files changed, errors met and their state, and the next steps."
@@ -728,8 +724,9 @@ class Ledger:
 
     def account_summary(self, messages: list[Message], output_tokens: int,
                         tools: list[dict[str, Any]] | None = None, from_cache: bool = False) -> int:
-        """One summarize request. Its own prompt shares no prefix with the agent's requests, so all of
-        it is uncached input; one that extends the agent's request (`from_cache`) is looked up in the cache."""
+        """One summarize request. One with a prompt of its own shares no prefix with the agent's requests, so
+        all of it is uncached input; one that extends the agent's request (`from_cache`: cairn's, and the
+        appended baseline's) is looked up in the cache."""
         tokens = prompt_tokens_of(messages, tools or [])
         cached = self.cache.lookup(tokens) if from_cache else 0
         self._add(len(tokens), cached, output_tokens)
@@ -800,30 +797,20 @@ class StepTime:
 
 
 class _Summarizer:
-    """The `summarize` callback: scripted text, its span kept for accounting after the timed part."""
+    """The `summarize` callback: scripted text, its request kept for accounting after the timed part."""
 
     def __init__(self) -> None:
-        self.spans: list[list[Message]] = []
+        self.requests: list[list[Message]] = []
         self.texts: list[str] = []
         self.elapsed = 0.0  # stands for a model call, so it is taken out of the context work
 
     def __call__(self, messages: list[Message]) -> str:
         started = time.perf_counter()
-        text = summary_text(messages, CAIRN_SUMMARY_TOKENS, f"cairn-{len(self.spans)}")
-        self.spans.append(messages)
+        text = summary_text(messages, CAIRN_SUMMARY_TOKENS, f"cairn-{len(self.requests)}")
+        self.requests.append(messages)
         self.texts.append(text)
         self.elapsed += time.perf_counter() - started
         return text
-
-
-def cairn_summarize_request(messages: list[Message]) -> list[Message]:
-    """The request Agent.summarize sends for a span (kept in step with orchestrator/loop.py)."""
-    span = "\n\n".join(
-        f"[{m['role']}] {m.get('content') or ''}"
-        + "".join(f"\n  call {c['function']['name']} {c['function']['arguments']}" for c in m.get("tool_calls") or [])
-        for m in messages
-    )
-    return [{"role": "system", "content": CAIRN_SUMMARIZE_PROMPT}, {"role": "user", "content": span}]
 
 
 # `send(step, messages, tools, output_tokens, reread) -> prompt tokens`: the model call, as far as the
@@ -880,7 +867,8 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
             started, before = time.perf_counter(), summarizer.elapsed
             event = compact(history, window=window, cfg=cfg, save=files.__setitem__, summarize=summarizer,
                             step=turn.step, next_summary_number=summaries + 1,
-                            overhead_tokens=counter.overhead(request), counter=counter)
+                            overhead_tokens=counter.overhead(request), counter=counter,
+                            prefix=request.messages[:2])
             summaries += event.kind == "summary"
             request = build_request(SYSTEM, TOOLS, TASK, history, tail)
             t.compact = time.perf_counter() - started - (summarizer.elapsed - before)
@@ -894,9 +882,10 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
         # the model call (not timed): accounting, and summaries made by this step's compaction
         prompt = send(turn.step, request.messages, request.tools, turn.output_tokens, turn.rereads is not None)
         if ledger is not None:
-            for span, text in zip(summarizer.spans, summarizer.texts):
-                ledger.account_summary(cairn_summarize_request(span), count_tokens(text))
-        summarizer.spans.clear()
+            # The request compaction built (`summary_request`): this step's, instruction appended.
+            for summary_request, text in zip(summarizer.requests, summarizer.texts):
+                ledger.account_summary(summary_request, count_tokens(text), TOOLS, from_cache=True)
+        summarizer.requests.clear()
         summarizer.texts.clear()
 
         # the reply and its observations enter the history (RunState._on_assistant_message, loop.finish)
@@ -1064,6 +1053,40 @@ def run_summarize(turns: Sequence[Turn], window: int, appended: bool = False,
     return ledger
 
 
+# --- a floor under cairn's cost on the real-shaped workload -----------------------------------------
+
+
+def cost_floor(turns: Sequence[Turn], raw: Ledger, cfg: ContextConfig) -> tuple[float, dict[str, float]]:
+    """What any policy that keeps the last `keep_recent_results` turns' results whole must pay at least.
+
+    From the raw agent's own figures: its answers and its new tokens (each step's, sent uncached once)
+    are paid by every policy. On top, every request holds the prefix (system, tools, task) and the
+    recent turns (their results whole; the text of all but the last `keep_recent_turns` as a pointer),
+    `L` tokens, read from the cache; and every compaction re-sends at least those recent turns, `R`,
+    uncached: 9 C more a token than a cached read (C). With the request growing `g` tokens a step,
+    compacting every `d` tokens of growth costs per step C (L + d/2) + 9 C R g / d, least at
+    d = sqrt(18 R g). The older history is counted as free: no pointers, digests, summaries or rereads.
+    """
+    prefix = len(prompt_tokens_of([{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}], TOOLS))
+
+    def tokens(turn: Turn, whole_text: bool) -> int:
+        if whole_text:
+            return turn.verbatim_tokens
+        message = {**turn.verbatim[0], "content": f"[your text of step {turn.step} moved out of the context: "
+                   f"{len(turn.message['content'])} bytes in /cairn/obs/{turn.step}-assistant-call_{turn.step}_0.txt; "
+                   "read it with file_read]"}
+        return sum(count_tokens(canonical_json(m)) for m in (message, *turn.verbatim[1:]))
+
+    keep, whole = cfg.keep_recent_results, cfg.keep_recent_turns
+    recent = statistics.mean(sum(tokens(turns[j], j >= i - whole) for j in range(i - keep, i))
+                             for i in range(keep, len(turns) + 1))
+    growth = statistics.mean(turn.verbatim_tokens for turn in turns)
+    spacing = math.sqrt(18 * recent * growth)
+    per_step = PRICE_CACHED * (prefix + recent + spacing / 2) + 9 * PRICE_CACHED * recent * growth / spacing
+    floor = raw.cost_output + raw.cost_uncached + len(turns) * per_step
+    return floor, {"prefix": prefix, "recent": recent, "growth": growth, "spacing": spacing}
+
+
 # --- report ----------------------------------------------------------------------------------------
 
 
@@ -1130,9 +1153,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     window = args.window or (REAL_WINDOW if args.workload == "real-shaped" else DEFAULT_WINDOW)
     if args.sweep:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from context_sweep import sweep  # noqa: PLC0415 - only the sweep needs it
+        from context_sweep import sweep, sweep_real  # noqa: PLC0415 - only the sweep needs it
 
-        sweep(sys.modules[__name__], args, steps)
+        (sweep_real if args.workload == "real-shaped" else sweep)(sys.modules[__name__], args, steps)
         return {}
     cfg = _config(args)
 
@@ -1188,6 +1211,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             print(f"note: {led.name}'s largest summarize request ({_fmt_int(led.peak_summarize)} tokens) is over the "
                   "window; a real model would refuse it (it is counted as if accepted)")
 
+    if raw is not None:
+        floor, parts = cost_floor(turns, raw, cfg)
+        print(f"floor: any policy keeping the last {cfg.keep_recent_results} results whole pays at least "
+              f"${floor:.2f} ({floor / raw.cost:.3f} of the raw agent's ${raw.cost:.2f}): the raw agent's answers and "
+              f"new tokens (${raw.cost_output + raw.cost_uncached:.2f}), a prefix of {parts['prefix']:.0f} and recent "
+              f"turns of {parts['recent']:.0f} tokens read from the cache every step, re-sent uncached at each "
+              f"compaction, one every {parts['spacing']:.0f} tokens of growth ({parts['growth']:.0f} a step) at best")
     early, late = step_windows(len(runs[0]))
     ms = 1000.0
     parts: list[tuple[str, Callable[[StepTime], float]]] = [
@@ -1225,7 +1255,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             f"overhead_300_vs_10={result['overhead_300_vs_10']:.2f}")
     if raw is not None:
         result |= {"compactions": float(cairn.compactions), "summaries": float(cairn.summaries),
-                   "cost_vs_raw": cairn.cost / raw.cost}
+                   "cost_vs_raw": cairn.cost / raw.cost, "floor_vs_raw": cost_floor(turns, raw, cfg)[0] / raw.cost}
         line += f" compactions={cairn.compactions} summaries={cairn.summaries} cost_vs_raw={result['cost_vs_raw']:.3f}"
     critic = Ledger(f"cairn, critic every {CRITIC_EVERY}")
     run_cairn(turns, window, lambda step, messages, tools, output, reread: critic.account(

@@ -11,6 +11,12 @@ whose every run keeps the cache hit at 0.9 or more and the peak under the window
 Phase one sweeps the marks (a grid of 0.2) at the current preview size; phase two sweeps the
 preview size at the two best pairs of marks: the full product of both does not fit ~10 minutes of
 a shared 2-core machine.
+
+With `--workload real-shaped` the sweep is `sweep_real`: a finer grid of marks at a 32k window, each
+configuration's cost over a raw agent's with no window limit (as the bench's `cost_vs_raw`), its
+written summaries over its compactions, and its cache hit. The chosen configuration is the cheapest
+of those whose every run keeps the cache hit at 0.9 or more, with summaries at most half of the
+compactions over the seeds.
 """
 
 from __future__ import annotations
@@ -51,6 +57,61 @@ class Cell:
 
     def ok(self, window: int) -> bool:
         return min(self.cache_hit) >= 0.9 and max(self.peak) < window
+
+
+REAL_HIGHS = (0.4, 0.45, 0.5, 0.6, 0.7)
+REAL_LOWS = (0.2, 0.25, 0.3, 0.35, 0.4)
+REAL_MIN_GAP = 0.1  # a real-shaped run grows ~500 tokens a step: 0.1 of 32k is still ~6 steps apart
+
+
+def sweep_real(bench: ModuleType, args: argparse.Namespace, steps: int) -> dict[tuple[float, float], dict]:
+    """The real-shaped sweep (see the module's docstring): print its table and choice; return the rows."""
+    window = args.window or bench.REAL_WINDOW
+    runs = {}
+    for seed in SEEDS:
+        turns = bench._workload(args.workload, steps, seed)
+        runs[seed] = (turns, bench.make_references(turns, seed, args.rereads),
+                      bench.run_drop_oldest(turns, 10**12, None, "raw, no limit"))
+    rows: dict[tuple[float, float], dict] = {}
+    started = time.monotonic()
+    for high in REAL_HIGHS:
+        for low in (x for x in REAL_LOWS if x <= high - REAL_MIN_GAP + 1e-9):
+            row: dict = {"vs_raw": [], "hit": [], "compactions": 0, "summaries": 0, "peak": 0, "rereads": []}
+            for turns, references, raw in runs.values():
+                ledger, _ = bench.measure_cairn(turns, window, 1, bench._config(args, high_water=high, low_water=low),
+                                                references)
+                row["vs_raw"].append(ledger.cost / raw.cost)
+                row["hit"].append(ledger.cache_hit)
+                row["compactions"] += ledger.compactions
+                row["summaries"] += ledger.summaries
+                row["peak"] = max(row["peak"], ledger.peak, ledger.peak_summarize)
+                row["rereads"].append(ledger.rereads)
+            rows[(high, low)] = row
+            print(f"[{time.monotonic() - started:6.0f} s] {_real_row(high, low, row, window)}", file=sys.stderr,
+                  flush=True)
+    print(f"sweep: workload {args.workload}, {steps} steps, window {window // 1000}k, seeds "
+          f"{', '.join(map(str, SEEDS))}, references back at {args.rereads:.0%} of steps; means over the seeds")
+    print()
+    print("| high | low | cost vs raw (mean) | cost vs raw (max) | summaries / compactions | cache hit (min) | "
+          "peak / window (max) | rereads (mean) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (high, low), row in sorted(rows.items()):
+        print(_real_row(high, low, row, window))
+    eligible = [k for k, r in rows.items() if min(r["hit"]) >= 0.9 and 2 * r["summaries"] <= r["compactions"]
+                and r["peak"] < window]
+    if eligible:
+        high, low = min(eligible, key=lambda k: statistics.mean(rows[k]["vs_raw"]))
+        print()
+        print(f"chosen: high_water={high} low_water={low} (mean cost vs raw over the seeds: "
+              f"{statistics.mean(rows[(high, low)]['vs_raw']):.3f})")
+    return rows
+
+
+def _real_row(high: float, low: float, row: dict, window: int) -> str:
+    mean = statistics.mean
+    return (f"| {high} | {low} | {mean(row['vs_raw']):.3f} | {max(row['vs_raw']):.3f} | "
+            f"{row['summaries']} / {row['compactions']} | {min(row['hit']):.3f} | {row['peak'] / window:.2f} | "
+            f"{mean(row['rereads']):.1f} |")
 
 
 def sweep(bench: ModuleType, args: argparse.Namespace, steps: int) -> dict[Point, Cell]:

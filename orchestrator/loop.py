@@ -211,7 +211,7 @@ class Agent:
                 save=self.save_file, summarize=self.summarize, step=step,
                 next_summary_number=self.state.summaries + 1,
                 overhead_tokens=self.counter.overhead(request), counter=self.counter,
-                summary_prefix=f"{self.tag}-" if self.tag else "",
+                summary_prefix=f"{self.tag}-" if self.tag else "", prefix=request.messages[:2],
             )
         except CannotCompact as exc:
             raise Finished("failed", str(exc)) from exc
@@ -219,13 +219,9 @@ class Agent:
             self.emit(event)
 
     def summarize(self, messages: list[dict]) -> str:
-        """The span goes to the model as plain text: some providers refuse tool calls without tools."""
-        prompt = ("Summarize this part of an agent's work history for the agent itself: decisions, facts "
-                  "learned, files written, errors met, and every file path mentioned. Be concise.")
-        span = "\n\n".join(f"[{m['role']}] {m.get('content') or ''}"
-                            + "".join(f"\n  call {c['function']['name']} {c['function']['arguments']}"
-                                      for c in m.get("tool_calls") or []) for m in messages)
-        reply = self.model.complete([{"role": "system", "content": prompt}, {"role": "user", "content": span}], [])
+        """The agent's own request with the summary instruction appended (context/compaction.py
+        `summary_request`): the same tools, none callable, so the provider's cache serves its prefix."""
+        reply = self.model.complete(messages, self.state.tools, "none", history_end=len(messages) - 1)
         return reply.message.get("content") or "(the model gave no summary)"
 
     # -- the tools --------------------------------------------------------------------------------

@@ -301,7 +301,7 @@ def test_compaction_keeps_the_recent_results_whole() -> None:
 
 def test_failed_result_pointer_keeps_its_error_lines() -> None:
     history = make_history(10, failing=frozenset({0}))
-    run_compact(history, ContextConfig(keep_recent_results=2))
+    run_compact(history, ContextConfig(keep_recent_results=2, low_water=0.4))  # pointers alone reach it
     pointer = history.get("e1").content
     assert history.get("e1").pointer and "ValueError: bad 0" in pointer and "Traceback" in pointer
     assert "x" * 50 not in pointer
@@ -345,16 +345,41 @@ def test_compaction_gets_under_low_water() -> None:
 def test_summary_replaces_oldest_whole_turns_and_saves_numbered_file() -> None:
     files = Files()
     history = make_history(12, result="ok", say=LONG_THOUGHTS)
-    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    # A low mark only a summary reaches: a digest of these turns would not.
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100, low_water=0.2)
     seen: list[list[dict]] = []
     event = run_compact(history, cfg, files=files, number=3, summarize=lambda m: seen.append(m) or "Listed twice.")
     assert event.kind == "summary" and event.summary_path == "/cairn/summaries/003.md"
     assert event.span == [f"e{i}" for i in range(len(event.span))] and len(event.span) % 2 == 0  # whole turns
-    assert [m["role"] for m in seen[0]] == ["assistant", "tool"] * (len(event.span) // 2)
     first = history.messages()[0]
     assert first["role"] == "user" and "Listed twice." in first["content"] and "003.md" in first["content"]
     assert "Listed twice." in files.saved["/cairn/summaries/003.md"]
     assert history.messages()[-4:] == make_history(12, result="ok", say=LONG_THOUGHTS).messages()[-4:]
+
+
+def test_the_summary_request_is_the_request_as_it_was_plus_one_instruction() -> None:
+    history = make_history(12, result="ok", say=LONG_THOUGHTS)
+    before = history.messages()
+    prefix = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
+    # A low mark only a summary reaches: a digest of these turns would not.
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100, low_water=0.2)
+    seen: list[list[dict]] = []
+    event = compact(history, window=window_for(history), cfg=cfg, save=Files(), step=100, next_summary_number=1,
+                    summarize=lambda m: seen.append(m) or "S.", prefix=prefix)
+    request, last_step = seen[0], int(event.span[-1][1:]) // 2  # message e<2i> and e<2i+1> are step i's
+    assert request[: len(prefix) + len(before)] == [*prefix, *before]  # byte for byte the cached prefix
+    assert len(request) == len(prefix) + len(before) + 1
+    assert request[-1]["role"] == "user" and f"steps 0 to {last_step} " in request[-1]["content"]
+
+
+def test_a_history_over_the_window_is_summarized_from_its_span_alone() -> None:
+    # As after the provider refused a request as too long: the history as it is cannot be sent again.
+    history = make_history(12, say=LONG_THOUGHTS)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    seen: list[list[dict]] = []
+    event = run_compact(history, cfg, window=int(history.tokens() / 0.99) // 2, summarize=lambda m: seen.append(m) or "S.")
+    assert [m["role"] for m in seen[0]] == ["assistant", "tool"] * (len(event.span) // 2) + ["user"]
+    assert all(pointer_path(m["content"]) for m in seen[0] if m["role"] == "tool")
 
 
 def test_every_saved_output_stays_reachable_after_a_summary() -> None:
@@ -434,7 +459,7 @@ def test_compaction_turns_old_long_call_arguments_into_pointers_to_the_saved_arg
     history = make_write_history(10)
     originals = {e.id: e.message["tool_calls"][0]["function"]["arguments"] for e in history if e.kind == "assistant"}
     files = Files()
-    event = run_compact(history, ContextConfig(keep_recent_results=2, keep_recent_turns=2), files=files)
+    event = run_compact(history, ContextConfig(keep_recent_results=2, keep_recent_turns=2, low_water=0.4), files=files)
     assert event.kind == "pointers" and event.replacements
     calls = [e for e in history if e.kind == "assistant"]
     assert list(event.replacements) == [e.id for e in calls[: len(event.replacements)]]  # oldest first
@@ -495,7 +520,7 @@ REASONING = "The parser drops the last frame when the buffer ends on a boundary,
 def test_compaction_turns_old_long_assistant_text_into_a_pointer_to_a_file_holding_it() -> None:
     history = make_history(10, result="ok", say=REASONING)
     files = Files()
-    event = run_compact(history, ContextConfig(keep_recent_results=2, keep_recent_turns=2), files=files)
+    event = run_compact(history, ContextConfig(keep_recent_results=2, keep_recent_turns=2, high_water=0.75, low_water=0.45), files=files)
     assert event.kind == "pointers" and event.replacements
     calls = [e for e in history if e.kind == "assistant"]
     assert all(e.content == REASONING for e in calls[-2:])  # the recent turns keep their text
@@ -530,3 +555,76 @@ def test_summary_file_lists_the_saved_assistant_text_of_its_span() -> None:
     summary = files.saved["/cairn/summaries/001.md"]
     assert "step 0, tool call: /cairn/obs/0-assistant-call_0.txt" in summary
     assert files.saved["/cairn/obs/0-assistant-call_0.txt"] == REASONING
+
+
+def test_the_text_of_a_turn_whose_result_stays_whole_becomes_a_pointer_but_its_call_stays() -> None:
+    history = make_history(10, result="ok", say=REASONING)
+    calls = {e.id: e.message["tool_calls"] for e in history if e.kind == "assistant"}
+    files = Files()
+    # So full that every old turn must go: the last 6 results stay whole, the last 2 turns keep their text.
+    run_compact(history, ContextConfig(keep_recent_results=6, keep_recent_turns=2, low_water=0.1),
+                window=int(history.tokens() / 0.99), files=files)
+    kept = [e for e in history if e.kind == "assistant"]
+    assert len(kept) == 6 and all(e.message["tool_calls"] == calls[e.id] for e in kept)
+    assert all(e.content == REASONING for e in kept[-2:])
+    for entry in kept[:-2]:
+        path = f"/cairn/obs/{entry.step}-assistant-call_{entry.step}.txt"
+        assert entry.content.startswith(f"[your text of step {entry.step} moved out") and path in entry.content
+        assert files.saved[path] == REASONING
+
+
+# --- digests: many old turns folded into one message --------------------------------------------------
+
+
+def test_old_turns_that_pointers_cannot_fit_are_folded_into_a_digest_without_the_model() -> None:
+    history = make_history(30, result="3 passed\n" * 3, say=REASONING)
+    files = Files()
+    event = run_compact(history, ContextConfig(keep_recent_results=4, keep_recent_turns=2, low_water=0.3),
+                        window=int(history.tokens() / 0.99), files=files)  # no_summary: the model is not asked
+    assert event.kind == "digest" and event.span[0] == "e0"
+    first = history.entries[0]
+    assert first.kind == "digest" and first.content == event.summary and event.summary_path in files.saved
+    lines = first.content.split("\n")
+    assert lines[1] == '0: shell_exec {"command": "ls"}' and lines[2].startswith("  -> ok, 3 lines: /cairn/obs/0-")
+    assert len([e for e in history if e.kind == "tool"]) == 4  # the recent results, whole
+
+
+def test_every_line_of_a_digest_resolves_to_a_file_holding_the_result_whole() -> None:
+    history = make_history(30, result="3 passed\n" * 3, say=REASONING, failing=frozenset({3}))
+    files = Files()
+    event = run_compact(history, ContextConfig(keep_recent_results=4, keep_recent_turns=2, low_water=0.3),
+                        window=int(history.tokens() / 0.99), files=files)
+    results = [line for line in event.summary.split("\n") if line.startswith("  -> ")]
+    assert len(results) == len(event.span) // 2
+    for line in results:
+        path = line.rsplit(": ", 1)[1]
+        assert files.saved[path].endswith("3 passed\n" * 3)
+    assert results[3].startswith("  -> failed (ValueError: bad 3)")
+    whole = files.saved[event.summary_path]
+    assert REASONING.strip() in whole or "/cairn/obs/0-assistant-call_0.txt" in whole  # the text, or its pointer
+
+
+def test_a_digest_leaves_an_earlier_digest_as_it_is() -> None:
+    history = make_history(30, result="3 passed\n" * 3, say=REASONING)
+    cfg = ContextConfig(keep_recent_results=4, keep_recent_turns=2, low_water=0.3)
+    run_compact(history, cfg, window=int(history.tokens() / 0.99))
+    first = history.entries[0]
+    for i in range(30, 50):
+        call = {"id": f"call_{i}", "type": "function", "function": {"name": "shell_exec", "arguments": '{"command":"ls"}'}}
+        history.append(f"e{2 * i}", {"role": "assistant", "content": REASONING, "tool_calls": [call]}, step=i)
+        history.append(f"e{2 * i + 1}", {"role": "tool", "tool_call_id": f"call_{i}", "content": "3 passed\n" * 3},
+                       step=i, tool="shell_exec")
+    event = run_compact(history, cfg, window=int(history.tokens() / 0.8))
+    assert event.kind == "digest" and history.entries[0] == first  # the cached prefix is untouched
+    assert history.entries[1].kind == "digest" and history.entries[1].content == event.summary
+
+
+def test_replaying_a_digest_gives_identical_messages_and_is_idempotent() -> None:
+    live = make_history(30, result="3 passed\n" * 3, say=REASONING)
+    cfg = ContextConfig(keep_recent_results=4, keep_recent_turns=2, low_water=0.3)
+    event = run_compact(live, cfg, window=int(live.tokens() / 0.99))
+    replayed = make_history(30, result="3 passed\n" * 3, say=REASONING)
+    replayed.apply(parse_event(dump_event(event)))
+    replayed.apply(event)
+    assert canonical_json(replayed.messages()) == canonical_json(live.messages())
+    assert replayed.tokens() == live.tokens()

@@ -148,3 +148,9 @@ def test_references_are_seeded_and_take_a_tenth_of_the_steps() -> None:
     references = bench.make_references(turns, 3)
     assert len(references) == 10 and references == bench.make_references(turns, 3)
     assert all(call.id.startswith("call_") and int(call.id.split("_")[1]) < step for step, call in references.items())
+
+
+def test_the_real_shaped_floor_is_below_what_cairn_pays_and_what_the_raw_agent_pays() -> None:
+    bench = load_bench()
+    result = bench.main(["--workload", "real-shaped", "--steps", "60", "--window", "12000", "--repeats", "1"])
+    assert 0 < result["floor_vs_raw"] < result["cost_vs_raw"] and result["floor_vs_raw"] < 1

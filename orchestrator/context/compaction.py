@@ -3,19 +3,27 @@
 It runs rarely and in bulk. When a request crosses the high-water mark, one compaction brings the
 history down to the low-water mark, so the prefix cache is rebuilt once, not at every step.
 
-Two moves, cheapest first:
+Three moves, cheapest first:
 
 1. Old tool results become one-line pointers to a file holding their text; the long arguments
    of old tool calls (a file written whole, an edit's old and new text) become pointers to a file
    holding the call's original arguments; and the assistant's own long old text (its reasoning)
-   becomes a pointer to a file holding it. Oldest first, the most recent turns and the last
-   `keep_recent_results` results staying whole, because the agent is probably still working with
-   them. A failed result keeps its error lines, so the agent still sees what went wrong without
-   reading the file. In real trajectories the assistant's text is as big as the observations, so
-   masking results alone leaves most of an old turn in place and forces a written summary.
-2. If that is not enough, the oldest turns are summarized by the model. The summary is saved as a
-   file with the paths of every saved output of those turns and the turns themselves, and one
-   message holding the summary and that file's path takes their place.
+   becomes a pointer to a file holding it. Oldest first, the last `keep_recent_results` results
+   (and their calls) staying whole, because the agent is probably still working with them, and the
+   last `keep_recent_turns` turns keeping the assistant's text too. A failed result keeps its error
+   lines, so the agent still sees what went wrong without reading the file. In real trajectories
+   the assistant's text is as big as the observations, so masking results alone leaves most of an
+   old turn in place.
+2. If that does not reach the low-water mark, the old turns since the last summary or digest are
+   folded into a digest (context/digest.py): one message, a line a step with its calls and where
+   each result is, and a file with the turns as they were. No model call, nothing lost, about a
+   quarter of the tokens of the same turns as pointers; earlier digests stay as they are.
+3. If the digest does not reach it either, the oldest turns (earlier digests included) are
+   summarized by the model. The summary is saved as a file with the paths of every saved output of
+   those turns and the turns themselves, and one message holding the summary and that file's path
+   takes their place. The summary request is the agent's own request as it stands (the history
+   not yet compacted) with the instruction appended as one user message, so the provider's prefix
+   cache serves all of it but that message, as Claude Code and Codex CLI send theirs.
 
 Every pointer resolves to a file in the workspace, and the event log keeps every byte besides.
 The result is a `Compaction` event, applied with `History.apply`: the same call a resume makes, so
@@ -26,29 +34,23 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator.config import ContextConfig
+from orchestrator.context.digest import make_digest
 from orchestrator.context.history import Entry, History, replaced_message
-from orchestrator.context.offload import CAIRN_DIR, Save, byte_size, count_lines, is_big, obs_path, stats_from_preview
+from orchestrator.context.offload import CAIRN_DIR, Save, is_big, obs_path
+from orchestrator.context.pointers import ARGUMENTS_PATH, TEXT_PATH, argument_pointer, pointer_path, pointer_text, text_pointer
 from orchestrator.context.tokens import TokenCounter, canonical_json
 from orchestrator.errors import CairnError
 from orchestrator.store.events import Compaction
 
 Summarize = Callable[[list[dict[str, Any]]], str]
-"""`summarize(messages)` returns a written summary of those history messages (an LLM call)."""
+"""`summarize(request)` returns the model's answer to `request` (an LLM call, with the agent's tools and
+none of them callable): the messages of `summary_request`, which end with the instruction."""
 
 SUMMARY_DIR = f"{CAIRN_DIR}/summaries"
-
-# Lines that tell what went wrong. Only failed results are searched, so a loose pattern is fine.
-_ERROR_LINE = re.compile(
-    r"traceback|error|exception|exit (code|status)|failed|fail:|fatal|panic|timed out|timeout"
-    r"|command not found|no such file|permission denied|segmentation fault|killed",
-    re.IGNORECASE,
-)
-MAX_ERROR_LINES = 8
-MAX_ERROR_LINE_CHARS = 200
 
 # An argument value over this many tokens is worth a pointer (~40 tokens) once its call is old: it
 # catches the files written and the edits made, and leaves paths, commands and patterns alone.
@@ -80,12 +82,14 @@ def compact(
     overhead_tokens: int = 0,
     counter: TokenCounter | None = None,
     summary_prefix: str = "",
+    prefix: Sequence[dict[str, Any]] = (),
 ) -> Compaction:
     """Bring the history down to `cfg.low_water × window`, apply that to it, and return the event.
 
     `overhead_tokens` is the estimate of the rest of the request (system prompt, tools, task, tail;
     `TokenCounter.overhead` gives it), which counts against the window as well. `counter` is the
-    calibrated counter of the loop (default: the history's own). Files are written
+    calibrated counter of the loop (default: the history's own). `prefix` is what the agent's request
+    puts before the history (the system prompt and the task), for the summary request. Files are written
     through `save` before the event exists, so a recorded pointer never points at nothing.
 
     It does what it may even when that stops short of the low-water mark; when nothing may be moved
@@ -104,13 +108,32 @@ def compact(
     recent = _recent_results(entries, cfg.keep_recent_results)
     turns = _turns(entries)
     protected = _protected_turns(turns, recent, cfg)
-    # The calls of the turns that stay whole keep their arguments, as their results stay whole.
-    recent_calls = {e.id for turn in turns[len(turns) - protected :] for e in turn if e.kind == "assistant"}
+    # The calls whose results stay whole keep their arguments; only the last `keep_recent_turns`
+    # turns keep the assistant's text as well (its reasoning is worth less once its step is done).
+    calls = {e.id for turn in turns[len(turns) - protected :] for e in turn if e.kind == "assistant"}
+    last = {e.id for turn in turns[len(turns) - cfg.keep_recent_turns :] for e in turn if e.kind == "assistant"}
     tokens = {entry.id: entry.tokens for entry in entries}  # as they will be after the compaction
-    replacements = _pointers(entries, recent | recent_calls, tokens, counter, save, fits)
+    replacements = _pointers(entries, recent | last, calls, tokens, counter, save, fits)
     total = sum(tokens.values())
 
-    span = [] if fits(total) else _oldest_span(turns, protected, tokens, cfg, fits)
+    digest = None if fits(total) else make_digest(turns[: max(0, len(turns) - protected)], tokens, replacements, counter, summary_prefix, step)
+    # A digest when it reaches the low-water mark, else a summary; a digest still, when no summary can be made.
+    span = [] if fits(total) or (digest and fits(total - digest.removed + digest.tokens)) else (
+        _oldest_span(turns, protected, tokens, cfg, fits))
+    if digest is not None and not span:
+        for path, text in digest.files:
+            save(path, text)
+        total += digest.tokens - digest.removed
+        _fail_if_over(estimate(total), window, "after turning old results into pointers and folding old turns")
+        event = Compaction(
+            step=step, kind="digest",
+            replacements={id: content for id, content in replacements.items() if id not in digest.ids},
+            span=digest.ids, summary=digest.message, summary_path=digest.path,
+            tokens_before=estimate(history.tokens()), tokens_after=estimate(total),
+        )
+        history.apply(event)
+        return event
+
     summary = summary_path = None
     if span:
         total -= sum(tokens[entry.id] for entry in span)
@@ -120,7 +143,10 @@ def compact(
             replaced_message(entry, replacements[entry.id]) if entry.id in replacements else entry.message
             for entry in span
         ]
-        text = summarize(replaced).strip()
+        # The history as it is, which the provider has cached; when that would not fit (the provider
+        # refused it as too long), the span alone with its pointers, which is smaller but not cached.
+        cached = estimate(history.tokens()) < window
+        text = summarize(summary_request(prefix, history.messages() if cached else replaced, span)).strip()
         # A sub-agent shares the workspace: its prefix keeps its summaries from overwriting the parent's.
         summary_path = f"{SUMMARY_DIR}/{summary_prefix}{next_summary_number:03d}.md"
         save(summary_path, summary_file(next_summary_number, step, text, span, replaced))
@@ -153,14 +179,17 @@ def _recent_results(entries: list[Entry], keep: int) -> set[str]:
 def _pointers(
     entries: list[Entry],
     recent: set[str],
+    keep_arguments: set[str],
     tokens: dict[str, int],
     counter: TokenCounter,
     save: Save,
     fits: Callable[[int], bool],
 ) -> dict[str, str]:
-    """Turn old tool results and old long call arguments into pointers, oldest first, until it `fits`.
+    """Turn old tool results, old assistant text and old long call arguments into pointers, oldest
+    first, until it `fits`.
 
-    `recent` holds the ids never touched. Returns the replacements by message id in the form
+    `recent` holds the ids never touched; `keep_arguments`, the assistant messages whose text may
+    go but whose calls stay as they are. Returns the replacements by message id in the form
     `History.apply` reads (see there), and updates `tokens` to match them.
     """
     total = sum(tokens.values())
@@ -173,7 +202,7 @@ def _pointers(
         if entry.kind == "tool":
             found = _result_pointer(entry, counter, save)
         elif entry.kind == "assistant":
-            found = _assistant_pointers(entry, counter, save)
+            found = _assistant_pointers(entry, counter, save, arguments=entry.id not in keep_arguments)
         else:
             continue
         if found is None:
@@ -195,8 +224,11 @@ def _result_pointer(entry: Entry, counter: TokenCounter, save: Save) -> tuple[st
     return content, pointer_tokens
 
 
-def _assistant_pointers(entry: Entry, counter: TokenCounter, save: Save) -> tuple[str, int] | None:
-    """One old assistant message with its long text and its long call arguments turned into pointers.
+def _assistant_pointers(
+    entry: Entry, counter: TokenCounter, save: Save, *, arguments: bool = True
+) -> tuple[str, int] | None:
+    """One old assistant message with its long text and (if `arguments`) its long call arguments
+    turned into pointers.
 
     Returns the replacement in the form `History.apply` reads (`replaced_message`) and the message's
     new tokens, or None when nothing in it is long. Files are saved only when the message gets shorter.
@@ -211,7 +243,7 @@ def _assistant_pointers(entry: Entry, counter: TokenCounter, save: Save) -> tupl
         path = obs_path(entry.step, "assistant", label)
         message = {**message, "content": text_pointer(entry.step, text, path)}
         files.append((path, text))
-    calls = _argument_pointers(entry, counter)
+    calls = _argument_pointers(entry, counter) if arguments else None
     if calls is not None:
         new_calls, call_files = calls
         message = {**message, "tool_calls": new_calls}
@@ -226,11 +258,6 @@ def _assistant_pointers(entry: Entry, counter: TokenCounter, save: Save) -> tupl
     if message.get("content") == entry.message.get("content"):
         return canonical_json(message["tool_calls"]), pointer_tokens  # the form old event logs hold
     return canonical_json({"content": message.get("content"), "tool_calls": message.get("tool_calls")}), pointer_tokens
-
-
-def text_pointer(step: int, text: str, path: str) -> str:
-    """What stands for the long text of an old assistant message."""
-    return f"[your text of step {step} moved out of the context: {byte_size(text)} bytes in {path}{_POINTER_END}"
 
 
 def _argument_pointers(entry: Entry, counter: TokenCounter) -> tuple[list[Any], list[tuple[str, str]]] | None:
@@ -266,44 +293,6 @@ def _argument_pointers(entry: Entry, counter: TokenCounter) -> tuple[list[Any], 
         new_calls.append({**call, "function": {**function, "arguments": serialized}})
         files.append((path, raw))
     return (new_calls, files) if files else None
-
-
-def argument_pointer(value: str, path: str) -> str:
-    """What stands for one long argument value of an old tool call."""
-    return f"[{byte_size(value)} bytes; the original arguments are in {path}{_POINTER_END}"
-
-
-# `pointer_path` reads the path back from this ending, so the two change together.
-_POINTER_END = "; read it with file_read]"
-_POINTER_PATH = re.compile(r" in (\S+)" + re.escape(_POINTER_END))
-_ARGUMENTS_PATH = re.compile(r"the original arguments are in (\S+)" + re.escape(_POINTER_END))
-_TEXT_PATH = re.compile(r"^\[your text of step \d+ moved out of the context: \d+ bytes in (\S+)" + re.escape(_POINTER_END))
-
-
-def pointer_text(entry: Entry, path: str) -> str:
-    """The one line that replaces a tool result, and for a failed result its error lines."""
-    stats = stats_from_preview(entry.content) if entry.offloaded_to else None
-    if entry.offloaded_to is None:
-        stats = (count_lines(entry.content), byte_size(entry.content))
-    size = f"{stats[0]} lines, {stats[1]} bytes" if stats else "whole output"
-    tool = entry.tool or "tool"
-    line = f"[{tool} result of step {entry.step} moved out of the context: {size} in {path}{_POINTER_END}"
-    if not entry.error:
-        return line
-    return "\n".join([line, "It failed; its first error lines:", *error_lines(entry.content)])
-
-
-def pointer_path(content: str) -> str | None:
-    """The file a pointer made by `pointer_text` names, or None if `content` is no such pointer."""
-    match = _POINTER_PATH.search(content.split("\n", 1)[0])
-    return match.group(1) if match else None
-
-
-def error_lines(text: str) -> list[str]:
-    """The first lines that say what went wrong (or the first line, if none says so), capped."""
-    lines = [line.strip() for line in text.split("\n") if line.strip()]
-    matching = [line for line in lines if _ERROR_LINE.search(line)] or lines[:1]
-    return [_cut(line, MAX_ERROR_LINE_CHARS) for line in matching[:MAX_ERROR_LINES]]
 
 
 def _turns(entries: list[Entry]) -> list[list[Entry]]:
@@ -346,6 +335,26 @@ def _oldest_span(
         if fits(remaining):
             break
     return span if sum(tokens[entry.id] for entry in span) > cfg.summary_tokens else []
+
+
+def summary_request(
+    prefix: Sequence[dict[str, Any]], messages: Sequence[dict[str, Any]], span: Sequence[Entry]
+) -> list[dict[str, Any]]:
+    """The request that asks the model for a summary of `span`: the request's `prefix` and history
+    `messages`, then one user message with the instruction. Given the history as the last request
+    sent it, every byte but that message's is a prefix the provider has cached."""
+    return [*prefix, *messages, {"role": "user", "content": summary_instruction(span)}]
+
+
+def summary_instruction(span: Sequence[Entry]) -> str:
+    """The appended message of a summary request: which steps to summarize, and how."""
+    first, last = span[0].step, span[-1].step
+    return (
+        f"[cairn is compacting your context: the messages of steps {first} to {last} above will be replaced "
+        "by a summary you write now, and saved whole to a file you can read. Summarize those steps for "
+        "yourself: decisions, facts learned, files written, errors met and their state, and every file "
+        "path mentioned. Answer with the summary only, in plain text; call no tool.]"
+    )
 
 
 def summary_message(number: int, path: str, span: list[Entry], text: str) -> str:
@@ -392,8 +401,8 @@ def _saved_paths(entry: Entry, message: dict[str, Any]) -> list[str]:
         return [path] if path else []
     if entry.kind == "assistant":
         arguments = [str((call.get("function") or {}).get("arguments")) for call in message.get("tool_calls") or []]
-        text = _TEXT_PATH.findall(str(message.get("content") or ""))
-        return text + sorted({path for args in arguments for path in _ARGUMENTS_PATH.findall(args)})
+        text = TEXT_PATH.findall(str(message.get("content") or ""))
+        return text + sorted({path for args in arguments for path in ARGUMENTS_PATH.findall(args)})
     return []
 
 
@@ -409,7 +418,3 @@ def _fail_if_over(tokens: int, window: int, after: str) -> None:
             hint="use a model with a larger window, or lower context.keep_recent_turns and "
             "context.keep_recent_results",
         )
-
-
-def _cut(line: str, limit: int) -> str:
-    return line if len(line) <= limit else line[:limit] + " [...]"

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from orchestrator.context.tokens import Count, TokenCounter
 from orchestrator.store.events import Compaction
 
-Kind = Literal["assistant", "tool", "user", "summary"]
+Kind = Literal["assistant", "tool", "user", "summary", "digest"]
 
 _KIND_OF_ROLE: dict[str, Kind] = {"assistant": "assistant", "tool": "tool", "user": "user"}
 
@@ -104,7 +104,7 @@ class History:
         for id, value in sorted(event.replacements.items(), key=lambda item: self._position(item[0])):
             entry = self._entries[self._position(id)]
             self._put(self._position(id), replace(entry, message=replaced_message(entry, value), pointer=True))
-        if event.kind == "summary":
+        if event.kind in ("summary", "digest"):
             self._replace_span(event)
 
     def messages(self) -> list[dict[str, Any]]:
@@ -134,14 +134,15 @@ class History:
 
     def _replace_span(self, event: Compaction) -> None:
         if not event.span or event.summary is None or event.summary_path is None:
-            raise ValueError("a summary compaction needs a span, a summary and a summary_path")
+            raise ValueError(f"a {event.kind} compaction needs a span, a summary and a summary_path")
         if summary_id(event.summary_path) in self._index and not any(id in self._index for id in event.span):
             return  # applied already
         start = self._position(event.span[0])
         if [entry.id for entry in self._entries[start : start + len(event.span)]] != event.span:
             raise ValueError(f"compaction span {event.span[0]}..{event.span[-1]} is not a run of the history")
         message = {"role": "user", "content": event.summary}
-        summary = Entry(summary_id(event.summary_path), message, event.step, "summary", self.counter.message(message))
+        kind: Kind = "digest" if event.kind == "digest" else "summary"
+        summary = Entry(summary_id(event.summary_path), message, event.step, kind, self.counter.message(message))
         if summary.id in self._index:
             raise ValueError(f"history already has a summary with id {summary.id!r}")
         removed = self._entries[start : start + len(event.span)]

@@ -74,10 +74,11 @@ class ToolFinished(_Event):
 
 
 class Compaction(_Event):
-    """Old tool results turned into pointers, or a span of history replaced by a saved summary."""
+    """Old tool results turned into pointers, or a span of history replaced by a saved summary, or by a
+    digest (context/digest.py: a line a step, no model; `summary` holds it, `summary_path` its file)."""
 
     type: Literal["compaction"] = "compaction"
-    kind: Literal["pointers", "summary"]
+    kind: Literal["pointers", "digest", "summary"]
     replacements: dict[str, str] = Field(default_factory=dict)  # history message id -> new content
     span: list[str] = Field(default_factory=list)  # ids of the messages a summary replaces
     summary: str | None = None
