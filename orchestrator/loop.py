@@ -69,6 +69,7 @@ class Agent:
         self.disk: DiskLimit | None = None  # made when the run starts (`start_disk_limit`)
         self.checkpoints: Any = None  # store.checkpoints.Checkpoints, made at the first checkpoint
         self.critic_model: ModelLike | None = None  # --critic-model's own client; None: the critic asks `model`
+        self.summary_usage: dict[str, Any] = {}  # the last summary request's, until its compaction is recorded
         self.cut_off_child: tuple[ToolCall, Any] | None = None  # a sub-agent to go on with (see recover)
 
     def emit(self, event: ev._Event) -> None:
@@ -216,12 +217,14 @@ class Agent:
         except CannotCompact as exc:
             raise Finished("failed", str(exc)) from exc
         if event.replacements or event.span:
+            event.usage, self.summary_usage = self.summary_usage, {}
             self.emit(event)
 
     def summarize(self, messages: list[dict]) -> str:
         """The agent's own request with the summary instruction appended (context/compaction.py
         `summary_request`): the same tools, none callable, so the provider's cache serves its prefix."""
         reply = self.model.complete(messages, self.state.tools, "none", history_end=len(messages) - 1)
+        self.summary_usage = reply.usage.model_dump()  # recorded with the compaction (`compact`)
         return reply.message.get("content") or "(the model gave no summary)"
 
     # -- the tools --------------------------------------------------------------------------------

@@ -628,3 +628,16 @@ def test_replaying_a_digest_gives_identical_messages_and_is_idempotent() -> None
     replayed.apply(event)
     assert canonical_json(replayed.messages()) == canonical_json(live.messages())
     assert replayed.tokens() == live.tokens()
+
+
+def test_a_summary_requests_usage_counts_toward_the_runs_totals() -> None:
+    from orchestrator.store.replay import RunState
+
+    state = RunState(ContextConfig(), TokenCounter(Tokenizer()))
+    state.history.append("e1", {"role": "user", "content": "old turn"}, 1, kind="user")
+    usage = {"prompt_tokens": 900, "cached_tokens": 800, "completion_tokens": 120, "cost_usd": 0.01}
+    state.apply(Compaction(step=3, kind="summary", span=["e1"], summary="s", summary_path="/cairn/summaries/001.md",
+                           tokens_before=10, tokens_after=5, usage=usage))
+    totals = state.totals
+    assert (totals.prompt_tokens, totals.cached_tokens, totals.completion_tokens) == (900, 800, 120)
+    assert totals.cost_usd == pytest.approx(0.01)

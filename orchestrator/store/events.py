@@ -85,6 +85,7 @@ class Compaction(_Event):
     summary_path: str | None = None
     tokens_before: int
     tokens_after: int
+    usage: dict[str, Any] = Field(default_factory=dict)  # the summary request's, counted toward the budget
 
 
 class Notice(_Event):

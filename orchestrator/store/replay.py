@@ -107,6 +107,8 @@ class RunState:
         self.history.apply(e)
         if e.kind == "summary":
             self.summaries += 1
+        if e.usage:  # the summary request's tokens count toward the budget like the agent's
+            self._spend(e.usage)
 
     def _on_check_finished(self, e: ev.CheckFinished) -> None:
         self.checks = e.round
