@@ -18,7 +18,6 @@ from orchestrator.errors import CairnError
 from orchestrator.context import CannotCompact, TokenCounter, build_request, compact, needs_compaction
 from orchestrator.context import TODO_MAX_BYTES, render_tail, shape_result, todo_cut_note
 from orchestrator.context.offload import obs_path
-from orchestrator.delegate import delegate, resumable_child, resume_delegate, top_of
 from orchestrator.disk import DiskLimit, disk_limit_of
 from orchestrator.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
 from orchestrator.llm.client import ContextOverflow
@@ -28,9 +27,10 @@ from orchestrator.store import events as ev
 from orchestrator.store import inbox
 from orchestrator.store import journal
 from orchestrator.store.replay import RunState
+from orchestrator.store.children import top_of
 from orchestrator.store.runs import RunDir
-from orchestrator.tools.dispatch import AskUser, BadCall, Observation, TaskDone, ToolRunner, parse_arguments
-from orchestrator.tools.specs import force
+from orchestrator.tools.dispatch import AskUser, BadCall, Observation, TaskDone
+from orchestrator.tools.registry import Registry, ToolContext, force
 from orchestrator.status import Status
 
 
@@ -52,11 +52,17 @@ class Display(Protocol):
 class Agent:
     tag = ""  # a sub-agent's mark in the names of the files it saves (see delegate.py)
 
-    def __init__(self, run: RunDir, cfg: RunConfig, sandbox: Any, model: ModelLike, display: Display) -> None:
+    def __init__(self, run: RunDir, cfg: RunConfig, sandbox: Any, model: ModelLike, display: Display,
+                 tools: Registry | None = None) -> None:
+        """`tools`: the run's tool registry; by default the built-in tools, sub-agents made of this class."""
         self.run_dir, self.cfg, self.sandbox, self.model, self.display = run, cfg, sandbox, model, display
         self.counter = TokenCounter()
         self.state = RunState(cfg.context, self.counter)
-        self.tools = ToolRunner(sandbox, cfg.sandbox)
+        if tools is None:
+            from orchestrator.tools.builtin import builtin_tools
+
+            tools = Registry(builtin_tools(type(self)))
+        self.tools = tools
         self.guard = LoopGuard()
         self.notices: list[str] = []  # for the next request's tail only
         self.stop_requested = False
@@ -69,7 +75,7 @@ class Agent:
         self.disk: DiskLimit | None = None  # made when the run starts (`start_disk_limit`)
         self.checkpoints: Any = None  # store.checkpoints.Checkpoints, made at the first checkpoint
         self.critic_model: ModelLike | None = None  # --critic-model's own client; None: the critic asks `model`
-        self.cut_off_child: tuple[ToolCall, Any] | None = None  # a sub-agent to go on with (see recover)
+        self.cut_off: tuple[ToolCall, Callable[[int], Observation]] | None = None  # a call to finish (see recover)
 
     def emit(self, event: ev._Event) -> None:
         self.run_dir.events.append(event)
@@ -88,7 +94,7 @@ class Agent:
         previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS} if main else {}
         self.start_disk_limit()
         try:
-            if self.cut_off_child is not None:
+            if self.cut_off is not None:
                 self.finish_cut_off_step()  # first: the results of a step's calls follow the calls
             if message:
                 self.emit(ev.UserMessage(step=self.state.step, text=message, source=source))
@@ -236,14 +242,14 @@ class Agent:
         started = time.monotonic()
         ending = None
         try:
-            args = parse_arguments(call.name, call.arguments, self.tools.extra_names)
-            if call.name == "agent_delegate":  # a sub-agent on the same sandbox (orchestrator/delegate.py)
-                observation = delegate(self, Agent, call, step, args)
-            else:
+            args = self.tools.parse_arguments(call.name, call.arguments)
+            journaled = self.tools.get(call.name).journaled
+            if journaled:
                 self.sandbox.call_key = self.journal_key(step, call)  # its request is journaled under it
-                try:
-                    observation = self.tools.run(call.name, args, obs_path(step, call.name, label))
-                finally:
+            try:
+                observation = self.tools.run(call.name, args, self.tool_context(step, call, label))
+            finally:
+                if journaled:
                     self.sandbox.call_key = None  # a call that never reached the toolbox leaves none behind
         except TaskDone as done:
             observation, ending = Observation("task reported done"), Finished("done", "task_done", done.summary)
@@ -259,6 +265,9 @@ class Agent:
                                     "; so is what was installed outside it." if self.sandbox.reused else
                                     "; anything installed outside it is gone."))
         return ending
+
+    def tool_context(self, step: int, call: ToolCall, label: str | None, sandbox: Any = None) -> ToolContext:
+        return ToolContext(sandbox or self.sandbox, self.cfg.sandbox, obs_path(step, call.name, label), step, call, self)
 
     def finish(self, call: ToolCall, step: int, observation: Observation, duration_ms: float | None = None,
                label: str | None = None) -> None:
@@ -329,9 +338,10 @@ class Agent:
             self.emit(ev.Notice(step=self.state.step, text=f"the toolbox's journal was not read: {record.problem}"))
         for call in list(self.state.open_calls.values()):
             began = call.id in self.state.started
-            child = resumable_child(self, call) if began else None
-            if child is not None:
-                self.cut_off_child = (call, child)
+            tool = self.tools.get(call.name)
+            go_on = tool.take_up(self, call) if began and tool is not None and tool.take_up else None
+            if go_on is not None:
+                self.cut_off = (call, go_on)
                 break  # the calls after it are closed after it, in their order
             if not began:
                 self.finish(call, self.state.step, Observation("not executed: the run stopped before this call",
@@ -354,10 +364,10 @@ class Agent:
         """The observation of a call cut off by a crash, from its journal entry: a result it had is shaped
         as it would have been live; a call that was killed, or never reached the sandbox, says so."""
         if entry is not None and entry.state == "finished":
-            replay = ToolRunner(journal.Replay(entry.response, self.sandbox.network_enabled), self.cfg.sandbox)
+            replay = journal.Replay(entry.response, self.sandbox.network_enabled)
             try:
-                args = parse_arguments(call.name, call.arguments, self.tools.extra_names)
-                return replay.run(call.name, args, obs_path(self.state.step, call.name, call.id))
+                args = self.tools.parse_arguments(call.name, call.arguments)
+                return self.tools.run(call.name, args, self.tool_context(self.state.step, call, call.id, replay))
             except (BadCall, ToolError) as exc:
                 return Observation(f"error: {exc}", error=True)
             except (KeyError, TypeError, ValueError, AttributeError):  # the sandbox can write the journal
@@ -373,7 +383,8 @@ class Agent:
                            f"came back; all of it is in {partial.get('output_path')}]")
             return Observation(str(partial.get("output") or ""), error=True, footer=footer,
                                saved_path=partial.get("output_path") if partial.get("truncated") else None)
-        if call.name not in self.tools.extra_names:  # MCP calls go to their servers, not through the journal
+        tool = self.tools.get(call.name)
+        if tool is None or tool.journaled:  # MCP calls go to their servers, not through the journal
             return Observation("not executed: the run stopped before this call reached the sandbox", error=True)
         return Observation("interrupted: the run stopped while this call went to its MCP server; it may or may "
                            "not have taken effect", error=True)
@@ -385,9 +396,9 @@ class Agent:
     def finish_cut_off_step(self) -> None:
         """The rest of the step a crash cut off inside agent_delegate: the sub-agent goes on, the calls
         after it are not executed, and the step ends as every step does."""
-        (call, child), self.cut_off_child = self.cut_off_child, None
+        (call, go_on), self.cut_off = self.cut_off, None
         step, started = self.state.step, time.monotonic()
-        observation = resume_delegate(self, Agent, child, step)
+        observation = go_on(step)
         # Named after its call id: another agent_delegate call of this step may have saved an output.
         self.finish(call, step, observation, (time.monotonic() - started) * 1000, label=call.id)
         for rest in list(self.state.open_calls.values()):

@@ -10,7 +10,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from pydantic import ValidationError
 
@@ -21,6 +21,9 @@ from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
 from orchestrator.tools.specs import BUILTIN_TOOLS, canonical, tool_names
 from orchestrator.status import Status
+
+if TYPE_CHECKING:
+    from orchestrator.tools.registry import Tool
 
 DEFAULT_WORKDIR = "/workspace"
 
@@ -156,11 +159,13 @@ def check_workspace_dir(path: Path, runs_dir: Path) -> Path:
 
 
 def create_run(runs_dir: Path, task: str, cfg: RunConfig, workspace: Path | None = None,
-               from_git: str | None = None, ref: str | None = None) -> RunDir:
+               from_git: str | None = None, ref: str | None = None, tools: Sequence[Tool] = ()) -> RunDir:
     """A new run: its workspace is a copy of the template, or `workspace` (a user's folder, worked on in
     place; the template's files are not added to it), or a clone of the git repository `from_git` at
     `ref` (the template's files that the repository does not have are added), or, with another work
-    directory than /workspace (`--workdir`), the image's content at that path (no template files)."""
+    directory than /workspace (`--workdir`), the image's content at that path (no template files).
+    `tools`: tools of the run's own, offered after the built-in ones (README, "Extending cairn"); its
+    sessions must be given the same."""
     if workspace is not None and from_git is not None:
         raise UsageError("--workspace and --from-git do not go together")
     meta: dict[str, Any] = {"task": task, "status": "running", "config": cfg.model_dump(mode="json")}
@@ -185,7 +190,7 @@ def create_run(runs_dir: Path, task: str, cfg: RunConfig, workspace: Path | None
         shutil.rmtree(run.root, ignore_errors=True)  # a run that never started leaves nothing behind
         raise
     if not cfg.mcp.servers:  # with MCP servers, the Session starts the log once they listed their tools
-        start_log(run, task, cfg)
+        start_log(run, task, cfg, [tool.spec for tool in tools])
     return run
 
 
@@ -208,7 +213,8 @@ def copy_workdir(run: RunDir, cfg: RunConfig) -> None:
 
 
 def start_log(run: RunDir, task: str, cfg: RunConfig, extra_tools: list[dict[str, Any]] | None = None) -> None:
-    """The first events: RunStarted with the run's fixed tool list (built-in, then MCP), and step 0."""
+    """The first events: RunStarted with the run's fixed tool list (built-in, then the run's own, then
+    MCP), and step 0."""
     run.events.append(ev.RunStarted(task=task, system_prompt=system_prompt(cfg.system_prompt_extra, cfg.sandbox.workdir),
                                     tools=canonical(BUILTIN_TOOLS + list(extra_tools or []))))
     initial_checkpoint(run)
@@ -282,12 +288,14 @@ class Session:
     """A run's live parts. Making one starts its sandbox (in a thread, while the model library loads);
     use it as a context manager, whose entry waits for that start, so the sandbox always stops with the run."""
 
-    def __init__(self, run: RunDir, cfg: RunConfig, display: Any, resumed: bool = False) -> None:
+    def __init__(self, run: RunDir, cfg: RunConfig, display: Any, resumed: bool = False,
+                 tools: Sequence[Tool] = ()) -> None:
+        """`tools`: the run's own tools, as given to `create_run`."""
         from orchestrator.sandbox import Sandbox
         from orchestrator.sandbox.image import ensure_image
 
         run.check_workspace()  # a run on a user's folder that is gone: say so before anything starts
-        self.run, self.cfg, self.resumed = run, cfg, resumed
+        self.run, self.cfg, self.resumed, self.own_tools = run, cfg, resumed, list(tools)
         self.aside = run.events.set_aside_torn_line() if resumed else None
         if resumed and (cfg.mcp.servers or cfg.mcp.api_key_in_file):
             from orchestrator.agent_folder import restore_secrets
@@ -301,7 +309,8 @@ class Session:
 
             image = image_for(image, cfg.mcp.servers, progress=_progress)  # uvx/pipx/npx packages, installed
             self.hub = McpHub(cfg.mcp.servers, start_timeout=cfg.mcp.start_timeout,
-                              call_timeout=cfg.mcp.call_timeout, reserved=set(tool_names(BUILTIN_TOOLS)),
+                              call_timeout=cfg.mcp.call_timeout,
+                              reserved={*tool_names(BUILTIN_TOOLS), *(t.name for t in self.own_tools)},
                               progress=_progress)
         run.cairn_dir.mkdir(exist_ok=True)  # a run made before cairn/ existed gets one now
         carried = carried_machine(run)
@@ -322,16 +331,17 @@ class Session:
         from orchestrator.critic import critic_model_config
         from orchestrator.llm.client import LLM, preload  # imports litellm: only for commands that call a model
         from orchestrator.loop import Agent
+        from orchestrator.tools.builtin import builtin_tools
+        from orchestrator.tools.registry import Registry
 
         preload()
         llm = LLM(self.cfg.model)
-        agent = Agent(self.run, self.cfg, self.sandbox, llm, display)
+        agent = Agent(self.run, self.cfg, self.sandbox, llm, display, tools=Registry([*builtin_tools(Agent), *self.own_tools]))
         llm.on_retry = self._retrying
         critic_cfg = critic_model_config(self.cfg)
         if critic_cfg is not None:  # --critic-model: the critic's own client, its retries logged alike
             agent.critic_model = LLM(critic_cfg)
             agent.critic_model.on_retry = self._retrying
-        agent.tools.mcp = self.hub
         return agent
 
     def _retrying(self, retry: Any) -> None:  # noqa: ANN401 - llm.retry.Retry, imported with litellm
@@ -372,9 +382,10 @@ class Session:
         """Start the MCP servers; a fresh run's log starts with their tools, a resumed run keeps its list."""
         self.hub.start(self.sandbox)
         state = self.agent.state
-        builtin = set(tool_names(BUILTIN_TOOLS))
+        builtin = set(self.agent.tools.names)  # and the run's own tools
         if not any(e.type == "run_started" for e in self.run.events.read()[0]):
-            start_log(self.run, self.run.read_meta().get("task", ""), self.cfg, self.hub.tools())
+            start_log(self.run, self.run.read_meta().get("task", ""), self.cfg,
+                      [*(t.spec for t in self.own_tools), *self.hub.tools()])
             events, _torn = self.run.events.read()
             for event in events[state.n_events:]:
                 state.apply(event)
@@ -384,6 +395,7 @@ class Session:
                 self.agent.emit(ev.Notice(step=state.step, text=(
                     "the MCP servers' tools differ from this run's stored tool list, which is kept: "
                     + "; ".join(changes))))
+        self.agent.tools.extend(self.hub.as_tools([t for t in state.tools if t["function"]["name"] not in builtin]))
         for warning in self.hub.warnings:
             self.agent.emit(ev.Notice(step=state.step, text=warning))
 

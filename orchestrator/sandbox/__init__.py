@@ -240,7 +240,7 @@ class Sandbox:
         if op == "shell":
             timeout = args.get("timeout")
             if timeout is None or (isinstance(timeout, (int, float)) and not isinstance(timeout, bool)):
-                timeout = min(float(timeout or self.cfg.command_timeout), self.cfg.max_command_timeout)
+                timeout = self.cfg.shell_timeout(timeout)
                 args = {**args, "timeout": timeout}
             else:  # not a number: the toolbox refuses it with a clear message
                 timeout = self.cfg.command_timeout

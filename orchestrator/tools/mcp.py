@@ -49,9 +49,11 @@ from typing import Any, Callable
 import anyio
 
 from orchestrator.config import McpServerConfig
-from orchestrator.errors import SandboxError
+from orchestrator.errors import SandboxError, first_line
+from orchestrator.tools.dispatch import Observation
 from orchestrator.tools.mcp_packages import server_argv
 from orchestrator.tools.mcp_transport import ExecProcess, exec_stdio_client, http_client
+from orchestrator.tools.registry import Tool, ToolContext
 
 
 NAME_LIMIT = 64
@@ -138,6 +140,17 @@ class McpHub:
             if name not in before:
                 self.routes.pop(name)
         return changes
+
+    def as_tools(self, specs: list[dict[str, Any]]) -> list[Tool]:
+        """The run's MCP tools for its registry, one object each: `specs` is the run's stored list of them
+        (a tool it lists that the servers no longer offer is answered with an error when called)."""
+
+        def handler(args: dict[str, Any], ctx: ToolContext) -> Observation:
+            # Offload of a big result and the error flag are the loop's, as for the built-in tools.
+            text, is_error = self.call(ctx.call.name, args)
+            return Observation(text, error=is_error)
+
+        return [Tool(spec, handler, checks_arguments=False) for spec in specs]  # the server checks them
 
     def call(self, name: str, args: dict[str, Any]) -> tuple[str, bool]:
         """Run one tool; (its text, whether it is an error). Never raises for the server's failures."""
@@ -481,6 +494,6 @@ def _explain(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     if isinstance(exc, TimeoutError):
         return "timed out"
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = first_line(exc) if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
 
