@@ -22,24 +22,13 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from orchestrator.ports import ToolContext
 from orchestrator.tools.dispatch import BadCall, Observation
 
 if TYPE_CHECKING:
-    from orchestrator.config import SandboxConfig
     from orchestrator.llm.types import ToolCall
-    from orchestrator.ports import Sandbox
 
-
-@dataclass
-class ToolContext:
-    """What a handler may use besides its arguments."""
-
-    sandbox: "Sandbox"  # the run's sandbox, or a journal's replay of one answer (store/journal.py)
-    cfg: "SandboxConfig"
-    obs_path: str  # where a big output of this call is saved (`/cairn/obs/<step>-<tool>.txt`)
-    step: int = 0
-    call: "ToolCall | None" = None
-    agent: Any = None  # the agent making the call (agent_delegate makes its child from it)
+__all__ = ["STRING", "Registry", "Tool", "ToolContext", "canonical", "force", "function_spec", "tool_names"]
 
 
 Handler = Callable[[dict[str, Any], ToolContext], Observation]
