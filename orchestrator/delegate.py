@@ -199,7 +199,7 @@ def _run_child(parent: Any, agent_class: type, run: ChildRun, cfg: RunConfig, de
     except Exception as exc:  # noqa: BLE001 - a bug in the child must not take the parent down
         reason = f"{type(exc).__name__}: {exc}"
         child.emit(ev.StatusChanged(step=child.state.step, status="failed", reason=reason))
-        child._save_meta()
+        child.save_meta()
         status = "failed"
     except BaseException:  # a second Ctrl-C at the wrong moment: the parent stops at once
         diff.index.unlink(missing_ok=True)

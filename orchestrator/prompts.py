@@ -27,3 +27,16 @@ How to work:
 def system_prompt(extra: str = "", workdir: str = "/workspace") -> str:
     """The prompt for a run whose work directory is `workdir` (fixed for the run, so the prefix stays)."""
     return SYSTEM_PROMPT.format(workdir=workdir) + ("\n" + extra.strip() + "\n" if extra.strip() else "")
+
+
+SUMMARY_PROMPT = ("Summarize this part of an agent's work history for the agent itself: decisions, facts "
+                  "learned, files written, errors met, and every file path mentioned. Be concise.")
+
+
+def summary_request(messages: list[dict]) -> list[dict]:
+    """The request that asks the model to summarize a span of history (compaction's last resort). The
+    span goes as plain text: some providers refuse tool calls in a request without tools."""
+    span = "\n\n".join(f"[{m['role']}] {m.get('content') or ''}"
+                        + "".join(f"\n  call {c['function']['name']} {c['function']['arguments']}"
+                                  for c in m.get("tool_calls") or []) for m in messages)
+    return [{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": span}]
