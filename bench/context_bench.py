@@ -330,7 +330,7 @@ class _Gen:
         return "\n".join([*lines, *foot])
 
     def exit(self, code: int, low: float, high: float) -> str:
-        """The footer shell_exec puts under every output (orchestrator/tools/dispatch.py)."""
+        """The footer shell_exec puts under every output (orchestrator/tools/builtin/shell_exec.py)."""
         return f"[exit code {code}, {self.rng.uniform(low, high):.1f} s]"
 
 

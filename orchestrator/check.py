@@ -22,7 +22,7 @@ from typing import Any
 
 from orchestrator.context.offload import check_path, is_big, preview
 from orchestrator.guards import Finished
-from orchestrator.sandbox import ToolError
+from orchestrator.ports import ToolError
 from orchestrator.store import events as ev
 
 # The container's environment is that of PID 1 (docker-init, or the image's own entrypoint); where it

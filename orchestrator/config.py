@@ -27,7 +27,6 @@ class SandboxConfig(Settings):
     image: str | None = Field(None, description="Image to run; None means the image built from sandbox_image/.")
     workdir: str = Field("/workspace", description="The agent's work directory in the container, where the run's "
                          "workspace is mounted; another than /workspace starts from the image's content there.")
-    lockdown: bool = False
     network: Literal["none", "bridge"] = "none"
     memory: str = Field("2g", description="Memory limit; swap is set equal to it, so there is no swap.")
     cpus: float = Field(2.0, gt=0)
@@ -59,6 +58,12 @@ class SandboxConfig(Settings):
     max_disk: str | None = Field(
         "20g", description="The run stops (status budget) when its workspace and container's writable layer "
                            "use more disk than this (500m, 20g, ...); None: no limit.")
+
+    def shell_timeout(self, requested: object = None) -> float:
+        """The seconds a shell command may run: the asked number when it is a positive one, else
+        `command_timeout`; never past `max_command_timeout`."""
+        asked = requested if isinstance(requested, (int, float)) and not isinstance(requested, bool) else 0
+        return min(float(asked) if asked > 0 else self.command_timeout, self.max_command_timeout)
 
     @field_validator("max_disk")
     @classmethod

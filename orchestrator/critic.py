@@ -15,7 +15,7 @@ from orchestrator.config import ModelConfig, RunConfig
 from orchestrator.context.offload import CAIRN_DIR
 from orchestrator.guards import Finished, check_budget
 from orchestrator.llm.types import ModelError
-from orchestrator.sandbox import ToolError
+from orchestrator.ports import ToolError
 from orchestrator.store import events as ev
 from orchestrator.store.replay import RunState
 
@@ -27,7 +27,7 @@ class Reviewed(Protocol):
     cfg: RunConfig
     tag: str
     state: RunState
-    model: Any  # loop.ModelLike; a second client on --critic-model is the agent's `critic_model`
+    model: Any  # ports.Model; a second client on --critic-model is the agent's `critic_model`
 
     def read_todo(self) -> tuple[str | None, str | None]: ...
 

@@ -52,15 +52,15 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config import LimitsConfig, RunConfig
+from orchestrator.errors import first_line
 from orchestrator.store import events as ev
 from orchestrator.store.children import CHILDREN, ChildRun, open_child, safe_name, top_of  # noqa: F401 - open_child: named here too
 from orchestrator.store.runs import RunDir
 from orchestrator.store.trust import safe_config
-from orchestrator.tools.dispatch import BadCall, Observation
+from orchestrator.tools.dispatch import WRITING_TOOLS, BadCall, Observation
 from orchestrator.status import Status
 
 OWN_FILES = (".cairn/obs/", ".cairn/summaries/", ".cairn/inbox/")  # cairn's in runs made before /cairn
-WRITING_TOOLS = ("file_write", "file_edit", "todo_write")
 USAGE_KEYS = ("prompt_tokens", "cached_tokens", "cache_write_tokens", "completion_tokens")
 
 ENDINGS = {
@@ -103,8 +103,8 @@ def _child_agent_class(agent_class: type) -> type:
     class ChildAgent(agent_class):  # type: ignore[misc,valid-type]
         def __init__(self, run: ChildRun, cfg: RunConfig, parent: Any, depth: int) -> None:
             self.parent, self.depth, self._stop = parent, depth, False
-            super().__init__(run, cfg, parent.sandbox, parent.model, ChildDisplay(parent.display, depth))
-            self.tools.mcp = parent.tools.mcp
+            super().__init__(run, cfg, parent.sandbox, parent.model, ChildDisplay(parent.display, depth),
+                             tools=parent.tools)
             self.tag = "sub-" + run.id
 
         @property
@@ -175,11 +175,6 @@ def delegate(parent: Any, agent_class: type, call: Any, step: int, args: dict[st
     return _run_child(parent, agent_class, run, cfg, depth, diff, step)
 
 
-def resumable_child(parent: Any, call: Any) -> ChildRun | None:
-    """The child of an agent_delegate call that a crash cut off, if it got as far as having a log."""
-    return open_child(parent.run_dir, call.id) if call.name == "agent_delegate" else None
-
-
 def resume_delegate(parent: Any, agent_class: type, run: ChildRun, step: int) -> Observation:
     """The rest of an agent_delegate call a crash cut off: the child goes on where its log ends (or, if
     it had ended, its ending is read back), and the result is the one the call would have had."""
@@ -204,7 +199,7 @@ def _run_child(parent: Any, agent_class: type, run: ChildRun, cfg: RunConfig, de
     except Exception as exc:  # noqa: BLE001 - a bug in the child must not take the parent down
         reason = f"{type(exc).__name__}: {exc}"
         child.emit(ev.StatusChanged(step=child.state.step, status="failed", reason=reason))
-        child._save_meta()
+        child.save_meta()
         status = "failed"
     except BaseException:  # a second Ctrl-C at the wrong moment: the parent stops at once
         diff.index.unlink(missing_ok=True)
@@ -310,7 +305,7 @@ class WorkspaceDiff:
             shutil.copyfile(self.checkpoints.git_dir / "index", self.index)
 
     def _failed(self, exc: Exception) -> None:
-        self.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        self.error = first_line(exc)
         self.index.unlink(missing_ok=True)
 
     def finish(self) -> list[tuple[str, str]] | None:

@@ -31,3 +31,12 @@ class SandboxError(CairnError):
     """The sandbox could not be started or reached (no engine, no image, a dead container)."""
 
     exit_code = EXIT_SANDBOX
+
+
+def first_line(error: BaseException | str, limit: int = 300) -> str:
+    """The first non-empty line of an error or a text, cut at `limit`: what a one-line message quotes.
+    An exception that says nothing is named by its class; an empty text is "no detail"."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if lines:
+        return lines[0][:limit]
+    return type(error).__name__ if isinstance(error, BaseException) else "no detail"

@@ -6,57 +6,47 @@ is only ever changed by applying those same events (`emit`), so a resumed run is
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
-from orchestrator import critic
+from orchestrator import critic, recovery
 from orchestrator.check import check_done
 from orchestrator.config import RunConfig
-from orchestrator.errors import CairnError
 from orchestrator.context import CannotCompact, TokenCounter, build_request, compact, needs_compaction
 from orchestrator.context import TODO_MAX_BYTES, render_tail, shape_result, todo_cut_note
 from orchestrator.context.offload import obs_path
-from orchestrator.delegate import delegate, resumable_child, resume_delegate, top_of
 from orchestrator.disk import DiskLimit, disk_limit_of
+from orchestrator.errors import CairnError
 from orchestrator.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
-from orchestrator.llm.client import ContextOverflow
-from orchestrator.llm.types import Reply, ToolCall
-from orchestrator.sandbox import ToolError
-from orchestrator.store import events as ev
-from orchestrator.store import inbox
-from orchestrator.store import journal
-from orchestrator.store.replay import RunState
-from orchestrator.store.runs import RunDir
-from orchestrator.tools.dispatch import AskUser, BadCall, Observation, TaskDone, ToolRunner, parse_arguments
-from orchestrator.tools.specs import force
+from orchestrator.llm.types import ContextOverflow, Reply, ToolCall
+from orchestrator.ports import Display, Model, Sandbox, Store, ToolError
 from orchestrator.status import Status
-
-
-# Ctrl-C and SIGTERM (`kill`, `docker stop`, systemd, a job scheduler) both stop a run between actions.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class ModelLike(Protocol):
-    def complete(self, messages: list[dict], tools: list[dict], tool_choice: Any = "auto",
-                 history_end: int | None = None, on_text: Callable[[str], None] | None = None) -> Reply: ...
-
-    def context_window(self) -> int: ...
-
-
-class Display(Protocol):
-    def event(self, event: ev.Event, state: RunState) -> None: ...
+from orchestrator.stop_signals import stop_signals
+from orchestrator.store import events as ev
+from orchestrator.store import inbox, journal
+from orchestrator.store.children import top_of
+from orchestrator.store.replay import RunState
+from orchestrator.tools.dispatch import AskUser, BadCall, Observation, TaskDone
+from orchestrator.tools.registry import Registry, ToolContext, force
 
 
 class Agent:
+    """One agent on one run: `run()` steps until the run ends. Its ports (orchestrator/ports.py) are given
+    by the composition root (runner.py): the run's store, sandbox, model, display and tools."""
+
     tag = ""  # a sub-agent's mark in the names of the files it saves (see delegate.py)
 
-    def __init__(self, run: RunDir, cfg: RunConfig, sandbox: Any, model: ModelLike, display: Display) -> None:
+    def __init__(self, run: Store, cfg: RunConfig, sandbox: Sandbox, model: Model, display: Display,
+                 tools: Registry | None = None) -> None:
+        """`tools`: the run's tool registry; by default the built-in tools, sub-agents made of this class."""
         self.run_dir, self.cfg, self.sandbox, self.model, self.display = run, cfg, sandbox, model, display
         self.counter = TokenCounter()
         self.state = RunState(cfg.context, self.counter)
-        self.tools = ToolRunner(sandbox, cfg.sandbox)
+        if tools is None:
+            from orchestrator.tools.builtin import builtin_tools
+
+            tools = Registry(builtin_tools(type(self)))
+        self.tools = tools
         self.guard = LoopGuard()
         self.notices: list[str] = []  # for the next request's tail only
         self.stop_requested = False
@@ -68,9 +58,9 @@ class Agent:
         self.inbox_offset = inbox.delivered_offset(events)  # where the undelivered `cairn say` lines start
         self.disk: DiskLimit | None = None  # made when the run starts (`start_disk_limit`)
         self.checkpoints: Any = None  # store.checkpoints.Checkpoints, made at the first checkpoint
-        self.critic_model: ModelLike | None = None  # --critic-model's own client; None: the critic asks `model`
+        self.critic_model: Model | None = None  # --critic-model's own client; None: the critic asks `model`
         self.summary_usage: dict[str, Any] = {}  # the last summary request's, until its compaction is recorded
-        self.cut_off_child: tuple[ToolCall, Any] | None = None  # a sub-agent to go on with (see recover)
+        self.cut_off: tuple[ToolCall, Callable[[int], Observation]] | None = None  # a call to finish (see recover)
 
     def emit(self, event: ev._Event) -> None:
         self.run_dir.events.append(event)
@@ -83,20 +73,17 @@ class Agent:
         """Steps until the run ends; returns its status. Ctrl-C or SIGTERM stops between actions. A
         person's `message` (an answer, a new instruction) reaches the model in the next request."""
         self.emit(ev.StatusChanged(step=self.state.step, status="running"))
-        # signal.signal works in the main thread only; a batch runs agents in worker threads and stops
-        # them itself on Ctrl-C or SIGTERM by setting `stop_requested` (orchestrator/batch.py).
-        main = threading.current_thread() is threading.main_thread()
-        previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS} if main else {}
         self.start_disk_limit()
         try:
-            if self.cut_off_child is not None:
-                self.finish_cut_off_step()  # first: the results of a step's calls follow the calls
-            if message:
-                self.emit(ev.UserMessage(step=self.state.step, text=message, source=source))
-            if self.stop_requested:
-                raise Finished("interrupted", f"stopped by {self.stopped_by or 'Ctrl-C'}")
-            while True:
-                self.step()
+            with stop_signals(self):
+                if self.cut_off is not None:
+                    recovery.finish_cut_off_step(self)  # first: the results of a step's calls follow the calls
+                if message:
+                    self.emit(ev.UserMessage(step=self.state.step, text=message, source=source))
+                if self.stop_requested:
+                    raise Finished("interrupted", f"stopped by {self.stopped_by or 'Ctrl-C'}")
+                while True:
+                    self.step()
         except Finished as finished:
             end = finished
         except KeyboardInterrupt:
@@ -104,11 +91,8 @@ class Agent:
         except CairnError as exc:  # the model or the sandbox failed for good; the message says how
             self.error = exc
             end = Finished("failed", exc.message)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
         self.emit(ev.StatusChanged(step=self.state.step, status=end.status, reason=end.reason, result=end.result))
-        self._save_meta()
+        self.save_meta()
         self.run_dir.take_stop_request()  # a `cairn stop` that came as the run ended is not for its next run
         return self.state.status
 
@@ -235,14 +219,14 @@ class Agent:
         started = time.monotonic()
         ending = None
         try:
-            args = parse_arguments(call.name, call.arguments, self.tools.extra_names)
-            if call.name == "agent_delegate":  # a sub-agent on the same sandbox (orchestrator/delegate.py)
-                observation = delegate(self, Agent, call, step, args)
-            else:
+            args = self.tools.parse_arguments(call.name, call.arguments)
+            journaled = self.tools.get(call.name).journaled
+            if journaled:
                 self.sandbox.call_key = self.journal_key(step, call)  # its request is journaled under it
-                try:
-                    observation = self.tools.run(call.name, args, obs_path(step, call.name, label))
-                finally:
+            try:
+                observation = self.tools.run(call.name, args, self.tool_context(step, call, label))
+            finally:
+                if journaled:
                     self.sandbox.call_key = None  # a call that never reached the toolbox leaves none behind
         except TaskDone as done:
             observation, ending = Observation("task reported done"), Finished("done", "task_done", done.summary)
@@ -258,6 +242,9 @@ class Agent:
                                     "; so is what was installed outside it." if self.sandbox.reused else
                                     "; anything installed outside it is gone."))
         return ending
+
+    def tool_context(self, step: int, call: ToolCall, label: str | None, sandbox: Any = None) -> ToolContext:
+        return ToolContext(sandbox or self.sandbox, self.cfg.sandbox, obs_path(step, call.name, label), step, call, self)
 
     def finish(self, call: ToolCall, step: int, observation: Observation, duration_ms: float | None = None,
                label: str | None = None) -> None:
@@ -316,82 +303,12 @@ class Agent:
             self.emit(ev.Checkpoint(step=step, commit=done.commit, skipped=done.skipped))
 
     def recover(self) -> None:
-        """After a stop or a crash: each call that started and never finished gets what the toolbox's
-        journal says became of it (its result, or that it was killed mid-way, or that it never reached
-        the sandbox), and is never run again; but a sub-agent cut off mid-way goes on where its log
-        ends, as the first thing `run` does.
-
-        The sandbox was started before this, which removed the crashed session's container: a command
-        that was cut off is dead by now, and its journal can no longer change."""
-        record = journal.read(self.run_dir.cairn_dir)
-        if record.problem:
-            self.emit(ev.Notice(step=self.state.step, text=f"the toolbox's journal was not read: {record.problem}"))
-        for call in list(self.state.open_calls.values()):
-            began = call.id in self.state.started
-            child = resumable_child(self, call) if began else None
-            if child is not None:
-                self.cut_off_child = (call, child)
-                break  # the calls after it are closed after it, in their order
-            if not began:
-                self.finish(call, self.state.step, Observation("not executed: the run stopped before this call",
-                                                               error=True))
-                continue
-            entry = record.get(self.journal_key(self.state.step, call))
-            # Named after its call id, like every call closed here: the step's other calls are not known.
-            self.finish(call, self.state.step, self.recovered(call, entry), label=call.id)
-        workdir = self.cfg.sandbox.workdir
-        if self.state.step and self.sandbox.reused:
-            self.notices.append(f"The run was resumed in the same sandbox: files in {workdir} and what was "
-                                "installed outside it are intact; processes started before (servers, background "
-                                "jobs) and the shell's state are gone.")
-        elif self.state.step:
-            self.notices.append(f"The run was resumed in a new sandbox: files in {workdir} are intact; anything "
-                                f"installed or started outside {workdir} is gone." +
-                                (f" ({self.sandbox.replaced})" if self.sandbox.replaced else ""))
-
-    def recovered(self, call: ToolCall, entry: journal.Entry | None) -> Observation:
-        """The observation of a call cut off by a crash, from its journal entry: a result it had is shaped
-        as it would have been live; a call that was killed, or never reached the sandbox, says so."""
-        if entry is not None and entry.state == "finished":
-            replay = ToolRunner(journal.Replay(entry.response, self.sandbox.network_enabled), self.cfg.sandbox)
-            try:
-                args = parse_arguments(call.name, call.arguments, self.tools.extra_names)
-                return replay.run(call.name, args, obs_path(self.state.step, call.name, call.id))
-            except (BadCall, ToolError) as exc:
-                return Observation(f"error: {exc}", error=True)
-            except (KeyError, TypeError, ValueError, AttributeError):  # the sandbox can write the journal
-                return Observation("the run stopped after this call finished, and the journal's record of its "
-                                   "result is unreadable: it ran, its result is lost", error=True)
-        if entry is not None:
-            what = "command" if call.name == "shell_exec" else "call"
-            ran = f" (it ran {entry.seconds:.1f} s)" if entry.seconds is not None else ""
-            partial = entry.partial or {}
-            footer = f"[killed: the run stopped while this {what} ran; it may have partly run{ran}]"
-            if partial.get("truncated"):
-                footer += (f"\n[its output so far was {partial.get('output_bytes')} bytes; only its head and tail "
-                           f"came back; all of it is in {partial.get('output_path')}]")
-            return Observation(str(partial.get("output") or ""), error=True, footer=footer,
-                               saved_path=partial.get("output_path") if partial.get("truncated") else None)
-        if call.name not in self.tools.extra_names:  # MCP calls go to their servers, not through the journal
-            return Observation("not executed: the run stopped before this call reached the sandbox", error=True)
-        return Observation("interrupted: the run stopped while this call went to its MCP server; it may or may "
-                           "not have taken effect", error=True)
+        """After a stop or a crash: the calls a crash cut off are closed, never run again (recovery.py)."""
+        recovery.recover(self)
 
     def journal_key(self, step: int, call: ToolCall) -> str:
         top = top_of(self.run_dir)
         return journal.call_key(top.id, self.run_dir.root.relative_to(top.root).as_posix(), step, call.id)
-
-    def finish_cut_off_step(self) -> None:
-        """The rest of the step a crash cut off inside agent_delegate: the sub-agent goes on, the calls
-        after it are not executed, and the step ends as every step does."""
-        (call, child), self.cut_off_child = self.cut_off_child, None
-        step, started = self.state.step, time.monotonic()
-        observation = resume_delegate(self, Agent, child, step)
-        # Named after its call id: another agent_delegate call of this step may have saved an output.
-        self.finish(call, step, observation, (time.monotonic() - started) * 1000, label=call.id)
-        for rest in list(self.state.open_calls.values()):
-            self.finish(rest, step, Observation("not executed: the run stopped before this call", error=True))
-        self.checkpoint(step)
 
     # -- the edges --------------------------------------------------------------------------------
 
@@ -403,20 +320,5 @@ class Agent:
             parents = getattr(getattr(self, "parent", None), "disk", None)
             self.disk = parents or disk_limit_of(self.run_dir, self.sandbox, limit)
 
-    def _on_stop_signal(self, signum: int, frame: Any) -> None:
-        """Ctrl-C (SIGINT) or SIGTERM: stop after the current action; the same again stops at once."""
-        name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-        if self.stop_requested:
-            raise KeyboardInterrupt  # a second one stops at once
-        self.stop_requested, self.stopped_by = True, name
-        self.emit(ev.Notice(step=self.state.step, text=f"{name}: stopping after the current action"))
-
-    def _save_meta(self) -> None:
-        t = self.state.totals
-        self.run_dir.update_meta(
-            status=self.state.status, steps=self.state.step, result=self.state.result, check=self.state.check,
-            usage={"prompt_tokens": t.prompt_tokens, "cached_tokens": t.cached_tokens,
-                   "completion_tokens": t.completion_tokens,
-                   "cost_usd": t.cost_usd if t.cost_known else None, "cache_hit_ratio": round(t.cache_hit_ratio, 4)},
-        )
-
+    def save_meta(self) -> None:
+        self.run_dir.update_meta(**self.state.meta())

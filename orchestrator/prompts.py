@@ -27,3 +27,4 @@ How to work:
 def system_prompt(extra: str = "", workdir: str = "/workspace") -> str:
     """The prompt for a run whose work directory is `workdir` (fixed for the run, so the prefix stays)."""
     return SYSTEM_PROMPT.format(workdir=workdir) + ("\n" + extra.strip() + "\n" if extra.strip() else "")
+

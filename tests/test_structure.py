@@ -102,3 +102,35 @@ def test_only_the_sandbox_package_imports_docker() -> None:
         and any(target == "docker" or target.startswith("docker.") for target in imported_names(path, name))
     )
     assert offenders == [], f"modules outside orchestrator/sandbox/ importing docker: {offenders}"
+
+
+# The core and the tools reach the sandbox only through orchestrator/ports.py (issue 12): a second
+# backend, or a test's fake, is then one new class. (tools/mcp_packages, the uvx rule, asks
+# sandbox/derived.py for its image when a run is put together, before any tool runs.)
+THROUGH_PORTS = ("orchestrator.loop", "orchestrator.ports", "orchestrator.delegate", "orchestrator.guards",
+                 "orchestrator.context", "orchestrator.tools.registry", "orchestrator.tools.dispatch",
+                 "orchestrator.tools.builtin", "orchestrator.tools.mcp", "orchestrator.tools.mcp_transport")
+
+
+def test_the_loop_and_the_tools_import_nothing_of_the_sandbox_package() -> None:
+    known = frozenset(modules())
+    offenders = sorted(
+        f"{name} imports {target}" for name, path in modules().items()
+        if any(name == part or name.startswith(part + ".") for part in THROUGH_PORTS)
+        for target in imported_names(path, name, known)
+        if target == "orchestrator.sandbox" or target.startswith("orchestrator.sandbox.")
+    )
+    assert offenders == [], offenders
+
+
+def test_only_the_sandbox_package_touches_the_engine_objects() -> None:
+    """No `<x>.client.api` (docker-py's low-level client) and no `<x>.container.id` outside sandbox/."""
+    offenders = []
+    for name, path in modules().items():
+        if name.startswith("orchestrator.sandbox"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+                    and (node.value.attr, node.attr) in (("client", "api"), ("container", "id"))):
+                offenders.append(f"{name}:{node.lineno} .{node.value.attr}.{node.attr}")
+    assert offenders == [], offenders

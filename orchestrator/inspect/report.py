@@ -32,9 +32,9 @@ from orchestrator.inspect.report_time import Axis, seconds, step_clock, time_axi
 from orchestrator.inspect.timeline import check_line, critic_line, new_step, step_lines, timeline, walk
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
+from orchestrator.tools.dispatch import WRITING_TOOLS
 
 RESULT_PREVIEW = 4000  # characters of a tool result shown in the page
-WRITING_TOOLS = {"file_write": "w", "file_edit": "e"}
 
 
 def esc(value: Any) -> str:
@@ -145,7 +145,7 @@ def _tool_call_changes(steps: dict[int, dict[str, Any]]) -> dict[int, list[tuple
                     path = json.loads(call["raw"]).get("path")
                 except (ValueError, AttributeError):
                     continue
-                mark = WRITING_TOOLS[call["name"]]
+                mark = "e" if call["name"] == "file_edit" else "w"
             else:
                 continue
             if isinstance(path, str) and (mark, path) not in seen:

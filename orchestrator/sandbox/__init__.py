@@ -24,9 +24,11 @@ from docker.models.containers import Container
 
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import SandboxError
+from orchestrator.ports import ToolError  # the port's: a fake sandbox raises the same
 from orchestrator.sandbox import container as containers
 from orchestrator.sandbox import ownership
 from orchestrator.sandbox.engine import connect
+from orchestrator.sandbox.exec_stream import DockerExecStream
 from orchestrator.sandbox.toolbox_client import ToolboxClient, ToolboxDied
 
 __all__ = ["Sandbox", "SandboxError", "ToolError", "ToolboxDied"]
@@ -36,11 +38,6 @@ __all__ = ["Sandbox", "SandboxError", "ToolError", "ToolboxDied"]
 HOST_GRACE_SECONDS = 30.0
 DEFAULT_OP_SECONDS = 60.0  # read, write, edit, list, ping
 FETCH_SECONDS = 30.0
-
-
-class ToolError(Exception):
-    """An op failed in a way the model should see and can act on: a path outside the workspace, no such
-    file, an edit that is not unique. The message is one line."""
 
 
 class Sandbox:
@@ -146,6 +143,31 @@ class Sandbox:
             result["sandbox_restarted"] = restarted
         return result
 
+    @property
+    def instance(self) -> str | None:
+        """The running container's id: it changes when the sandbox is started again on a fresh one."""
+        return self.container.id if self.container is not None else None
+
+    def open_exec(self, argv: list[str], env: dict[str, str] | None = None,
+                  workdir: str | None = None) -> DockerExecStream:
+        """Start `argv` in the container with stdin attached (an MCP stdio server); SandboxError if it
+        is not running."""
+        if self.container is None or self.client is None:
+            raise SandboxError("the sandbox is not running")
+        return DockerExecStream(self.client.api, self.container.id, argv, env, workdir or self.cfg.workdir)
+
+    def has_command(self, name: str) -> bool | None:
+        """Whether `name` is a command in the container (`command -v`); None when the engine cannot say."""
+        if self.container is None or self.client is None:
+            return None
+        try:
+            api = self.client.api
+            probe = api.exec_create(self.container.id, ["sh", "-c", 'command -v "$0"', name])
+            api.exec_start(probe["Id"])
+            return api.exec_inspect(probe["Id"]).get("ExitCode") == 0
+        except containers.ENGINE_ERRORS:
+            return None
+
     def disk_usage(self) -> int | None:
         """Bytes in the container's writable layer (what was written outside the mounted workspace), as
         the engine counts them (`docker inspect --size`'s SizeRw: apparent sizes, so a sparse file counts
@@ -240,7 +262,7 @@ class Sandbox:
         if op == "shell":
             timeout = args.get("timeout")
             if timeout is None or (isinstance(timeout, (int, float)) and not isinstance(timeout, bool)):
-                timeout = min(float(timeout or self.cfg.command_timeout), self.cfg.max_command_timeout)
+                timeout = self.cfg.shell_timeout(timeout)
                 args = {**args, "timeout": timeout}
             else:  # not a number: the toolbox refuses it with a clear message
                 timeout = self.cfg.command_timeout

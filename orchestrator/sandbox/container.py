@@ -69,7 +69,7 @@ from docker.models.containers import Container
 
 import orchestrator
 from orchestrator.config import SandboxConfig
-from orchestrator.errors import SandboxError, UsageError
+from orchestrator.errors import SandboxError, UsageError, first_line
 from orchestrator.sandbox import python_volume
 
 LABEL_MANAGED = "cairn.managed"
@@ -475,5 +475,4 @@ def _toolbox_running(container: Container) -> bool:
 
 
 def _explain(exc: BaseException) -> str:
-    text = getattr(exc, "explanation", None) or str(exc) or type(exc).__name__
-    return str(text).strip().splitlines()[0][:300]
+    return first_line(getattr(exc, "explanation", None) or exc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import docker
 import docker.errors
 
-from orchestrator.errors import SandboxError
+from orchestrator.errors import SandboxError, first_line
 
 try:  # ssh:// engines go through paramiko (docker-py's ssh transport); it raises its own errors
     from paramiko import SSHException
@@ -53,5 +53,4 @@ def has_image(client: Engine, tag: str) -> bool:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]
+    return first_line(exc)

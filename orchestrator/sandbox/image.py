@@ -31,7 +31,7 @@ import docker.errors
 from docker.utils import parse_repository_tag
 
 import orchestrator
-from orchestrator.errors import SandboxError
+from orchestrator.errors import SandboxError, first_line
 from orchestrator.sandbox.engine import connect
 
 Progress = Callable[[str], None]
@@ -389,8 +389,7 @@ def _image_exists(client: docker.DockerClient, image: str) -> bool:
 
 
 def _one_line(text: str) -> str:
-    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
-    return _shorten(lines[0] if lines else "no detail", 300)
+    return _shorten(first_line(str(text)), 300)
 
 
 def _shorten(text: str, limit: int = 100) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import docker.errors
 from docker.models.containers import Container
 
-from orchestrator.errors import SandboxError
+from orchestrator.errors import SandboxError, first_line
 
 
 def owned_by(root: Path, uid: int, skip: list[Path] = ()) -> bool:
@@ -51,7 +51,7 @@ def chown_back(container: Container, destination: str, agent_uid: int, owner: tu
         code, output = container.exec_run(["sh", "-c", script], user="0:0")
     except docker.errors.APIError as exc:
         raise SandboxError(f"cannot give the files under {destination} back to {uid}:{gid}: "
-                           f"{str(exc.explanation or exc).splitlines()[0][:200]}") from exc
+                           f"{first_line(exc.explanation or exc, 200)}") from exc
     if code != 0:
         detail = output.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {code}"]
         raise SandboxError(f"cannot give the files under {destination} back to {uid}:{gid}: {detail[0][:200]}")

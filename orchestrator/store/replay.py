@@ -46,6 +46,15 @@ class RunState:
     def _id(self) -> str:
         return f"e{self.n_events}"
 
+    def meta(self) -> dict[str, Any]:
+        """What run.json says of the run once it ends: status, steps, result, check and usage."""
+        t = self.totals
+        return {"status": self.status, "steps": self.step, "result": self.result, "check": self.check,
+                "usage": {"prompt_tokens": t.prompt_tokens, "cached_tokens": t.cached_tokens,
+                          "completion_tokens": t.completion_tokens,
+                          "cost_usd": t.cost_usd if t.cost_known else None,
+                          "cache_hit_ratio": round(t.cache_hit_ratio, 4)}}
+
     def _on_run_started(self, e: ev.RunStarted) -> None:
         self.task, self.system_prompt, self.tools = e.task, e.system_prompt, e.tools
         self.totals.started = e.ts

@@ -7,10 +7,10 @@
     hub.close()
 
 Where the servers run:
-- stdio servers run INSIDE the run's sandbox: their process is started in the container with a docker
-  exec (stdin attached, no TTY), and the host's `ClientSession` speaks to it over that exec's socket
-  (`exec_stdio_client`, modelled on the SDK's `stdio_client`; the frames are split by the toolbox
-  client's `Demux`). They see the work directory and the sandbox's network setting, never the host.
+- stdio servers run INSIDE the run's sandbox: their process is started there with `Sandbox.open_exec`
+  (stdin attached), and the host's `ClientSession` speaks to it over that stream (`exec_stdio_client`,
+  modelled on the SDK's `stdio_client`). They see the work directory and the sandbox's network
+  setting, never the host.
 - http (streamable HTTP) and sse servers are reached from the host, like the model's API.
 
 The SDK is async (anyio): all sessions live in one event loop, on one background thread the hub owns;
@@ -28,7 +28,7 @@ first, and that call's result says so. A server that does not start again makes 
 
 Packages (the uvx rule, `mcp_packages.py`): servers that tiny-agents would fetch at start (`uvx`,
 `uv tool run`, `pipx run`, `npx`) are installed into a derived image `cairn-tools:<hash>`, since the sandbox
-has no network. The stdio transport over a docker exec is in `mcp_transport.py`.
+has no network (the image is built by sandbox/derived.py). The stdio transport is in `mcp_transport.py`.
 """
 
 from __future__ import annotations
@@ -49,9 +49,12 @@ from typing import Any, Callable
 import anyio
 
 from orchestrator.config import McpServerConfig
-from orchestrator.errors import SandboxError
+from orchestrator.errors import SandboxError, first_line
+from orchestrator.ports import Sandbox
+from orchestrator.tools.dispatch import Observation
 from orchestrator.tools.mcp_packages import server_argv
 from orchestrator.tools.mcp_transport import ExecProcess, exec_stdio_client, http_client
+from orchestrator.tools.registry import Tool, ToolContext
 
 
 NAME_LIMIT = 64
@@ -69,7 +72,7 @@ class _Server:
     stop: asyncio.Event | None = None
     task: concurrent.futures.Future | None = None
     process: ExecProcess | None = None
-    container_id: str | None = None
+    instance: str | None = None  # the sandbox's machine the process was started on
     failure: str | None = None  # why the session ended on its own
     ready: concurrent.futures.Future | None = None  # done when the session is up and its tools listed
 
@@ -96,12 +99,12 @@ class McpHub:
         self._specs: list[dict[str, Any]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._sandbox: Any = None
+        self._sandbox: Sandbox | None = None
         self._say = progress or (lambda _line: None)
 
     # The sync face
 
-    def start(self, sandbox: Any) -> None:
+    def start(self, sandbox: Sandbox) -> None:
         """Start every server and list its tools. SandboxError naming the server (and its stderr) if one
         does not start; then none is left running."""
         self._sandbox = sandbox
@@ -138,6 +141,17 @@ class McpHub:
             if name not in before:
                 self.routes.pop(name)
         return changes
+
+    def as_tools(self, specs: list[dict[str, Any]]) -> list[Tool]:
+        """The run's MCP tools for its registry, one object each: `specs` is the run's stored list of them
+        (a tool it lists that the servers no longer offer is answered with an error when called)."""
+
+        def handler(args: dict[str, Any], ctx: ToolContext) -> Observation:
+            # Offload of a big result and the error flag are the loop's, as for the built-in tools.
+            text, is_error = self.call(ctx.call.name, args)
+            return Observation(text, error=is_error)
+
+        return [Tool(spec, handler, checks_arguments=False) for spec in specs]  # the server checks them
 
     def call(self, name: str, args: dict[str, Any]) -> tuple[str, bool]:
         """Run one tool; (its text, whether it is an error). Never raises for the server's failures."""
@@ -186,8 +200,7 @@ class McpHub:
 
     def _down_reason(self, server: _Server) -> str:
         """Why a server must be started again, in words that are true."""
-        container = getattr(self._sandbox, "container", None)
-        if server.cfg.type == "stdio" and container is not None and container.id != server.container_id:
+        if server.cfg.type == "stdio" and self._restarted_sandbox(server):
             return "its sandbox was restarted"
         if server.cfg.type == "stdio" and server.process is not None and server.process.ended:
             code = self._exit_code(server)
@@ -196,13 +209,7 @@ class McpHub:
 
     def _exit_code(self, server: _Server) -> int | None:
         """The exit code of a stdio server's process, once it has one."""
-        exec_id = server.process.exec_id if server.process is not None else None
-        if not exec_id or self._sandbox is None:
-            return None
-        try:
-            return self._sandbox.client.api.exec_inspect(exec_id).get("ExitCode")
-        except Exception:  # noqa: BLE001 - only a detail of a message; the engine may have lost the exec
-            return None
+        return server.process.exit_code() if server.process is not None else None
 
     def close(self) -> None:
         """Stop the sessions (stdio servers get EOF on stdin) and the event loop; calling it twice is fine."""
@@ -274,18 +281,9 @@ class McpHub:
         argv = server_argv(server.cfg)
         command = argv[0]
         sandbox = self._sandbox
-        if sandbox is None or getattr(sandbox, "container", None) is None:
-            return None
-        try:
-            api = sandbox.client.api
-            probe = api.exec_create(sandbox.container.id, ["sh", "-c", 'command -v "$0"', command])
-            api.exec_start(probe["Id"])
-            found = api.exec_inspect(probe["Id"]).get("ExitCode") == 0
-        except Exception:  # noqa: BLE001 - the hint is a courtesy; the message above stands without it
-            return None
-        if found:
-            return None
-        image = getattr(sandbox, "image", "the sandbox image")
+        if sandbox is None or sandbox.has_command(command) is not False:
+            return None  # it is there (or the sandbox cannot say): nothing cairn can name
+        image = sandbox.image
         if Path(command).name == "node":
             return (f"the image {image} has no Node.js: cairn installs npx servers itself (with Node.js), but "
                     "`node SCRIPT` runs as it is; use an --image with node")
@@ -302,11 +300,10 @@ class McpHub:
                 if server.cfg.type == "stdio":
                     sandbox = self._sandbox
                     server.process = ExecProcess()
-                    server.container_id = sandbox.container.id
+                    server.instance = sandbox.instance
                     env = {"HOME": "/home/cairn", **server.cfg.env}
                     read, write = await stack.enter_async_context(exec_stdio_client(
-                        sandbox.client.api, sandbox.container.id, server_argv(server.cfg), env,
-                        server.cfg.cwd or sandbox.cfg.workdir, server.process))
+                        sandbox, server_argv(server.cfg), env, server.cfg.cwd or sandbox.cfg.workdir, server.process))
                 else:
                     read, write = await stack.enter_async_context(http_client(server.cfg))
                 session = await stack.enter_async_context(ClientSession(read, write))
@@ -356,9 +353,12 @@ class McpHub:
             return True
         if server.cfg.type != "stdio":
             return False
-        container = getattr(self._sandbox, "container", None)
-        return (server.process is not None and server.process.ended) or \
-            (container is not None and container.id != server.container_id)
+        return (server.process is not None and server.process.ended) or self._restarted_sandbox(server)
+
+    def _restarted_sandbox(self, server: _Server) -> bool:
+        """The sandbox runs on another machine than the one the server's process was started on."""
+        instance = self._sandbox.instance if self._sandbox is not None else None
+        return instance is not None and instance != server.instance
 
     def _restart(self, server: _Server) -> None:
         """After the sandbox was restarted (or the server died): the same server, in the current sandbox.
@@ -481,6 +481,6 @@ def _explain(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     if isinstance(exc, TimeoutError):
         return "timed out"
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = first_line(exc) if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
 

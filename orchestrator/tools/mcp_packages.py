@@ -17,18 +17,15 @@ the tag is a hash of the base image and the packages, so the next run reuses it)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shlex
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from orchestrator.config import McpServerConfig
-from orchestrator.errors import SandboxError, UsageError
+from orchestrator.errors import UsageError
 
 
 TOOLS_ROOT = "/opt/cairn-tools"
@@ -230,28 +227,13 @@ fs.symlinkSync(path.join("bin", pick), path.join(prefix, "cairn-entry"));
 
 def tools_image(base: str, packages: list[Package], progress: Callable[[str], None] | None = None) -> str:
     """The image that is `base` plus each package under /opt/cairn-tools (a venv, or an npm prefix; Node.js
-    and npm from Debian when the base has no npm): built once with the network on, then reused (its tag is a
-    hash of the base image's id, the packages and the host's CA certificates)."""
-    from orchestrator.sandbox import image as images
-    from orchestrator.sandbox.engine import connect
+    and npm from Debian when the base has no npm): built once with the network on, then reused
+    (sandbox/derived.py; its tag is a hash of the base image's id, the packages and the host's CA
+    certificates)."""
+    from orchestrator.sandbox.derived import derived_image
 
-    say = progress or (lambda _line: None)
-    client = connect()
-    try:
-        base_attrs = client.api.inspect_image(base)
-    except Exception as exc:  # noqa: BLE001 - ImageNotFound or an engine error: both are a clear SandboxError
-        raise SandboxError(f"cannot read the sandbox image {base} to add the MCP servers' packages to it: {exc}")
     wanted = sorted({(p.launcher == "npx", p.folder, p.name, p.requirements, p.entry) for p in packages})
-    cas = sorted(images.HOST_CA_DIR.glob("*.crt")) if images.HOST_CA_DIR.is_dir() else []
-    digest = hashlib.sha256(json.dumps([base_attrs["Id"], wanted]).encode())
-    for path in cas:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    tag = f"{TOOLS_REPOSITORY}:{digest.hexdigest()[:12]}"
-    user = (base_attrs.get("Config") or {}).get("User") or "root"
-    lines = [f"FROM {base}", "USER root", "ENV DEBIAN_FRONTEND=noninteractive"]
-    if cas:  # the base may be a user's own image, without the proxy's CA: pip and npm must trust it to fetch
-        lines += ["COPY extra-ca/ /usr/local/share/ca-certificates/",
-                  "RUN update-ca-certificates >/dev/null 2>&1 || true"]
+    lines = []
     if any(node for node, *_ in wanted):
         lines += [
             "RUN set -eux; if ! command -v npm >/dev/null; then apt-get update; "
@@ -273,25 +255,9 @@ def tools_image(base: str, packages: list[Package], progress: Callable[[str], No
             f"python3 -m venv {venv}; {venv}/bin/pip install --no-cache-dir --disable-pip-version-check "
             f"{quoted}; test -x {venv}/bin/{shlex.quote(entry)} || "
             f"{{ echo 'the package installs no command named {entry}; its commands are:'; ls {venv}/bin; exit 1; }}")
-    lines += [f"USER {user}", f"LABEL org.cairn.tools={shlex.quote(json.dumps([list(w[3]) for w in wanted]))}"]
-    with images._build_lock():
-        if images._image_exists(client, tag):
-            return tag
-        names = ", ".join(r for w in wanted for r in w[3][:1])
-        say(f"installing the MCP servers' packages into {tag} (once; with the network on): {names}")
-        started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="cairn-tools-") as context:
-            (Path(context) / "Dockerfile").write_text("\n".join(lines) + "\n")
-            (Path(context) / "pick-bin.js").write_text(_PICK_BIN_JS)
-            (Path(context) / "extra-ca").mkdir()
-            for path in cas:
-                (Path(context) / "extra-ca" / path.name).write_bytes(path.read_bytes())
-            try:
-                images._docker_build(client, Path(context), tag, {}, say)
-            except SandboxError as exc:
-                raise SandboxError(f"installing the MCP servers' packages failed: {exc.message}", hint=exc.hint) from exc
-        say(f"installed the MCP servers' packages into {tag} in {time.monotonic() - started:.0f} s")
-    return tag
+    return derived_image(base, TOOLS_REPOSITORY, wanted, lines, what="the MCP servers' packages",
+                         names=", ".join(r for w in wanted for r in w[3][:1]), files={"pick-bin.js": _PICK_BIN_JS},
+                         labels={"org.cairn.tools": json.dumps([list(w[3]) for w in wanted])}, progress=progress)
 
 
 def image_for(base: str, servers: list[McpServerConfig], progress: Callable[[str], None] | None = None) -> str:

@@ -1,24 +1,23 @@
-"""The MCP stdio transport over a docker exec: a server's process runs in the sandbox, and the host's
-`ClientSession` speaks to it over that exec's socket (modelled on the SDK's `stdio_client`; the frames
-are split by the toolbox client's `Demux`).
+"""The MCP stdio transport over the sandbox's exec stream: a server's process runs in the sandbox
+(`Sandbox.open_exec`), and the host's `ClientSession` speaks to it over that stream (modelled on the
+SDK's `stdio_client`). How the stream reaches the process (a docker exec socket) is the sandbox's.
 """
 
 from __future__ import annotations
 
-import socket
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 import anyio
 
 from orchestrator.config import McpServerConfig
-from orchestrator.sandbox.toolbox_client import Demux, open_exec
+from orchestrator.ports import ExecStream, Sandbox
 
 
 STDERR_TAIL_LINES = 5
 
-# -- the stdio transport over a docker exec ------------------------------------------------------
+# -- the stdio transport over the sandbox's exec stream ------------------------------------------
 
 
 def _parse_message(line: str) -> Any:
@@ -41,31 +40,31 @@ def _parse_message(line: str) -> Any:
 
 @dataclass
 class ExecProcess:
-    """What the host knows of a server process in the container."""
+    """What the host knows of a server process in the sandbox."""
 
-    exec_id: str | None = None
-    demux: Demux = field(default_factory=Demux)
+    stream: ExecStream | None = None
     ended: bool = False
 
     def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> str:
-        return " | ".join(self.demux.stderr_lines(lines, 200))
+        return self.stream.stderr_tail(lines) if self.stream is not None else ""
+
+    def exit_code(self) -> int | None:
+        return self.stream.exit_code() if self.stream is not None else None
 
 
 @asynccontextmanager
-async def exec_stdio_client(api: Any, container_id: str, argv: list[str], env: dict[str, str] | None = None,
+async def exec_stdio_client(sandbox: Sandbox, argv: list[str], env: dict[str, str] | None = None,
                             cwd: str | None = None, process: ExecProcess | None = None) -> AsyncIterator[tuple]:
-    """Start `argv` in the container and yield the SDK's (read_stream, write_stream) pair for it.
+    """Start `argv` in the sandbox and yield the SDK's (read_stream, write_stream) pair for it.
 
-    Like the SDK's stdio_client, but the pipes are the exec's socket: stdout frames carry the JSON-RPC
-    lines, stderr frames are kept (a tail) in `process.demux` to explain a failure. Closing sends EOF on
-    the process's stdin; the process dies with the container at the latest.
+    Like the SDK's stdio_client, but the pipes are the sandbox's exec stream: its stdout carries the
+    JSON-RPC lines, its stderr is kept (a tail) to explain a failure. Closing sends EOF on the process's
+    stdin; the process dies with the sandbox at the latest.
     """
     from mcp.shared.message import SessionMessage
 
     process = process if process is not None else ExecProcess()
-    exec_id, response, sock = await anyio.to_thread.run_sync(
-        lambda: open_exec(api, container_id, argv, environment=env or None, workdir=cwd))
-    process.exec_id = exec_id
+    stream = process.stream = await anyio.to_thread.run_sync(lambda: sandbox.open_exec(argv, env or None, cwd))
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
 
@@ -74,19 +73,16 @@ async def exec_stdio_client(api: Any, container_id: str, argv: list[str], env: d
         try:
             async with read_writer:
                 while True:
-                    try:
-                        data = await anyio.to_thread.run_sync(sock.recv, 1 << 20, abandon_on_cancel=True)
-                    except OSError:
-                        break
+                    data = await anyio.to_thread.run_sync(stream.recv, abandon_on_cancel=True)
                     if not data:
                         break
-                    buffer += process.demux.feed(data)
+                    buffer += data
                     *lines, buffer = buffer.split(b"\n")
                     for line in lines:
                         if line.strip():
                             message = _parse_message(line.decode("utf-8", "replace"))
                             if isinstance(message, Exception):  # e.g. the engine's "executable file not found"
-                                process.demux.stderr += b"stdout: " + line.strip()[:500] + b"\n"
+                                stream.note(b"stdout: " + line.strip()[:500])
                             await read_writer.send(message)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
@@ -98,7 +94,7 @@ async def exec_stdio_client(api: Any, container_id: str, argv: list[str], env: d
             async with write_reader:
                 async for message in write_reader:
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                    await anyio.to_thread.run_sync(sock.sendall, data.encode("utf-8"))
+                    await anyio.to_thread.run_sync(stream.send, data.encode("utf-8"))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             await read_writer.aclose()  # the session sees the end instead of waiting forever
 
@@ -110,18 +106,11 @@ async def exec_stdio_client(api: Any, container_id: str, argv: list[str], env: d
         finally:
             with anyio.CancelScope(shield=True):
                 await write_stream.aclose()
-                try:
-                    sock.shutdown(socket.SHUT_WR)  # EOF on the server's stdin: MCP's way to ask it to exit
-                except OSError:
-                    pass
+                stream.close_stdin()  # EOF on the server's stdin: MCP's way to ask it to exit
                 with anyio.move_on_after(2.0):  # it may exit on its own, ending the stream
                     while not process.ended:
                         await anyio.sleep(0.02)
-                for closing in (lambda: sock.shutdown(socket.SHUT_RDWR), sock.close, response.close):
-                    try:
-                        closing()
-                    except OSError:
-                        pass
+                stream.close()
             tg.cancel_scope.cancel()
 
 

@@ -1,0 +1,30 @@
+"""The built-in tools, one file each, in the order the model sees them (a contract: CONTRACTS.md).
+
+Adding a tool is a new file here (or anywhere) that makes a `Tool`, and its registration: in this
+list for a built-in, or `Registry.add` for a run's own (README, "Extending cairn")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.tools.builtin import (agent_delegate, ask_user, file_edit, file_read, file_write, shell_exec,
+                                        task_done, todo_write, web_fetch)
+from orchestrator.tools.registry import Tool
+
+# Every one but agent_delegate, which is made for an agent class (`builtin_tools`).
+TOOLS: list[Tool] = [shell_exec.TOOL, file_read.TOOL, file_write.TOOL, file_edit.TOOL, web_fetch.TOOL,
+                     todo_write.TOOL, task_done.TOOL, ask_user.TOOL]
+
+
+def builtin_tools(agent_class: type) -> list[Tool]:
+    """The built-in tools of a run whose agents are of `agent_class`."""
+    return [*TOOLS, agent_delegate.tool(agent_class)]
+
+
+def builtin_specs() -> list[dict[str, Any]]:
+    """What the model sees of the built-in tools, in order."""
+    return [*(tool.spec for tool in TOOLS), agent_delegate.SPEC]
+
+
+def builtin_names() -> list[str]:
+    return [spec["function"]["name"] for spec in builtin_specs()]
