@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, Callable, Protocol
 
-from orchestrator import critic
+from orchestrator import approvals, critic
 from orchestrator.check import check_done
 from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError
@@ -70,6 +70,7 @@ class Agent:
         self.checkpoints: Any = None  # store.checkpoints.Checkpoints, made at the first checkpoint
         self.critic_model: ModelLike | None = None  # --critic-model's own client; None: the critic asks `model`
         self.cut_off_child: tuple[ToolCall, Any] | None = None  # a sub-agent to go on with (see recover)
+        self.approval_step = False  # the last step stopped for an approval: its calls go on (see recover)
 
     def emit(self, event: ev._Event) -> None:
         self.run_dir.events.append(event)
@@ -90,6 +91,8 @@ class Agent:
         try:
             if self.cut_off_child is not None:
                 self.finish_cut_off_step()  # first: the results of a step's calls follow the calls
+            elif self.approval_step:
+                self.finish_approval_step()
             if message:
                 self.emit(ev.UserMessage(step=self.state.step, text=message, source=source))
             if self.stop_requested:
@@ -119,7 +122,10 @@ class Agent:
         self.emit(ev.AssistantMessage(step=step, message=reply.message))
         if not reply.tool_calls:
             raise Finished("stopped", "the model answered without a tool call", result=reply.message.get("content"))
-        ending = self.run_tools(reply.tool_calls, step)
+        self.end_step(step, self.run_tools(reply.tool_calls, step))
+
+    def end_step(self, step: int, ending: Finished | None) -> None:
+        """After a step's calls: its checkpoint, then whatever ends the run or warns the agent."""
         self.checkpoint(step)  # before any ending: the last step's work is kept too
         if ending is not None and ending.status == Status.DONE and self.cfg.check.command and not self.tag:
             ending = check_done(self, step, ending)  # the run's check; a sub-agent's task_done is not the run's
@@ -142,10 +148,11 @@ class Agent:
         top = top_of(self.run_dir)
         return top.stop_path.exists() if top is not self.run_dir else top.take_stop_request()
 
-    def run_tools(self, calls: list[ToolCall], step: int) -> Finished | None:
-        """Runs the calls in order, each recorded before the next; returns how the run ends, if a call ends it."""
+    def run_tools(self, calls: list[ToolCall], step: int, seen: set[str] | None = None) -> Finished | None:
+        """Runs the calls in order, each recorded before the next; returns how the run ends, if a call ends it.
+        `seen`: tools whose saved output already took the step's plain name (`<step>-<tool>.txt`)."""
         ending: Finished | None = None
-        seen: set[str] = set()
+        seen = set(seen or ())
         for call in calls:
             # A second call of the same tool in one step names its saved output after its call id.
             label = call.id if call.name in seen else None
@@ -232,12 +239,16 @@ class Agent:
 
     def execute(self, call: ToolCall, step: int, label: str | None = None) -> Finished | None:
         """Runs one call and records its result; returns how the run ends if this call ends it."""
+        clearance = approvals.clear(self, call, step)  # a person's yes first, where one is needed
+        call = clearance.call  # with the arguments the person edited, if they did
         self.emit(ev.ToolStarted(step=step, call_id=call.id, name=call.name, arguments=call.arguments))
         started = time.monotonic()
         ending = None
         try:
             args = parse_arguments(call.name, call.arguments, self.tools.extra_names)
-            if call.name == "agent_delegate":  # a sub-agent on the same sandbox (orchestrator/delegate.py)
+            if clearance.refused is not None:
+                observation = clearance.refused
+            elif call.name == "agent_delegate":  # a sub-agent on the same sandbox (orchestrator/delegate.py)
                 observation = delegate(self, Agent, call, step, args)
             else:
                 self.sandbox.call_key = self.journal_key(step, call)  # its request is journaled under it
@@ -252,6 +263,8 @@ class Agent:
             ending = Finished("waiting", "ask_user", ask.question)
         except (BadCall, ToolError) as exc:
             observation = Observation(f"error: {exc}", error=True)
+        if clearance.note:
+            observation.footer = "\n".join(part for part in (observation.footer, clearance.note) if part)
         self.finish(call, step, observation, (time.monotonic() - started) * 1000, label)
         if observation.note:
             self.notices.append(f"The sandbox was restarted: {observation.note}. Files in "
@@ -329,6 +342,9 @@ class Agent:
             self.emit(ev.Notice(step=self.state.step, text=f"the toolbox's journal was not read: {record.problem}"))
         for call in list(self.state.open_calls.values()):
             began = call.id in self.state.started
+            if not began and self.state.approvals.holds(call.id):
+                self.approval_step = True  # asked or answered: it and the calls after it go on in `run`
+                break
             child = resumable_child(self, call) if began else None
             if child is not None:
                 self.cut_off_child = (call, child)
@@ -393,6 +409,14 @@ class Agent:
         for rest in list(self.state.open_calls.values()):
             self.finish(rest, step, Observation("not executed: the run stopped before this call", error=True))
         self.checkpoint(step)
+
+    def finish_approval_step(self) -> None:
+        """The rest of the step that stopped for an approval (orchestrator/approvals.py): the answered call
+        and the calls after it run now, in order, and the step ends as every step does."""
+        self.approval_step, step = False, self.state.step
+        calls = list(self.state.open_calls.values())
+        # Named after their call ids: the step's earlier calls may have taken the plain names.
+        self.end_step(step, self.run_tools(calls, step, seen={call.name for call in calls}))
 
     # -- the edges --------------------------------------------------------------------------------
 

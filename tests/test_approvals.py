@@ -1,0 +1,254 @@
+"""Approvals (orchestrator/approvals.py): which calls wait for a person, and how a waiting run goes on."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from orchestrator.approval_prompt import ask
+from orchestrator.approvals import Question, decide
+from orchestrator.config import ApprovalsConfig, RunConfig
+from tests.loop_helpers import call, done, play, resume, tool_messages, turn
+
+NETWORK = {"sandbox": {"network": "bridge"}}
+
+
+def mode(name: str, **more) -> ApprovalsConfig:
+    return ApprovalsConfig(mode=name, **more)
+
+
+# -- deciding ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [
+    "git push origin main",
+    "cd repo && git -C . push --force",
+    "curl -X POST https://api.example.com/x",
+    "curl -sd 'a=1' https://example.com",
+    "curl --data-binary @f https://example.com",
+    "curl -F file=@x.tar https://example.com/upload",
+    "curl --request DELETE https://example.com/thing",
+    "wget --post-data=x https://example.com",
+    "twine upload dist/*",
+    "npm publish",
+    "ssh host uptime",
+    "scp f.txt user@host:/tmp/", "A=1 sudo -E /usr/bin/ssh host",
+    "rsync -a out/ user@host:/srv/out",
+    "ls; gh pr create --fill",
+])
+def test_the_built_in_shell_patterns_ask_for_commands_that_act_outside(command):
+    decision = decide("shell_exec", {"command": command}, mode("outside"), network=True)
+    assert decision.kind == "ask" and decision.grant.startswith("shell_exec:")
+
+
+@pytest.mark.parametrize("command", [
+    "git status && git commit -m push", "curl https://example.com/data", "curl -X GET https://x", "wget https://x",
+    "pip install requests", "ssh-keygen -t ed25519", "rsync -a a/ b/", "echo ssh is a word", "npm test",
+])
+def test_commands_that_stay_inside_are_not_asked(command):
+    assert decide("shell_exec", {"command": command}, mode("outside"), network=True).kind == "run"
+
+
+def test_without_the_network_outside_asks_for_no_shell_command_and_no_fetch():
+    assert decide("shell_exec", {"command": "git push"}, mode("outside"), network=False).kind == "run"
+    assert decide("web_fetch", {"url": "https://x"}, mode("outside"), network=False).kind == "run"
+    assert decide("web_fetch", {"url": "https://x"}, mode("outside"), network=True).kind == "ask"
+
+
+def test_user_shell_patterns_add_to_the_defaults_or_replace_them():
+    cfg = mode("outside", shell_patterns=[r"^make deploy\b"])
+    assert decide("shell_exec", {"command": "make deploy"}, cfg, network=True).grant == r"shell_exec:^make deploy\b"
+    assert decide("shell_exec", {"command": "git push"}, cfg, network=True).kind == "ask"
+    alone = mode("outside", shell_patterns=[r"^make deploy\b"], default_shell_patterns=False)
+    assert decide("shell_exec", {"command": "git push"}, alone, network=True).kind == "run"
+
+
+def test_a_shell_pattern_that_is_no_regular_expression_is_refused():
+    with pytest.raises(ValidationError, match="is not a regular expression"):
+        ApprovalsConfig(shell_patterns=["(unclosed"])
+
+
+def test_mcp_tools_are_asked_unless_they_declare_themselves_read_only():
+    names = {"look", "poke"}
+    hints = {"look": {"readOnlyHint": True}, "poke": {"destructiveHint": True}}
+    assert decide("look", {}, mode("outside"), network=False, annotations=hints, mcp_names=names).kind == "run"
+    poke = decide("poke", {}, mode("outside"), network=False, annotations=hints, mcp_names=names)
+    assert poke.kind == "ask" and "destructiveHint=true" in poke.why
+    assert "no annotations" in decide("other", {}, mode("outside"), network=False, mcp_names={"other"}).why
+
+
+def test_always_asks_for_every_call_but_ending_asking_and_planning():
+    for name in ("file_read", "shell_exec", "file_write"):
+        assert decide(name, {"path": "x", "command": "ls"}, mode("always"), network=False).kind == "ask"
+    for name in ("task_done", "ask_user", "todo_write"):
+        assert decide(name, {}, mode("always"), network=False).kind == "run"
+    assert decide("web_fetch", {"url": "https://x"}, mode("never"), network=True).kind == "run"
+
+
+def test_the_first_matching_rule_answers_and_never_keeps_only_deny_rules():
+    rules = [{"tool": "shell_exec", "match": "git push*origin*", "action": "allow"},
+             {"tool": "shell_exec", "match": "git push*", "action": "deny", "reason": "only origin"},
+             {"tool": "file_*", "match": "secrets/*", "action": "ask"}]
+    cfg = mode("outside", rules=rules)
+    allowed = decide("shell_exec", {"command": "git push origin main"}, cfg, network=True)
+    assert (allowed.kind, allowed.by, allowed.rule) == ("allow", "rule", "approvals.rules[0] (shell_exec 'git push*origin*' allow)")
+    denied = decide("shell_exec", {"command": "git push upstream"}, cfg, network=True)
+    assert (denied.kind, denied.reason) == ("deny", "only origin")
+    assert decide("file_read", {"path": "secrets/key"}, cfg, network=False).kind == "ask"
+    never = mode("never", rules=rules)
+    assert decide("shell_exec", {"command": "git push upstream"}, never, network=True).kind == "deny"
+    assert decide("file_read", {"path": "secrets/key"}, never, network=False).kind == "run"
+
+
+def test_approve_is_a_setting_of_templates_settings_files_and_batch_lines(tmp_path):
+    from orchestrator.batch import parse_file
+
+    batch = tmp_path / "b.jsonl"
+    batch.write_text(json.dumps({"task": "t", "model": "scripted:demo", "approve": "always"}) + "\n")
+    assert parse_file(batch)[0].cfg.approvals.mode == "always"
+    batch.write_text(json.dumps({"task": "t", "model": "scripted:demo", "approve": "sometimes"}) + "\n")
+    with pytest.raises(Exception, match="line 1: invalid approvals.mode"):
+        parse_file(batch)
+    assert RunConfig().approvals.mode == "outside"
+
+
+# -- the terminal prompt, given its input ---------------------------------------------------------
+
+
+def answers(*lines: str):
+    feed = iter(lines)
+
+    def read(prompt: str) -> str:
+        try:
+            return next(feed)
+        except StopIteration:
+            raise EOFError from None
+    return read
+
+
+QUESTION = Question("shell_exec", json.dumps({"command": "git push origin main"}), "why", "shell_exec:git push")
+
+
+def test_the_prompt_shows_the_call_whole_and_reads_each_answer(monkeypatch):
+    monkeypatch.delenv("EDITOR", raising=False)
+    monkeypatch.delenv("VISUAL", raising=False)
+    out = io.StringIO()
+    assert ask(QUESTION, answers("y"), out).approved
+    assert "git push origin main" in out.getvalue() and "shell_exec:git push" in out.getvalue()
+    assert ask(QUESTION, answers("a"), io.StringIO()).always
+    no = ask(QUESTION, answers("n", "not today"), io.StringIO())
+    assert (no.approved, no.reason) == (False, "not today")
+    out = io.StringIO()
+    edited = ask(QUESTION, answers("e", "{broken", "[1]", '{"command": "git push origin dev"}'), out)
+    assert edited.arguments == '{"command": "git push origin dev"}'
+    assert "not valid JSON" in out.getvalue() and "must be a JSON object" in out.getvalue()
+    assert ask(QUESTION, answers("maybe"), io.StringIO()) is None  # then the input ended: no answer
+
+
+# -- end to end, with the sandbox ----------------------------------------------------------------
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """The real command, as a person types it (its errors are printed, one line, with exit code 2)."""
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120)
+    done.output = done.stdout + done.stderr
+    return done
+
+
+DEPLOY = {"approvals": {"shell_patterns": [r"^echo deploy"]}, **NETWORK}
+
+
+@pytest.mark.docker
+def test_a_headless_run_waits_and_cairn_approve_lets_the_call_and_the_rest_of_its_step_run(tmp_path, sandbox_image, runs_dir):
+    out = play(tmp_path, [turn(call("shell_exec", command="echo before"), call("shell_exec", command="echo deploy now"),
+                               call("shell_exec", command="echo after")), done()], settings=DEPLOY)
+    assert out.status == "waiting"
+    assert out.doc["error"]["reason"] == "waits for approval: shell_exec echo deploy now"
+    (asked,) = out.events("approval_asked")
+    assert asked.grant == "shell_exec:^echo deploy" and "^echo deploy" in asked.why
+    assert [e.name for e in out.events("tool_finished")] == ["shell_exec"]  # only the call before it ran
+
+    refused = cli("resume", out.run.id, "--runs-dir", str(runs_dir))
+    assert refused.returncode == 2 and "waits for approval of shell_exec echo deploy now" in refused.output
+    approved = cli("approve", out.run.id, "--runs-dir", str(runs_dir))
+    assert approved.returncode == 0 and "approved" in approved.output
+    again = cli("approve", out.run.id, "--runs-dir", str(runs_dir))
+    assert again.returncode == 2 and "answered already" in again.output
+
+    after = resume(out)
+    assert after.status == "done"
+    results = [e.content.splitlines()[0] for e in after.events("tool_finished")]
+    assert results == ["before", "deploy now", "after", "task reported done"]  # each once, in order
+    assert [m["content"].splitlines()[0] for m in tool_messages(after.requests[0])] == ["before", "deploy now", "after"]
+    (answer,) = after.events("approval_answered")
+    assert (answer.approved, answer.by) == (True, "cairn approve")
+    calls = after.doc["steps"][0]["tool_calls"]
+    assert calls[1]["approval"] == {"asked": asked.why, "answer": "✓ approved by cairn approve"}
+    assert "approval" not in calls[0]
+
+
+@pytest.mark.docker
+def test_a_denied_call_is_an_error_result_the_model_sees(tmp_path, sandbox_image, runs_dir):
+    out = play(tmp_path, [turn(call("shell_exec", command="echo deploy now")), done()], settings=DEPLOY)
+    assert cli("approve", out.run.id, "--deny", "not on a Friday", "--runs-dir", str(runs_dir)).returncode == 0
+    after = resume(out)
+    assert after.status == "done"
+    (denied,) = tool_messages(after.requests[0])
+    assert denied["content"] == "denied by the user: not on a Friday"
+    finished = after.events("tool_finished")[0]
+    assert finished.error and not any("deploy now\n" in (e.output or "") for e in after.events("tool_finished"))
+
+
+@pytest.mark.docker
+def test_approve_always_holds_for_later_calls_of_that_pattern(tmp_path, sandbox_image, runs_dir):
+    out = play(tmp_path, [turn(call("shell_exec", command="echo deploy 1")),
+                          turn(call("shell_exec", command="echo deploy 2")), done()], settings=DEPLOY)
+    assert cli("approve", out.run.id, "--always", "--runs-dir", str(runs_dir)).returncode == 0
+    after = resume(out)
+    assert after.status == "done"
+    assert [e.by for e in after.events("approval_answered")] == ["cairn approve", "always"]
+    assert len(after.events("approval_asked")) == 1
+
+
+@pytest.mark.docker
+def test_approve_on_a_run_that_waits_for_no_approval_is_a_usage_error(tmp_path, sandbox_image, runs_dir):
+    out = play(tmp_path, [done()])
+    refused = cli("approve", out.run.id, "--runs-dir", str(runs_dir))
+    assert refused.returncode == 2 and "waits for no approval (its status is done)" in refused.output
+
+
+@pytest.mark.docker
+def test_a_rule_answers_without_asking(tmp_path, sandbox_image):
+    rules = {"rules": [{"tool": "shell_exec", "match": "echo deploy ok*", "action": "allow"},
+                       {"tool": "shell_exec", "match": "echo deploy*", "action": "deny", "reason": "staging only"}]}
+    out = play(tmp_path, [turn(call("shell_exec", command="echo deploy ok"), call("shell_exec", command="echo deploy prod")),
+                          done()], settings={**NETWORK, "approvals": {**DEPLOY["approvals"], **rules}})
+    assert out.status == "done" and not out.events("approval_asked")
+    ok, prod = tool_messages(out.requests[1])
+    assert ok["content"].startswith("deploy ok")
+    assert prod["content"] == ("denied by the user's rule approvals.rules[1] (shell_exec 'echo deploy*' deny): "
+                               "staging only")
+
+
+@pytest.mark.docker
+def test_mode_always_asks_for_a_file_read_and_never_asks_nothing(tmp_path, sandbox_image):
+    out = play(tmp_path, [turn(call("file_read", path="todo.md")), done()], settings={"approvals": {"mode": "always"}})
+    assert out.status == "waiting" and out.events("approval_asked")[0].name == "file_read"
+    quiet = play(tmp_path, [turn(call("web_fetch", url="http://192.0.2.1/")), done()],
+                 settings={"approvals": {"mode": "never"}, **NETWORK})
+    assert quiet.status == "done" and not quiet.events("approval_asked") and not quiet.events("approval_answered")
+
+
+@pytest.mark.docker
+def test_outside_asks_for_web_fetch_and_git_push_only_with_the_network_on(tmp_path, sandbox_image):
+    offline = play(tmp_path, [turn(call("shell_exec", command="git push origin main")), done()])
+    assert offline.status == "done" and not offline.events("approval_asked")
+    online = play(tmp_path, [turn(call("web_fetch", url="http://192.0.2.1/")), done()], settings=NETWORK)
+    assert online.status == "waiting" and online.doc["error"]["reason"] == "waits for approval: web_fetch http://192.0.2.1/"
