@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shlex
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ from pydantic import ValidationError
 from orchestrator.approval_prompt import ask
 from orchestrator.approvals import Question, decide
 from orchestrator.config import ApprovalsConfig, RunConfig
+from orchestrator.store.runs import RunDir
 from tests.loop_helpers import call, done, play, resume, tool_messages, turn
 
 NETWORK = {"sandbox": {"network": "bridge"}}
@@ -252,3 +257,151 @@ def test_outside_asks_for_web_fetch_and_git_push_only_with_the_network_on(tmp_pa
     assert offline.status == "done" and not offline.events("approval_asked")
     online = play(tmp_path, [turn(call("web_fetch", url="http://192.0.2.1/")), done()], settings=NETWORK)
     assert online.status == "waiting" and online.doc["error"]["reason"] == "waits for approval: web_fetch http://192.0.2.1/"
+
+
+# A stdio MCP server whose tools say what they do: `look` is read-only, `poke` destructive, `plain` says nothing.
+ANNOTATED_SERVER = r'''import json, sys
+TOOLS = [{"name": "look", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}},
+         {"name": "poke", "inputSchema": {"type": "object"},
+          "annotations": {"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True}},
+         {"name": "plain", "inputSchema": {"type": "object"}}]
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, params = msg["method"], msg.get("params") or {}
+    if method == "initialize":
+        result = {"protocolVersion": params["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "annotated", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": TOOLS}
+    else:
+        result = {"content": [{"type": "text", "text": params["name"] + " done"}]}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+'''
+
+
+@pytest.mark.docker
+def test_mcp_annotations_from_a_real_stdio_server_decide_what_is_asked(tmp_path, sandbox_image, runs_dir):
+    from tests.test_mcp import config_of, play_config
+
+    cfg = config_of({"servers": [{"name": "annotated", "command": "python3", "args": ["-c", ANNOTATED_SERVER]}]},
+                    tmp_path)
+    out = play_config(tmp_path, cfg, [turn(call("look"), call("poke"), call("plain")), done()], approve="outside")
+    assert out.status == "waiting"
+    (asked,) = out.events("approval_asked")
+    assert asked.name == "poke"
+    assert asked.why == ("the MCP tool does not declare itself read-only (destructiveHint=true, openWorldHint=true, "
+                         "readOnlyHint=false)")
+    assert [e.content for e in out.events("tool_finished")] == ["look done"]
+    assert cli("approve", out.run.id, "--runs-dir", str(runs_dir)).returncode == 0
+    from orchestrator.runner import load_config
+
+    again = play_config(tmp_path, load_config(out.run), [done()], resumed_run=out.run, approve="outside")
+    assert again.status == "waiting"  # `plain` has no annotations: it can act outside, and is asked too
+    assert [e.name for e in again.events("approval_asked")] == ["poke", "plain"]
+    assert "(no annotations)" in again.events("approval_asked")[-1].why
+    assert [e.content for e in again.events("tool_finished")] == ["look done", "poke done"]
+
+
+# -- asking on a terminal: the real command in tmux ------------------------------------------------
+
+
+class Tmux:
+    """`cairn run` on a real terminal (a tmux pane), read with capture-pane and answered with send-keys."""
+
+    def __init__(self, tmp_path: Path, turns: list[dict], settings: dict, env: dict[str, str]) -> None:
+        script, options = tmp_path / "script.json", tmp_path / "settings.json"
+        script.write_text(json.dumps({"turns": turns}))
+        options.write_text(json.dumps(settings))
+        self.runs, self.name = tmp_path / "runs", f"cairn-test-{os.getpid()}-{tmp_path.name}"
+        command = shlex.join(["env", "-u", "EDITOR", "-u", "VISUAL", f"CAIRN_RUNS_DIR={self.runs}",
+                              *(f"{k}={v}" for k, v in env.items()), sys.executable, "-m", "orchestrator.cli", "run",
+                              "--model", f"scripted:{script}", "--network", "bridge", "--settings", str(options),
+                              "a task with effects outside"])
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "200", "-y", "50",
+                        "-c", str(Path(__file__).resolve().parent.parent), f"{command}; echo EXIT=$?; sleep 300"],
+                       check=True)
+
+    def screen(self) -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name, "-S", "-"], capture_output=True,
+                              text=True, check=True).stdout
+
+    def wait_for(self, text: str, count: int = 1, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if screen.count(text) >= count:
+                return screen
+            time.sleep(0.3)
+        raise AssertionError(f"{text!r} (x{count}) never appeared; the screen:\n{self.screen()}")
+
+    def answer(self, *lines: str) -> None:
+        for line in lines:
+            subprocess.run(["tmux", "send-keys", "-t", self.name, "-l", line], check=True)
+            subprocess.run(["tmux", "send-keys", "-t", self.name, "Enter"], check=True)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+PROMPT = "approve? [y]es once · [a]lways · [n]o · [e]dit:"
+
+
+@pytest.fixture
+def terminal(tmp_path):
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (apt-get install tmux)")
+    made: list[Tmux] = []
+
+    def start(turns: list[dict], settings: dict, env: dict[str, str] | None = None) -> Tmux:
+        made.append(Tmux(tmp_path, turns, settings, env or {}))
+        return made[-1]
+    yield start
+    for pane in made:
+        pane.close()
+
+
+def shell(command: str) -> dict:
+    return turn(call("shell_exec", command=command))
+
+
+@pytest.mark.docker
+def test_on_a_terminal_each_answer_y_a_n_and_e_does_what_it_says(terminal):
+    pane = terminal([shell("echo deploy 1"), shell("echo deploy 2"), shell("echo deploy 3"),
+                     turn(call("web_fetch", url="http://192.0.2.1/")), shell("git push origin main"), done("all asked")],
+                    {"approvals": {"shell_patterns": ["^echo deploy"]}})
+    screen = pane.wait_for(PROMPT)
+    assert "── approval needed ── shell_exec" in screen and "    echo deploy 1" in screen
+    pane.answer("y")
+    pane.wait_for(PROMPT, 2)
+    pane.answer("a")  # always for the pattern: deploy 3 runs unasked
+    screen = pane.wait_for(PROMPT, 3)
+    assert "web_fetch reaches the network" in screen and "echo deploy 3" in screen
+    pane.answer("n", "no fetching today")
+    pane.wait_for(PROMPT, 4)
+    pane.answer("e", '{"command": broken', '{"command": "echo edited"}')
+    screen = pane.wait_for("EXIT=")
+    assert "not valid JSON" in screen and "EXIT=0" in screen
+
+    run = RunDir.all(pane.runs)[0]
+    answers = [(e.approved, e.by, e.always, e.reason, e.arguments) for e in run.events.read()[0]
+               if e.type == "approval_answered"]
+    assert answers == [(True, "terminal", False, None, None), (True, "terminal", True, None, None),
+                       (True, "always", False, None, None), (False, "terminal", False, "no fetching today", None),
+                       (True, "terminal", False, None, '{"command": "echo edited"}')]
+    results = [e.content for e in run.events.read()[0] if e.type == "tool_finished"]
+    assert results[3] == "denied by the user: no fetching today"
+    assert results[4].startswith("edited\n") and "it ran with: {\"command\": \"echo edited\"}" in results[4]
+
+
+@pytest.mark.docker
+def test_on_a_terminal_e_opens_the_editor_when_one_is_set(terminal):
+    pane = terminal([shell("echo deploy main"), done()], {"approvals": {"shell_patterns": ["^echo deploy"]}},
+                    env={"EDITOR": "sed -i s/main/edited/"})
+    pane.wait_for(PROMPT)
+    pane.answer("e")
+    assert "EXIT=0" in pane.wait_for("EXIT=")
+    run = RunDir.all(pane.runs)[0]
+    (started, _done) = [e for e in run.events.read()[0] if e.type == "tool_started"]
+    assert json.loads(started.arguments) == {"command": "echo deploy edited"}
