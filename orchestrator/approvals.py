@@ -247,6 +247,8 @@ def clear(agent: Any, call: ToolCall, step: int) -> Clearance:
                       annotations=getattr(hub, "annotations", None), mcp_names=set(agent.tools.extra_names),
                       grants=_grants(agent))
     if decision.kind == "run":
+        if ledger.waiting is not None and ledger.waiting.call_id == call.id:  # asked under a mode now changed
+            return _answer(agent, call, step, Answer(True), "mode")
         return Clearance(call)
     if decision.kind in ("allow", "deny"):
         return _answer(agent, call, step, Answer(decision.kind == "allow", decision.reason), decision.by,
@@ -318,7 +320,7 @@ def answer_line(event: ev.ApprovalAnswered) -> str:
         verdict += " with edited arguments"
     by = {"rule": f"by {event.rule}", "always": f"by an earlier 'always' for {event.grant}",
           "terminal": "on the terminal", "cairn approve": "by cairn approve",
-          "sub-agent": "(a sub-agent cannot wait for a person)"}.get(event.by, f"by {event.by}")
+          "sub-agent": "(a sub-agent cannot wait for a person)", "mode": "by the mode it was resumed with"}.get(event.by, f"by {event.by}")
     always = f"; always, for {event.grant}" if event.always else ""
     reason = f": {event.reason}" if event.reason and event.by != "sub-agent" else ""
     return f"{'✓' if event.approved else '✗'} {verdict} {by}{always}{reason}"

@@ -405,3 +405,39 @@ def test_on_a_terminal_e_opens_the_editor_when_one_is_set(terminal):
     run = RunDir.all(pane.runs)[0]
     (started, _done) = [e for e in run.events.read()[0] if e.type == "tool_started"]
     assert json.loads(started.arguments) == {"command": "echo deploy edited"}
+
+
+# -- resume's options ------------------------------------------------------------------------------
+
+
+def script(tmp_path: Path, name: str, turns: list[dict]) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps({"turns": turns}))
+    return f"scripted:{path}"
+
+
+@pytest.mark.docker
+def test_resume_with_another_approve_mode_decides_the_waiting_call_again(tmp_path, sandbox_image, runs_dir):
+    out = play(tmp_path, [shell("echo deploy now"), done()], settings=DEPLOY)
+    assert out.status == "waiting"
+    after = cli("resume", out.run.id, "--approve", "never", "--model", script(tmp_path, "rest.json", [done()]),
+                "--json", "--runs-dir", str(runs_dir))
+    assert after.returncode == 0, after.output
+    doc = json.loads(after.stdout)
+    assert doc["steps"][0]["tool_calls"][0]["result"].startswith("deploy now")
+    assert doc["steps"][0]["tool_calls"][0]["approval"]["answer"] == "✓ approved by the mode it was resumed with"
+    assert out.run.read_meta()["config"]["approvals"]["mode"] == "never"
+
+
+@pytest.mark.docker
+def test_resume_takes_the_critic_options(tmp_path, sandbox_image, runs_dir):
+    out = play(tmp_path, [shell("echo 1"), {"content": "pausing"}])
+    assert out.status == "stopped"
+    critic = script(tmp_path, "critic.json", [{"content": "CRITIC: you never checked the output."}])
+    after = cli("resume", out.run.id, "--message", "go on", "--critic-every", "1", "--critic-model", critic,
+                "--model", script(tmp_path, "rest.json", [shell("echo 2"), done()]), "--json", "--runs-dir", str(runs_dir))
+    assert after.returncode == 0, after.output
+    doc = json.loads(after.stdout)
+    assert doc["critic_notes"][0]["text"] == "CRITIC: you never checked the output."
+    assert doc["usage"]["critic"]["requests"] >= 1
+    assert out.run.read_meta()["config"]["critic"] == {"every": 1, "model": critic, "api_base": None}

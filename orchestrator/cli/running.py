@@ -143,7 +143,7 @@ def resume(
     status = run_dir.read_meta().get("status")
     source = "answer" if message else "user"
     mode = _approve_mode(approve)
-    stopped_for_approval = _check_approval_wait(run_dir, json_output)
+    stopped_for_approval = _check_approval_wait(run_dir, json_output, mode)
     if stopped_for_approval:
         pass  # answered (or asked again on this terminal): the step it stopped in goes on
     elif not message and _has_said(run_dir):
@@ -202,15 +202,15 @@ def _approve_mode(value: Optional[str]) -> Optional[str]:
     return value
 
 
-def _check_approval_wait(run_dir, json_output: bool) -> bool:  # noqa: ANN001 - RunDir, imported lazily
-    """True when the run stopped for an approval that is answered now, or that this terminal can answer;
-    a UsageError when no one can answer it here."""
+def _check_approval_wait(run_dir, json_output: bool, mode: Optional[str]) -> bool:  # noqa: ANN001 - RunDir
+    """True when the run stopped for an approval that is answered now, or that this terminal can answer,
+    or that a new --approve mode decides again; a UsageError when no one can answer it here."""
     from orchestrator.approvals import approval_wait, subject
 
     asked, answered = approval_wait(run_dir)
     if asked is None:
         return False
-    if not answered and (json_output or not sys.stdin.isatty() or not sys.stderr.isatty()):
+    if not answered and mode is None and (json_output or not sys.stdin.isatty() or not sys.stderr.isatty()):
         try:
             what = subject(asked.name, json.loads(asked.arguments or "{}"))
         except (ValueError, AttributeError):
