@@ -441,3 +441,38 @@ def test_resume_takes_the_critic_options(tmp_path, sandbox_image, runs_dir):
     assert doc["critic_notes"][0]["text"] == "CRITIC: you never checked the output."
     assert doc["usage"]["critic"]["requests"] >= 1
     assert out.run.read_meta()["config"]["critic"] == {"every": 1, "model": critic, "api_base": None}
+
+
+@pytest.mark.docker
+def test_the_report_shows_each_question_and_answer(tmp_path, sandbox_image, runs_dir):
+    from orchestrator.inspect.report import render_report
+
+    out = play(tmp_path, [shell("echo deploy now"), done()], settings=DEPLOY)
+    assert cli("approve", out.run.id, "--deny", "not now", "--runs-dir", str(runs_dir)).returncode == 0
+    page = render_report(resume(out).run)
+    assert ('<p class="approval meta">? asked: the network is on and the command matches the shell pattern '
+            '&#x27;^echo deploy&#x27; · ✗ denied by cairn approve: not now</p>') in page
+
+
+@pytest.mark.docker
+def test_a_sub_agent_never_waits_a_call_it_would_ask_for_is_refused_unless_always_allowed(tmp_path, sandbox_image,
+                                                                                           runs_dir):
+    from orchestrator.delegate import open_child
+
+    out = play(tmp_path, [turn(call("agent_delegate", task="deploy it")), shell("echo deploy from the child"),
+                          done("could not deploy"), shell("echo deploy 1"), turn(call("agent_delegate", task="again")),
+                          shell("echo deploy 2"), done("deployed"), done()], settings=DEPLOY)
+    refused = [e for e in out.events("tool_finished") if e.name == "agent_delegate"][0]
+    child = open_child(out.run, refused.call_id, refused.child)
+    (answer,) = [e for e in child.events.read()[0] if e.type == "approval_answered"]
+    assert (answer.approved, answer.by) == (False, "sub-agent")
+    (result,) = [e.content for e in child.events.read()[0] if e.type == "tool_finished" and e.name == "shell_exec"]
+    assert result.startswith("denied by the user: a sub-agent cannot wait for a person's approval")
+    assert out.status == "waiting"  # then the parent's own `echo deploy 1` waits
+    assert cli("approve", out.run.id, "--always", "--runs-dir", str(runs_dir)).returncode == 0
+    after = resume(out)
+    assert after.status == "done"
+    allowed = [e for e in after.events("tool_finished") if e.name == "agent_delegate"][1]
+    child = open_child(after.run, allowed.call_id, allowed.child)
+    (answer,) = [e for e in child.events.read()[0] if e.type == "approval_answered"]
+    assert (answer.approved, answer.by) == (True, "always")
