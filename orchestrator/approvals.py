@@ -333,13 +333,10 @@ def answer_line(event: ev.ApprovalAnswered) -> str:
 def record_answer(run: Any, approved: bool, reason: str | None = None, always: bool = False) -> ev.ApprovalAnswered:
     """Answers the question a waiting run asks, in its event log; `cairn resume` then goes on. Exactly
     once: a run that waits for no approval, or whose question was answered already, is a UsageError, and
-    a lock keeps two `cairn approve` at once from both answering."""
-    from orchestrator.runner import run_is_live
-
+    a lock keeps two `cairn approve` at once from both answering. (The caller has made sure the run is
+    not live: a live run asks on its own terminal, or stops to wait.)"""
     with open(run.state / "approve.lock", "a") as lock:  # held until the answer is written
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if run_is_live(run):
-            raise UsageError(f"run {run.id} is running; it waits for an approval only once it has stopped")
         asked, answered = approval_wait(run)
         if asked is None:
             status = run.read_meta().get("status", "?")

@@ -476,3 +476,14 @@ def test_a_sub_agent_never_waits_a_call_it_would_ask_for_is_refused_unless_alway
     child = open_child(after.run, allowed.call_id, allowed.child)
     (answer,) = [e for e in child.events.read()[0] if e.type == "approval_answered"]
     assert (answer.approved, answer.by) == (True, "always")
+
+
+@pytest.mark.docker
+def test_a_batch_run_that_must_ask_is_left_waiting_with_its_reason(tmp_path, sandbox_image, runs_dir):
+    model = script(tmp_path, "batch-script.json", [shell("echo hi"), done()])
+    batch = tmp_path / "tasks.jsonl"
+    batch.write_text(json.dumps({"task": "say hi", "model": model, "approve": "always"}) + "\n")
+    out = cli("batch", str(batch), "--json", "--runs-dir", str(runs_dir))
+    assert out.returncode == 1, out.output
+    (row,) = json.loads(out.stdout)["runs"]
+    assert (row["status"], row["error"]) == ("waiting", "waits for approval: shell_exec echo hi")

@@ -231,8 +231,11 @@ def approve(
     """Answer a run that waits for approval of a tool call (status waiting, reason approval: ...); then
     `cairn resume RUN` runs the call (or gives the model its refusal) and goes on."""
     from orchestrator.approvals import record_answer
+    from orchestrator.runner import run_is_live
 
     run_dir = _find(runs_dir, run_ref)
+    if run_is_live(run_dir):
+        raise UsageError(f"run {run_dir.id} is running; it waits for an approval only once it has stopped")
     if deny is not None and not deny.strip():
         raise UsageError("--deny needs a reason (it is told to the model)")
     answer = record_answer(run_dir, approved=deny is None, reason=deny, always=always)
