@@ -487,3 +487,18 @@ def test_a_batch_run_that_must_ask_is_left_waiting_with_its_reason(tmp_path, san
     assert out.returncode == 1, out.output
     (row,) = json.loads(out.stdout)["runs"]
     assert (row["status"], row["error"]) == ("waiting", "waits for approval: shell_exec echo hi")
+
+
+@pytest.mark.docker
+def test_a_message_given_with_the_resume_survives_another_wait_in_the_same_step(tmp_path, sandbox_image, runs_dir):
+    out = play(tmp_path, [turn(call("shell_exec", command="echo deploy 1"), call("shell_exec", command="echo deploy 2")),
+                          done()], settings=DEPLOY)
+    assert cli("approve", out.run.id, "--runs-dir", str(runs_dir)).returncode == 0
+    rest = script(tmp_path, "rest.json", [done()])
+    first = cli("resume", out.run.id, "--message", "then tag the release", "--model", rest, "--runs-dir", str(runs_dir))
+    assert first.returncode == 1 and "waiting" in first.output  # `echo deploy 2` asks in its turn
+    assert cli("approve", out.run.id, "--runs-dir", str(runs_dir)).returncode == 0
+    second = cli("resume", out.run.id, "--model", rest, "--json", "--runs-dir", str(runs_dir))
+    assert second.returncode == 0, second.output
+    messages = json.loads(second.stdout)["messages"]
+    assert [(m["step"], m["text"]) for m in messages if m["source"] == "say"] == [(2, "then tag the release")]

@@ -144,7 +144,14 @@ def resume(
     source = "answer" if message else "user"
     mode = _approve_mode(approve)
     stopped_for_approval = _check_approval_wait(run_dir, json_output, mode)
-    if stopped_for_approval:
+    if stopped_for_approval and message:
+        # The step it stopped in goes on first, and may stop for another approval before the model is asked
+        # again: the message waits in the inbox, as `cairn say` does, and reaches the model at its next step.
+        from orchestrator.store.inbox import say
+
+        say(run_dir.state, message)
+        message = None
+    elif stopped_for_approval:
         pass  # answered (or asked again on this terminal): the step it stopped in goes on
     elif not message and _has_said(run_dir):
         pass  # a `cairn say` message is waiting to be delivered: that is the instruction
