@@ -310,15 +310,10 @@ def test_mcp_annotations_from_a_real_stdio_server_decide_what_is_asked(tmp_path,
 class Tmux:
     """`cairn run` on a real terminal (a tmux pane), read with capture-pane and answered with send-keys."""
 
-    def __init__(self, tmp_path: Path, turns: list[dict], settings: dict, env: dict[str, str]) -> None:
-        script, options = tmp_path / "script.json", tmp_path / "settings.json"
-        script.write_text(json.dumps({"turns": turns}))
-        options.write_text(json.dumps(settings))
-        self.runs, self.name = tmp_path / "runs", f"cairn-test-{os.getpid()}-{tmp_path.name}"
+    def __init__(self, tmp_path: Path, args: list[str], env: dict[str, str], number: int) -> None:
+        self.runs, self.name = tmp_path / "runs", f"cairn-test-{os.getpid()}-{tmp_path.name}-{number}"
         command = shlex.join(["env", "-u", "EDITOR", "-u", "VISUAL", f"CAIRN_RUNS_DIR={self.runs}",
-                              *(f"{k}={v}" for k, v in env.items()), sys.executable, "-m", "orchestrator.cli", "run",
-                              "--model", f"scripted:{script}", "--network", "bridge", "--settings", str(options),
-                              "a task with effects outside"])
+                              *(f"{k}={v}" for k, v in env.items()), sys.executable, "-m", "orchestrator.cli", *args])
         subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "200", "-y", "50",
                         "-c", str(Path(__file__).resolve().parent.parent), f"{command}; echo EXIT=$?; sleep 300"],
                        check=True)
@@ -335,6 +330,9 @@ class Tmux:
                 return screen
             time.sleep(0.3)
         raise AssertionError(f"{text!r} (x{count}) never appeared; the screen:\n{self.screen()}")
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
 
     def answer(self, *lines: str) -> None:
         for line in lines:
@@ -354,8 +352,15 @@ def terminal(tmp_path):
         pytest.skip("tmux is not installed (apt-get install tmux)")
     made: list[Tmux] = []
 
-    def start(turns: list[dict], settings: dict, env: dict[str, str] | None = None) -> Tmux:
-        made.append(Tmux(tmp_path, turns, settings, env or {}))
+    def start(turns: list[dict] | None = None, settings: dict | None = None, env: dict[str, str] | None = None,
+              args: list[str] | None = None) -> Tmux:
+        """`cairn run` of a scripted task with the network on (or the command `args`), in a new pane."""
+        if args is None:
+            model = script(tmp_path, f"script-{len(made)}.json", turns or [])
+            options = tmp_path / f"settings-{len(made)}.json"
+            options.write_text(json.dumps(settings or {}))
+            args = ["run", "--model", model, "--network", "bridge", "--settings", str(options), "a task with effects"]
+        made.append(Tmux(tmp_path, args, env or {}, len(made)))
         return made[-1]
     yield start
     for pane in made:
@@ -502,3 +507,23 @@ def test_a_message_given_with_the_resume_survives_another_wait_in_the_same_step(
     assert second.returncode == 0, second.output
     messages = json.loads(second.stdout)["messages"]
     assert [(m["step"], m["text"]) for m in messages if m["source"] == "say"] == [(2, "then tag the release")]
+
+
+@pytest.mark.docker
+def test_a_waiting_run_resumed_on_a_terminal_asks_there_and_ctrl_d_leaves_it_waiting(tmp_path, sandbox_image,
+                                                                                     terminal):
+    out = play(tmp_path, [shell("echo deploy now"), done()], settings=DEPLOY)
+    rest = script(tmp_path, "rest.json", [done()])
+    pane = terminal(args=["resume", out.run.id, "--model", rest])
+    assert "    echo deploy now" in pane.wait_for(PROMPT)
+    pane.keys("C-d")
+    screen = pane.wait_for("EXIT=")
+    assert "no answer: the run waits for `cairn approve`" in screen and "EXIT=1" in screen
+    assert out.run.read_meta()["status"] == "waiting"
+    pane = terminal(args=["resume", out.run.id, "--model", rest])
+    pane.wait_for(PROMPT)
+    pane.answer("y")
+    assert "EXIT=0" in pane.wait_for("EXIT=")
+    events = out.run.events.read()[0]
+    assert len([e for e in events if e.type == "approval_asked"]) == 1  # asked once in the log, answered once
+    assert [e.by for e in events if e.type == "approval_answered"] == ["terminal"]
