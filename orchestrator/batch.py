@@ -3,8 +3,10 @@
 One JSON object a line (CONTRACTS.md): `task` (required), `model`, `api_base`, `template`, `image`,
 `workdir`, `check` (a command, or an object of check settings: `{"command": ..., "rounds": 2}`),
 `settings` (a JSON file of run settings, as `cairn run --settings`; relative to the batch file),
-`max_steps`, `max_cost`. A line's settings: built-in defaults < its template's cairn.json < `cairn batch
---api-base` < its settings file < its own keys. Blank lines are ignored. Every line is checked before
+`max_steps`, `max_cost`, `approve` (never, outside or always: which tool calls wait for a person; a
+run that waits is left `waiting`, answered by `cairn approve RUN`). A line's settings: built-in
+defaults < its template's cairn.json < `cairn batch --api-base` < its settings file < its own keys.
+Blank lines are ignored. Every line is checked before
 anything starts; a bad one is a usage error that names its line number.
 
 Runs go N at a time in worker threads of this process: the loop waits on the model and on the
@@ -47,7 +49,8 @@ from orchestrator.store.runs import RunDir
 from orchestrator.terminal import clean, json_text
 from orchestrator.status import Status
 
-LINE_KEYS = {"task", "model", "api_base", "template", "image", "workdir", "check", "settings", "max_steps", "max_cost"}
+LINE_KEYS = {"task", "model", "api_base", "template", "image", "workdir", "check", "settings", "max_steps", "max_cost",
+             "approve"}
 RESUMABLE = ("interrupted",)  # and `running` runs whose process is gone (crashed)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # both stop every run between actions
 
@@ -146,6 +149,7 @@ def _line_config(item: dict[str, Any], base: Path, where: str, api_base: str | N
             "limits": {"max_steps": item.get("max_steps"), "max_cost": item.get("max_cost")},
             "sandbox": {"image": item.get("image"), "workdir": item.get("workdir")},
             "check": check if isinstance(check, dict) else {"command": check},
+            "approvals": {"mode": item.get("approve")},
         }, template=item.get("template"), layers=layers)
     except ValidationError as exc:
         first = exc.errors()[0]

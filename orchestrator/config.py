@@ -188,6 +188,46 @@ class CriticConfig(Settings):
     api_base: str | None = Field(None, description="The critic model's endpoint; None: the run's api_base.")
 
 
+class ApprovalRule(Settings):
+    """One rule of `approvals.rules` (orchestrator/approvals.py): the first rule that matches a call answers
+    it, with no person asked. `tool` is an fnmatch pattern over the tool's name; `match` one over the
+    call's subject: the command of shell_exec, the URL of web_fetch, the path of the file tools, and the
+    arguments as compact JSON (keys sorted) for every other tool."""
+
+    tool: str = Field(description="The tool's name, or an fnmatch pattern of names (shell_exec, mcp_*, *).")
+    match: str = Field("*", description="An fnmatch pattern over the call's subject (e.g. \"git push*\").")
+    action: Literal["allow", "deny", "ask"] = Field(description="allow: run it unasked; deny: refuse it; "
+                                                    "ask: ask a person even where the mode would not.")
+    reason: str | None = Field(None, description="Said to the model when the rule denies a call.")
+
+
+class ApprovalsConfig(Settings):
+    """Which tool calls wait for a person's yes (`--approve`, orchestrator/approvals.py)."""
+
+    mode: Literal["never", "outside", "always"] = Field(
+        "outside", description="never: ask nothing; outside: ask before calls whose effects can leave the "
+        "sandbox (MCP tools not declared read-only, web_fetch, and shell commands matching shell_patterns "
+        "when the network is on); always: ask before every call but task_done, ask_user and todo_write.")
+    rules: list[ApprovalRule] = Field(default_factory=list, description="Answer calls without asking; the first "
+                                      "that matches wins. In mode never only deny rules apply.")
+    shell_patterns: list[str] = Field(default_factory=list, description="Python regular expressions (searched "
+                                      "in the command) of shell commands that can act outside; added to the "
+                                      "built-in ones (git push, curl with data, ssh, ...).")
+    default_shell_patterns: bool = Field(True, description="False: only shell_patterns count, not the built-in ones.")
+
+    @field_validator("shell_patterns")
+    @classmethod
+    def _regexes(cls, patterns: list[str]) -> list[str]:
+        import re
+
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+        return patterns
+
+
 REDACTED = "<redacted>"
 
 
@@ -235,6 +275,7 @@ class RunConfig(Settings):
     mcp: McpConfig = Field(default_factory=McpConfig)
     check: CheckConfig = Field(default_factory=CheckConfig)
     critic: CriticConfig = Field(default_factory=CriticConfig)
+    approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
 
 
 def stored_config(data: dict) -> RunConfig:

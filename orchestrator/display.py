@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from orchestrator.approvals import Answer, Question, answer_line
 from orchestrator.store import events as ev
 from orchestrator.store.replay import RunState
 from orchestrator.terminal import clean
@@ -51,6 +52,12 @@ def _event_line(event: ev.Event) -> str | None:
         return f"      ⟲ compaction ({event.kind}): {event.tokens_before:,} → {event.tokens_after:,} tokens"
     if isinstance(event, ev.Notice):
         return f"      ! {event.text}"
+    if isinstance(event, ev.ApprovalAsked):
+        return f"[{event.step}] ? {event.name} {short(event.arguments, 90)}: approval needed ({event.why})"
+    if isinstance(event, ev.ApprovalAnswered):
+        return f"      {answer_line(event)}"
+    if isinstance(event, ev.StatusChanged) and event.status == "waiting" and event.reason.startswith("approval"):
+        return f"waiting for {event.reason} (answer with cairn approve RUN [--deny REASON] [--always])"
     if isinstance(event, ev.StatusChanged) and event.status == "waiting":
         return f"the agent asks: {event.result}"
     if isinstance(event, ev.StatusChanged) and event.status != "running":
@@ -137,6 +144,20 @@ class LiveDisplay:
         if isinstance(event, ev.StatusChanged) and event.status in ("stopped", "running"):
             return None
         return False
+
+    def can_ask(self) -> bool:
+        """A person can answer an approval here: the display and the input are a terminal."""
+        return self.console.is_terminal and sys.stdin.isatty()
+
+    def ask_approval(self, question: Question) -> Answer | None:
+        """The live status line stops while the question is on the screen (orchestrator/approval_prompt.py)."""
+        from orchestrator.approval_prompt import ask
+
+        self.pause()
+        try:
+            return ask(question)
+        finally:
+            self.resume()
 
     def pause(self) -> None:
         """Before a prompt: the status line goes, so that nothing redraws under what the person types."""

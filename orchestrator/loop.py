@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from orchestrator import critic, recovery
+from orchestrator import approvals, critic, recovery
 from orchestrator.check import check_done
 from orchestrator.config import RunConfig
 from orchestrator.context import CannotCompact, TokenCounter, build_request, compact, needs_compaction
@@ -61,6 +61,7 @@ class Agent:
         self.critic_model: Model | None = None  # --critic-model's own client; None: the critic asks `model`
         self.summary_usage: dict[str, Any] = {}  # the last summary request's, until its compaction is recorded
         self.cut_off: tuple[ToolCall, Callable[[int], Observation]] | None = None  # a call to finish (see recover)
+        self.approval_step = False  # the last step stopped for an approval: its calls go on (see recover)
 
     def emit(self, event: ev._Event) -> None:
         self.run_dir.events.append(event)
@@ -78,6 +79,8 @@ class Agent:
             with stop_signals(self):
                 if self.cut_off is not None:
                     recovery.finish_cut_off_step(self)  # first: the results of a step's calls follow the calls
+                elif self.approval_step:
+                    self.finish_approval_step()
                 if message:
                     self.emit(ev.UserMessage(step=self.state.step, text=message, source=source))
                 if self.stop_requested:
@@ -104,7 +107,10 @@ class Agent:
         self.emit(ev.AssistantMessage(step=step, message=reply.message))
         if not reply.tool_calls:
             raise Finished("stopped", "the model answered without a tool call", result=reply.message.get("content"))
-        ending = self.run_tools(reply.tool_calls, step)
+        self.end_step(step, self.run_tools(reply.tool_calls, step))
+
+    def end_step(self, step: int, ending: Finished | None) -> None:
+        """After a step's calls: its checkpoint, then whatever ends the run or warns the agent."""
         self.checkpoint(step)  # before any ending: the last step's work is kept too
         if ending is not None and ending.status == Status.DONE and self.cfg.check.command and not self.tag:
             ending = check_done(self, step, ending)  # the run's check; a sub-agent's task_done is not the run's
@@ -127,10 +133,11 @@ class Agent:
         top = top_of(self.run_dir)
         return top.stop_path.exists() if top is not self.run_dir else top.take_stop_request()
 
-    def run_tools(self, calls: list[ToolCall], step: int) -> Finished | None:
-        """Runs the calls in order, each recorded before the next; returns how the run ends, if a call ends it."""
+    def run_tools(self, calls: list[ToolCall], step: int, seen: set[str] | None = None) -> Finished | None:
+        """Runs the calls in order, each recorded before the next; returns how the run ends, if a call ends it.
+        `seen`: tools whose saved output already took the step's plain name (`<step>-<tool>.txt`)."""
         ending: Finished | None = None
-        seen: set[str] = set()
+        seen = set(seen or ())
         for call in calls:
             # A second call of the same tool in one step names its saved output after its call id.
             label = call.id if call.name in seen else None
@@ -215,19 +222,17 @@ class Agent:
 
     def execute(self, call: ToolCall, step: int, label: str | None = None) -> Finished | None:
         """Runs one call and records its result; returns how the run ends if this call ends it."""
+        clearance = approvals.clear(self, call, step)  # a person's yes first, where one is needed
+        call = clearance.call  # with the arguments the person edited, if they did
         self.emit(ev.ToolStarted(step=step, call_id=call.id, name=call.name, arguments=call.arguments))
         started = time.monotonic()
         ending = None
         try:
             args = self.tools.parse_arguments(call.name, call.arguments)
-            journaled = self.tools.get(call.name).journaled
-            if journaled:
-                self.sandbox.call_key = self.journal_key(step, call)  # its request is journaled under it
-            try:
-                observation = self.tools.run(call.name, args, self.tool_context(step, call, label))
-            finally:
-                if journaled:
-                    self.sandbox.call_key = None  # a call that never reached the toolbox leaves none behind
+            if clearance.refused is not None:
+                observation = clearance.refused
+            else:
+                observation = self.run_tool(call, args, step, label)
         except TaskDone as done:
             observation, ending = Observation("task reported done"), Finished("done", "task_done", done.summary)
         except AskUser as ask:
@@ -235,6 +240,8 @@ class Agent:
             ending = Finished("waiting", "ask_user", ask.question)
         except (BadCall, ToolError) as exc:
             observation = Observation(f"error: {exc}", error=True)
+        if clearance.note:
+            observation.footer = "\n".join(part for part in (observation.footer, clearance.note) if part)
         self.finish(call, step, observation, (time.monotonic() - started) * 1000, label)
         if observation.note:
             self.notices.append(f"The sandbox was restarted: {observation.note}. Files in "
@@ -242,6 +249,16 @@ class Agent:
                                     "; so is what was installed outside it." if self.sandbox.reused else
                                     "; anything installed outside it is gone."))
         return ending
+
+    def run_tool(self, call: ToolCall, args: dict[str, Any], step: int, label: str | None) -> Observation:
+        journaled = self.tools.get(call.name).journaled
+        if journaled:
+            self.sandbox.call_key = self.journal_key(step, call)  # its request is journaled under it
+        try:
+            return self.tools.run(call.name, args, self.tool_context(step, call, label))
+        finally:
+            if journaled:
+                self.sandbox.call_key = None  # a call that never reached the toolbox leaves none behind
 
     def tool_context(self, step: int, call: ToolCall, label: str | None, sandbox: Any = None) -> ToolContext:
         return ToolContext(sandbox or self.sandbox, self.cfg.sandbox, obs_path(step, call.name, label), step, call, self)
@@ -309,6 +326,14 @@ class Agent:
     def journal_key(self, step: int, call: ToolCall) -> str:
         top = top_of(self.run_dir)
         return journal.call_key(top.id, self.run_dir.root.relative_to(top.root).as_posix(), step, call.id)
+
+    def finish_approval_step(self) -> None:
+        """The rest of the step that stopped for an approval (orchestrator/approvals.py): the answered call
+        and the calls after it run now, in order, and the step ends as every step does."""
+        self.approval_step, step = False, self.state.step
+        calls = list(self.state.open_calls.values())
+        # Named after their call ids: the step's earlier calls may have taken the plain names.
+        self.end_step(step, self.run_tools(calls, step, seen={call.name for call in calls}))
 
     # -- the edges --------------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ class Agent(Protocol):
     tools: Registry
     notices: list[str]
     cut_off: tuple[ToolCall, Callable[[int], Observation]] | None
+    approval_step: bool
 
     def emit(self, event: ev._Event) -> None: ...
 
@@ -55,6 +56,9 @@ def recover(agent: Agent) -> None:
         agent.emit(ev.Notice(step=state.step, text=f"the toolbox's journal was not read: {record.problem}"))
     for call in list(state.open_calls.values()):
         began = call.id in state.started
+        if not began and state.approvals.holds(call.id):
+            agent.approval_step = True  # asked or answered (approvals.py): it and the calls after it go on in `run`
+            break
         tool = agent.tools.get(call.name)
         go_on = tool.take_up(agent, call) if began and tool is not None and tool.take_up else None
         if go_on is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -81,6 +82,12 @@ def show(
     for c in doc["checks"][:-1]:
         typer.echo(f"check #{c['round']} after step {c['step']}: {check_line(c).removeprefix('check ')}"
                    + (" → sent back to the agent" if c["sent_back"] else ""))
+    waiting = doc["approval_waiting"]
+    if waiting:  # the call a run stopped for (orchestrator/approvals.py)
+        args = waiting["arguments"] if isinstance(waiting["arguments"], str) else json.dumps(waiting["arguments"])
+        typer.echo(f"approval: {clean(waiting['name'])} {clean(one_line(args, 200))} ({clean(waiting['why'])}) · "
+                   + (clean(waiting["answer"]) + f"; go on with: cairn resume {doc['id']}" if waiting["answer"] else
+                      f"answer with: cairn approve {doc['id']} [--deny REASON] [--always]"))
     if doc["result"]:
         typer.echo(f"result: {clean(doc['result'])}")
     if doc["check"] is not None:

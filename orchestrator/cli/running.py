@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,7 @@ def run(
     check_rounds: Optional[int] = typer.Option(None, "--check-rounds", metavar="N", min=0, help="When the check fails, send its output back to the agent and go on, at most N times (default 0)."),
     critic_every: Optional[int] = typer.Option(None, "--critic-every", metavar="N", min=1, help="Every N steps, one extra model call reviews the task, the plan and the last N steps; its answer goes into the next request's tail and /cairn/critic/ (default: off)."),
     critic_model: Optional[str] = typer.Option(None, "--critic-model", metavar="M", help="The critic's model (a litellm model string or scripted:PATH; default: the run's model)."),
+    approve: Optional[str] = typer.Option(None, "--approve", metavar="never|outside|always", help="Which tool calls wait for your yes: never, outside (default: calls that can act outside the sandbox, e.g. MCP tools, web_fetch, git push with the network on) or always. On a terminal you are asked; else the run waits for cairn approve."),
     settings: Optional[Path] = typer.Option(None, "--settings", metavar="FILE", help="A JSON file of settings (any fields of a run's config, as a template's cairn.json), e.g. {\"model\": {\"context_window\": 32768}}."),
     json_output: bool = JsonOut,
 ) -> None:
@@ -67,6 +69,7 @@ def run(
                         "max_disk": max_disk, "runtime": runtime, "lockdown": True if lockdown else None},
             "check": {"command": check, "rounds": check_rounds},
             "critic": {"every": critic_every, "model": critic_model},
+            "approvals": {"mode": _approve_mode(approve)},
         }, template=template, model_elsewhere=config is not None, layers=layers)
     except ValidationError as exc:
         raise UsageError(_one_line(exc)) from None
@@ -111,6 +114,9 @@ def resume(
     max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0, help="Raise the cost limit (USD)."),
     from_step: Optional[int] = typer.Option(None, "--from-step", min=0,
                                             help="Fork a new run from the end of step N, and continue that."),
+    critic_every: Optional[int] = typer.Option(None, "--critic-every", metavar="N", min=0, help="From now on, every N steps a critic model call reviews the last N steps (0: no critic)."),
+    critic_model: Optional[str] = typer.Option(None, "--critic-model", metavar="M", help="The critic's model from now on (default: the run's model)."),
+    approve: Optional[str] = typer.Option(None, "--approve", metavar="never|outside|always", help="Which tool calls wait for your yes from now on (see cairn run --help)."),
     trust: bool = typer.Option(False, "--trust", help="Trust an imported run: apply its own settings that reach "
                                "this machine (endpoint, passed variables, image, network, MCP servers...)."),
     safe_defaults: bool = typer.Option(False, "--safe-defaults", help="Resume an imported run with cairn's defaults "
@@ -136,7 +142,18 @@ def resume(
         raise UsageError(f"run {run_dir.id} is running in another process")
     status = run_dir.read_meta().get("status")
     source = "answer" if message else "user"
-    if not message and _has_said(run_dir):
+    mode = _approve_mode(approve)
+    stopped_for_approval = _check_approval_wait(run_dir, json_output, mode)
+    if stopped_for_approval and message:
+        # The step it stopped in goes on first, and may stop for another approval before the model is asked
+        # again: the message waits in the inbox, as `cairn say` does, and reaches the model at its next step.
+        from orchestrator.store.inbox import say
+
+        say(run_dir.state, message)
+        message = None
+    elif stopped_for_approval:
+        pass  # answered (or asked again on this terminal): the step it stopped in goes on
+    elif not message and _has_said(run_dir):
         pass  # a `cairn say` message is waiting to be delivered: that is the instruction
     elif status == "waiting" and not message:
         raise UsageError(f"run {run_dir.id} waits for an answer: {run_dir.read_meta().get('result')}",
@@ -160,6 +177,12 @@ def resume(
         cfg.limits.max_steps = max_steps
     if max_cost is not None:
         cfg.limits.max_cost = max_cost
+    if critic_every is not None:
+        cfg.critic.every = critic_every or None
+    if critic_model is not None:
+        cfg.critic.model = critic_model
+    if mode is not None:
+        cfg.approvals.mode = mode
     preflight(cfg.model, key_elsewhere=cfg.mcp.api_key_in_file)  # before the sandbox starts
     preflight_critic(cfg)
     meta["config"] = cfg.model_dump(mode="json")
@@ -178,6 +201,54 @@ def _fork(source, step: int, message: Optional[str], runs_dir: Optional[Path], j
     fork = fork_run(plan, _runs_dir(runs_dir))
     typer.echo(fork.id, err=json_output)
     return fork
+
+
+def _approve_mode(value: Optional[str]) -> Optional[str]:
+    if value is not None and value not in ("never", "outside", "always"):
+        raise UsageError(f"--approve is never, outside or always, not {value!r}")
+    return value
+
+
+def _check_approval_wait(run_dir, json_output: bool, mode: Optional[str]) -> bool:  # noqa: ANN001 - RunDir
+    """True when the run stopped for an approval that is answered now, or that this terminal can answer,
+    or that a new --approve mode decides again; a UsageError when no one can answer it here."""
+    from orchestrator.approvals import approval_wait, subject
+
+    asked, answered = approval_wait(run_dir)
+    if asked is None:
+        return False
+    if not answered and mode is None and (json_output or not sys.stdin.isatty() or not sys.stderr.isatty()):
+        try:
+            what = subject(asked.name, json.loads(asked.arguments or "{}"))
+        except (ValueError, AttributeError):
+            what = asked.arguments
+        raise UsageError(f"run {run_dir.id} waits for approval of {asked.name} {' '.join(what.split())[:200]}",
+                         hint=f"cairn approve {run_dir.id} [--deny REASON] [--always], then cairn resume "
+                              f"{run_dir.id}; or resume it on a terminal, which asks")
+    return True
+
+
+@app.command()
+def approve(
+    run_ref: str = typer.Argument(..., metavar="RUN", help="A run id or a unique prefix of one."),
+    deny: Optional[str] = typer.Option(None, "--deny", metavar="REASON", help="Refuse the call; the model is told \"denied by the user: REASON\"."),
+    always: bool = typer.Option(False, "--always", help="The answer holds for every later call of that tool (or shell pattern, or rule) in this run."),
+    runs_dir: Optional[Path] = RunsDir,
+) -> None:
+    """Answer a run that waits for approval of a tool call (status waiting, reason approval: ...); then
+    `cairn resume RUN` runs the call (or gives the model its refusal) and goes on."""
+    from orchestrator.approvals import record_answer
+    from orchestrator.runner import run_is_live
+
+    run_dir = _find(runs_dir, run_ref)
+    if run_is_live(run_dir):
+        raise UsageError(f"run {run_dir.id} is running; it waits for an approval only once it has stopped")
+    if deny is not None and not deny.strip():
+        raise UsageError("--deny needs a reason (it is told to the model)")
+    answer = record_answer(run_dir, approved=deny is None, reason=deny, always=always)
+    verdict = "approved" if answer.approved else f"denied ({clean(deny)})"
+    scope = f", and every later call of {clean(answer.grant)}" if always else ""
+    typer.echo(f"run {run_dir.id}: {clean(answer.name)} {verdict}{scope}; go on with: cairn resume {run_dir.id}")
 
 
 def _has_said(run_dir) -> bool:  # noqa: ANN001 - RunDir, imported lazily
@@ -245,7 +316,7 @@ def _ask(prompt: str, allow_eof: bool = False) -> str | None:
 @app.command()
 def batch(
     file: Path = typer.Argument(..., metavar="FILE.jsonl", help="One JSON object a line: task (required), "
-                                "model, api_base, template, image, workdir, check, settings, max_steps, max_cost."),
+                                "model, api_base, template, image, workdir, check, settings, max_steps, max_cost, approve."),
     jobs: int = typer.Option(4, "--jobs", "-j", min=1, help="Runs at a time, each in its own sandbox."),
     api_base: Optional[str] = typer.Option(None, "--api-base", metavar="URL", help="The OpenAI-compatible endpoint of every line that names none (its api_base key or settings file)."),
     runs_dir: Optional[Path] = RunsDir,

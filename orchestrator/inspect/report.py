@@ -29,7 +29,7 @@ from typing import Any
 
 from orchestrator.inspect.report_data import rebuilt_requests, sessions, step_diffs, step_times
 from orchestrator.inspect.report_time import Axis, seconds, step_clock, time_axis
-from orchestrator.inspect.timeline import check_line, critic_line, new_step, step_lines, timeline, walk
+from orchestrator.inspect.timeline import approval_line, check_line, critic_line, new_step, step_lines, timeline, walk
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
 from orchestrator.tools.dispatch import WRITING_TOOLS
@@ -95,6 +95,8 @@ def _page_call(c: dict[str, Any], child: dict[str, Any] | None) -> dict[str, Any
             "finished": c["finished"], "duration_ms": c["duration_ms"]}
     if child:
         call["child"] = child
+    if c.get("approval"):
+        call["approval"] = c["approval"]
     return call
 
 
@@ -368,7 +370,9 @@ def _step(step: dict[str, Any], axis: Axis) -> str:
             f'<div class="call{" error" if c["error"] else ""}" data-tool="{esc(c["name"])}">'
             f'<span class="tool-name">{esc(c["name"])}</span>{took} {" ".join(marks)}'
             f'<div class="label">arguments</div><pre>{esc(_clip(c["arguments"], RESULT_PREVIEW))}</pre>'
-            f'<div class="label">result</div><pre class="result">{esc(_clip(c["result"], RESULT_PREVIEW))}</pre></div>'
+            f'<div class="label">result</div><pre class="result">{esc(_clip(c["result"], RESULT_PREVIEW))}</pre>'
+            + (f'<p class="approval meta">{esc(approval_line(c["approval"]))}</p>' if c.get("approval") else "")
+            + "</div>"
         )
         if c.get("child"):
             child = c["child"]

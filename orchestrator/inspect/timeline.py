@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestrator.approvals import answer_line
 from orchestrator.store import events as ev
 from orchestrator.store.children import open_child
 from orchestrator.store.replay import check_verdict
@@ -45,6 +46,7 @@ def walk(run: RunDir) -> dict[str, Any]:
     status, result, task, compactions = meta.get("status", "running"), meta.get("result"), meta.get("task", ""), []
     checks: list[dict[str, Any]] = []
     end: dict[str, Any] | None = None  # the StatusChanged that ended the run, and where it is in the log
+    approvals: dict[str, dict[str, Any]] = {}  # call id -> its question and answer, until the call starts
 
     def step_of(n: int, show: bool = True) -> dict[str, Any]:
         if show:
@@ -87,8 +89,14 @@ def walk(run: RunDir) -> dict[str, Any]:
         elif isinstance(e, ev.ToolStarted):
             call = {"id": e.call_id, "name": e.name, "raw": e.arguments, "output": None, "error": False,
                     "offloaded_to": None, "finished": False, "duration_ms": None, "child": None}
+            if e.call_id in approvals:
+                call["approval"] = approvals.pop(e.call_id)
             calls[e.call_id] = call
             step_of(e.step)["calls"].append(call)
+        elif isinstance(e, ev.ApprovalAsked):
+            approvals[e.call_id] = {"asked": e.why, "name": e.name, "arguments": e.arguments}
+        elif isinstance(e, ev.ApprovalAnswered):
+            approvals.setdefault(e.call_id, {})["answer"] = answer_line(e)
         elif isinstance(e, ev.ToolFinished) and e.call_id in calls:
             calls[e.call_id].update(output=e.output or e.content, error=e.error, offloaded_to=e.offloaded_to,
                                     finished=True, duration_ms=e.duration_ms, child=getattr(e, "child", None))
@@ -110,8 +118,19 @@ def walk(run: RunDir) -> dict[str, Any]:
     usage["critic"] = critic  # already counted in the totals above; this says how much of them
     return {"meta": meta, "events": events, "torn": torn, "task": task, "status": status, "result": result,
             "steps": steps, "shown": shown, "usage": usage, "compactions": compactions, "checks": checks,
-            "critic_notes": critic_notes,
+            "critic_notes": critic_notes, "approval_waiting": _waiting(approvals, status),
             "error": end_error(status, result, end)}
+
+
+def _waiting(approvals: dict[str, dict[str, Any]], status: str) -> dict[str, Any] | None:
+    """The question a waiting run stopped for, answered (by `cairn approve`, not yet resumed) or not."""
+    if status != Status.WAITING:
+        return None
+    for call_id, approval in approvals.items():
+        if "asked" in approval:
+            return {"call_id": call_id, "name": approval["name"], "arguments": _arguments(approval["arguments"]),
+                    "why": approval["asked"], "answer": approval.get("answer")}
+    return None
 
 
 def end_error(status: str, result: str | None, end: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -120,7 +139,9 @@ def end_error(status: str, result: str | None, end: dict[str, Any] | None) -> di
     if status in (Status.DONE, Status.RUNNING):
         return None
     said = (end or {}).get("reason") or ""
-    if status == Status.WAITING:
+    if status == Status.WAITING and said.startswith("approval"):
+        said = f"waits for {said}"
+    elif status == Status.WAITING:
         said = f"the agent asks: {result}" if result else "the agent waits for an answer"
     reason = one_line(said) or f"the run ended as {status} without a recorded reason"
     event = {k: end[k] for k in ("index", "type", "step")} if end else None
@@ -159,6 +180,7 @@ def timeline(run: RunDir, walked: dict[str, Any] | None = None) -> dict[str, Any
         "messages": [{"step": n, **m} for n, step in sorted(w["steps"].items()) for m in step["messages"]],
         "compactions": w["compactions"],
         "critic_notes": w["critic_notes"],
+        "approval_waiting": w["approval_waiting"],
         "usage": w["usage"],
         "check": _check(meta, w["checks"]),
         "checks": [{key: c[key] for key in ("round", "step", "command", "passed", "exit_code", "output_path",
@@ -198,6 +220,8 @@ def _shown_call(run: RunDir, c: dict[str, Any]) -> dict[str, Any]:
     call = {"id": c["id"], "name": c["name"], "arguments": _arguments(c["raw"]),
             "result": _preview(c["output"]) if c["finished"] else None, "error": c["error"],
             "offloaded_to": c["offloaded_to"], "finished": c["finished"]}
+    if c.get("approval"):  # asked, or answered by a rule or an earlier "always" (orchestrator/approvals.py)
+        call["approval"] = {key: c["approval"][key] for key in ("asked", "answer") if key in c["approval"]}
     if c["finished"]:
         call["duration_ms"] = c["duration_ms"]
     if c["name"] == "agent_delegate":  # its sub-agent's steps, nested (orchestrator/delegate.py)
@@ -251,12 +275,20 @@ def _call_lines(step: dict[str, Any], indent: str) -> list[str]:
         saved = f"  ⇢ {clean(call['offloaded_to'])}" if call["offloaded_to"] else ""
         lines.append(f"{indent}{step['index']:>4} {mark}{clean(call['name']):<12} {_preview(clean(args), 50):<50} "
                      f"→ {_preview(clean(call['result']), 50)}{saved}  [{tokens:,} tok]")
+        if call.get("approval"):
+            lines.append(f"{indent}       {approval_line(call['approval'])}")
         child = call.get("child")
         if child:
             inner = indent + "     ┆ "
             lines.append(f"{inner}sub-agent {child['id']} [{child['status']}]: {_preview(clean(child['task']), 70)}")
             lines += step_lines(child, inner)
     return lines
+
+
+def approval_line(approval: dict[str, Any]) -> str:
+    """A call's approval on one line: why it was asked (when it was) and the answer."""
+    asked = f"? asked: {_preview(clean(approval['asked']), 90)} · " if approval.get("asked") else ""
+    return asked + clean(approval.get("answer") or "not answered")
 
 
 def _message_line(step: int, message: dict[str, Any], indent: str) -> str:
@@ -280,6 +312,8 @@ def step_text(walked: dict[str, Any], n: int) -> str:
         args = _arguments(c["raw"])
         shown = args if isinstance(args, str) else json.dumps(args, indent=2, ensure_ascii=False)
         out += ["", f"── {c['name']} ({state}{took})", "arguments:", _indented(shown)]
+        if c.get("approval"):
+            out += [approval_line(c["approval"])]
         if c["finished"]:
             out += ["result:" + (f" (saved whole to {c['offloaded_to']})" if c["offloaded_to"] else ""),
                     _indented(c["output"] or "")]

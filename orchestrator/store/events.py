@@ -129,6 +129,36 @@ class CriticNote(_Event):
     usage: dict[str, Any]
 
 
+class ApprovalAsked(_Event):
+    """A tool call waits for a person's yes (orchestrator/approvals.py): on a terminal the question is put
+    at once; without one the run ends `waiting` and `cairn approve` answers it. `grant` is what an
+    "always" answer covers: the tool's name, or `shell_exec:<pattern>` / a rule's label."""
+
+    type: Literal["approval_asked"] = "approval_asked"
+    call_id: str
+    name: str
+    arguments: str
+    why: str
+    grant: str
+
+
+class ApprovalAnswered(_Event):
+    """The answer to a call's approval: a person's (`by` "terminal" or "cairn approve"), a rule's (`by`
+    "rule", naming it in `rule`), an earlier "always" answer's (`by` "always"), or a sub-agent's refusal
+    to wait (`by` "sub-agent"). `arguments`: the person edited them, and the call runs with these."""
+
+    type: Literal["approval_answered"] = "approval_answered"
+    call_id: str
+    name: str
+    approved: bool
+    by: str
+    reason: str | None = None
+    always: bool = False  # holds for `grant` for the rest of the run
+    grant: str | None = None
+    rule: str | None = None
+    arguments: str | None = None
+
+
 class Checkpoint(_Event):
     type: Literal["checkpoint"] = "checkpoint"
     commit: str | None
@@ -149,6 +179,8 @@ Event = Annotated[
         Checkpoint,
         CheckFinished,
         CriticNote,
+        ApprovalAsked,
+        ApprovalAnswered,
     ],
     Field(discriminator="type"),
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.approvals import Ledger
 from orchestrator.config import ContextConfig
 from orchestrator.context import History, TokenCounter, shape_assistant_message
 from orchestrator.guards import Totals, signature
@@ -35,10 +36,12 @@ class RunState:
         self.check: dict[str, Any] | None = None
         self.check_rounds = 0  # failed checks sent back to the agent since a person last spoke
         self.critic_note: ev.CriticNote | None = None  # the critic's last answer, until a request has shown it
+        self.approvals = Ledger()  # the question a call waits on, its answer, the "always" answers
         self.n_events = 0
 
     def apply(self, event: ev.Event) -> None:
         self.n_events += 1
+        self.approvals.apply(event)
         handler = getattr(self, "_on_" + event.type, None)
         if handler is not None:
             handler(event)

@@ -95,6 +95,7 @@ class McpHub:
         self.reserved = set(reserved or ())  # names already taken (the built-in tools)
         self.routes: dict[str, tuple[_Server, str]] = {}  # public name -> (server, the server's tool name)
         self.known: set[str] = set()  # names the model may call: routes, and stored names that vanished
+        self.annotations: dict[str, dict[str, Any]] = {}  # public name -> the tool's hints (approvals.py)
         self.warnings: list[str] = []
         self._specs: list[dict[str, Any]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -151,7 +152,8 @@ class McpHub:
             text, is_error = self.call(ctx.call.name, args)
             return Observation(text, error=is_error)
 
-        return [Tool(spec, handler, checks_arguments=False) for spec in specs]  # the server checks them
+        return [Tool(spec, handler, checks_arguments=False,  # the server checks them
+                     annotations=self.annotations.get(spec["function"]["name"], {})) for spec in specs]
 
     def call(self, name: str, args: dict[str, Any]) -> tuple[str, bool]:
         """Run one tool; (its text, whether it is an error). Never raises for the server's failures."""
@@ -390,6 +392,7 @@ class McpHub:
                 public = _clean(f"{server.cfg.name}__{tool.name}" if clash else tool.name)
                 public = _unique(public, taken)
                 self.routes[public] = (server, tool.name)
+                self.annotations[public] = hints(tool)
                 specs.append(_spec(public, tool))
         self._specs = specs
         self.known = set(self.routes)
@@ -432,6 +435,16 @@ def _spec(name: str, tool: Any) -> dict[str, Any]:
     return json.loads(json.dumps(
         {"type": "function", "function": {"name": name, "description": description, "parameters": schema}},
         sort_keys=True))
+
+
+def hints(tool: Any) -> dict[str, Any]:
+    """The tool's annotations as its server listed them (readOnlyHint, destructiveHint, openWorldHint,
+    idempotentHint), only those it set; {} for a tool without any."""
+    annotations = getattr(tool, "annotations", None)
+    if annotations is None:
+        return {}
+    data = annotations.model_dump(by_alias=True, exclude_none=True) if hasattr(annotations, "model_dump") else dict(annotations)
+    return {key: value for key, value in data.items() if key.endswith("Hint")}
 
 
 def _clean(name: str) -> str:

@@ -50,6 +50,9 @@ class Tool:
     op: str | None = None
     checks_arguments: bool = True
     take_up: TakeUp | None = None
+    # An MCP tool's annotations as its server listed them (readOnlyHint, ...; {} when it gave none), read
+    # by approvals.py; None for cairn's own tools.
+    annotations: dict[str, Any] | None = None
     journaled: bool = field(init=False)
 
     def __post_init__(self) -> None:
