@@ -21,7 +21,7 @@ from orchestrator.context.offload import obs_path
 from orchestrator.delegate import delegate, resumable_child, resume_delegate, top_of
 from orchestrator.disk import DiskLimit, disk_limit_of
 from orchestrator.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
-from orchestrator.llm.client import ContextOverflow
+from orchestrator.llm.types import ContextOverflow  # not llm.client: that imports litellm
 from orchestrator.llm.types import Reply, ToolCall
 from orchestrator.sandbox import ToolError
 from orchestrator.store import events as ev
