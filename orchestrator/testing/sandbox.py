@@ -26,11 +26,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import orchestrator
 from orchestrator.config import SandboxConfig
 from orchestrator.sandbox import ToolError
 
-TOOLBOX_SOURCE = Path(orchestrator.__file__).resolve().parent.parent / "sandbox_image" / "toolbox.py"
+TOOLBOX_SOURCE = Path(__file__).resolve().parents[2] / "sandbox_image" / "toolbox.py"  # beside the package
 CAIRN = "/cairn"
 
 
