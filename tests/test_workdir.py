@@ -22,7 +22,7 @@ from orchestrator.sandbox import Sandbox, ToolError
 from orchestrator.sandbox import python_volume
 from orchestrator.store.runs import RunDir
 from tests.sandbox_fixtures import build_image, docker_client, sandbox_image  # noqa: F401 - fixtures
-from tests.test_cli import cairn
+from tests.test_cli import cairn, cairn_here
 from tests.test_workspaces import DONE, call, results, script, the_run
 
 AS_ROOT = os.getuid() == 0
@@ -95,7 +95,7 @@ def settings(tmp_path: Path, sandbox: dict) -> str:
     ("/proc/1", "system directory"), ("/cairn", "system directory"),
 ])
 def test_a_workdir_that_is_not_a_project_directory_is_a_one_line_usage_error(runs_dir, workdir, says):
-    out = cairn("run", "task", "--workdir", workdir, runs_dir=runs_dir)
+    out = cairn_here("run", "task", "--workdir", workdir, runs_dir=runs_dir)
     assert out.returncode == 2
     [line] = out.stderr.strip().splitlines()
     assert line.startswith("cairn: error: ") and says in line
