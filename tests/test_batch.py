@@ -13,7 +13,7 @@ from orchestrator.batch import Batch
 from orchestrator.config import RunConfig
 from orchestrator.context.offload import check_path
 from orchestrator.store.runs import RunDir
-from tests.test_cli import cairn
+from tests.test_cli import cairn, cairn_here
 
 
 def write_script(path: Path, *turns: dict) -> Path:
@@ -37,7 +37,7 @@ def write_batch(path: Path, *lines: dict | str) -> Path:
 
 def test_a_bad_line_is_a_usage_error_naming_its_number_and_nothing_starts(tmp_path, runs_dir):
     batch = write_batch(tmp_path / "b.jsonl", {"task": "fine"}, "", {"model": "scripted:demo"}, {"task": "late"})
-    out = cairn("batch", str(batch), runs_dir=runs_dir)
+    out = cairn_here("batch", str(batch), runs_dir=runs_dir)
     assert out.returncode == 2
     assert out.stderr.splitlines()[0] == 'cairn: error: b.jsonl line 3: "task" is required and must be a non-empty string'
     assert not runs_dir.exists() or not list(runs_dir.iterdir())
@@ -47,7 +47,7 @@ def test_a_bad_line_is_a_usage_error_naming_its_number_and_nothing_starts(tmp_pa
                       ('{"task": "t", "template": "nope"}', "line 1: no workspace template 'nope'"),
                       ('{"task": "t", "model": "scripted:missing.json"}', "line 1: no script file")):
         (tmp_path / "one.jsonl").write_text(bad + "\n")
-        out = cairn("batch", str(tmp_path / "one.jsonl"), runs_dir=runs_dir)
+        out = cairn_here("batch", str(tmp_path / "one.jsonl"), runs_dir=runs_dir)
         assert out.returncode == 2 and says in out.stderr, (bad, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1
 
@@ -152,7 +152,7 @@ def test_line_keys_image_workdir_check_api_base_and_settings_reach_the_runs_conf
     ({"task": "t", "template": 3}, 'line 1: "template" must be the name'),
 ])
 def test_a_bad_check_or_settings_on_a_line_is_a_usage_error_naming_it(tmp_path, runs_dir, line, says):
-    out = cairn("batch", str(write_batch(tmp_path / "b.jsonl", line)), runs_dir=runs_dir)
+    out = cairn_here("batch", str(write_batch(tmp_path / "b.jsonl", line)), runs_dir=runs_dir)
     assert out.returncode == 2 and says in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     assert not runs_dir.exists() or not list(runs_dir.iterdir())

@@ -11,7 +11,7 @@ import pytest
 
 from tests.loop_helpers import play as docker_play
 from tests.fake_loop import call, done, play, resume, text_of, turn
-from tests.test_cli import cairn
+from tests.test_cli import cairn, cairn_here
 
 
 CRITIC_ONE = "CRITIC-ONE: you never ran the tests you wrote."
@@ -76,7 +76,7 @@ def test_the_critics_usage_is_counted_in_the_totals_and_apart(reviewed):
 
 
 def test_show_prints_the_critics_usage_on_a_line_of_its_own(reviewed):
-    out = cairn("show", reviewed.run.id, runs_dir=reviewed.run.root.parent)
+    out = cairn_here("show", reviewed.run.id, runs_dir=reviewed.run.root.parent)
     assert out.returncode == 0
     assert "critic: 2 review(s)" in out.stdout
     assert "critic after step 2: CRITIC-ONE" in out.stdout
@@ -112,8 +112,8 @@ def test_a_sub_agent_has_no_critic(tmp_path):
 
 
 def test_a_critic_model_that_cannot_be_asked_is_a_usage_error_before_any_run(runs_dir, tmp_path):
-    out = cairn("run", "task", "--model", "scripted:demo", "--critic-every", "2", "--critic-model",
-                f"scripted:{tmp_path / 'missing.json'}", runs_dir=runs_dir)
+    out = cairn_here("run", "task", "--model", "scripted:demo", "--critic-every", "2", "--critic-model",
+                     f"scripted:{tmp_path / 'missing.json'}", runs_dir=runs_dir)
     assert out.returncode == 2
     assert "no script file or built-in script named" in out.stderr
     assert not runs_dir.exists() or not list(runs_dir.iterdir())

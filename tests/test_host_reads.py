@@ -334,7 +334,7 @@ def test_a_run_that_writes_past_max_disk_stops_with_status_budget(tmp_path, sand
 
 def test_max_disk_that_is_no_size_is_a_usage_error(tmp_path):
     cairn = Cairn(tmp_path)
-    done_run, _ = cairn.run("run", "task", "--max-disk", "lots")
+    done_run, _ = cairn.here("run", "task", "--max-disk", "lots")
     assert done_run.returncode == 2
     assert "cairn: error: invalid setting sandbox.max_disk" in done_run.stderr and "is not a size" in done_run.stderr
 

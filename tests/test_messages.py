@@ -16,6 +16,7 @@ import pytest
 from orchestrator.store import inbox
 from tests.loop_helpers import play as docker_play
 from tests.fake_loop import call, done, play, resume, turn
+from tests.in_process import cairn_in_process
 
 
 CAIRN = [sys.executable, "-m", "orchestrator.cli"]
@@ -84,8 +85,7 @@ def test_say_to_a_live_run_reaches_the_next_request_and_watch_follows_it(tmp_pat
 def test_a_said_message_is_delivered_once_across_resumes(tmp_path):
     out = play(tmp_path, [turn(call("shell_exec", command="true")), {"content": "pausing"}])
     assert out.status == "stopped"
-    said = subprocess.run(CAIRN + ["say", out.run.id, "RESUME-MARKER please"], env=_env(tmp_path / "runs"),
-                          capture_output=True, text=True, timeout=60)
+    said = cairn_in_process("say", out.run.id, "RESUME-MARKER please", env=_env(tmp_path / "runs"))
     assert said.returncode == 0 and "when it is resumed" in said.stderr
     inbox.say(out.run.state, "SECOND-MARKER")
 
@@ -102,8 +102,7 @@ def test_a_said_message_is_delivered_once_across_resumes(tmp_path):
 
 def test_watch_on_a_finished_run_prints_its_events_and_exits(tmp_path):
     out = play(tmp_path, [turn(call("shell_exec", command="echo WATCH-ME")), done("finished")])
-    watched = subprocess.run(CAIRN + ["watch", out.run.id[:12]], env=_env(tmp_path / "runs"),
-                             capture_output=True, text=True, timeout=60)
+    watched = cairn_in_process("watch", out.run.id[:12], env=_env(tmp_path / "runs"))
     assert watched.returncode == 0, watched.stderr
     lines = watched.stdout.splitlines()
     assert lines[0] == "task: test task"
