@@ -42,7 +42,8 @@ def cairn_in_process(*args: str, env: dict[str, str] | None = None, cwd: Path | 
     # only raise, as sys.exit does, so the test's process goes on.
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.object(cli, "_exit", sys.exit))
-        stack.callback(signal.signal, signal.SIGTERM, signal.getsignal(signal.SIGTERM))  # main() sets its own
+        for signum in (signal.SIGTERM, signal.SIGINT):  # main() and a run set their own handlers
+            stack.callback(signal.signal, signum, signal.getsignal(signum))
         stack.enter_context(mock.patch.object(sys, "argv", ["cairn", *args]))
         stack.enter_context(mock.patch.dict(os.environ, env if env is not None else os.environ, clear=True))
         stack.enter_context(mock.patch.object(sys, "stdin", _Stream(input)))
