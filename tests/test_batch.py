@@ -96,7 +96,7 @@ def test_a_batch_with_a_failing_task_and_its_second_pass(tmp_path, runs_dir, san
                              "checks_passed": 0, "checks_failed": 0}
     assert doc["exit_code"] == 1 and doc["interrupted"] is False
     assert (runs_dir / a["id"] / "workspace" / "hello.py").is_file()
-    assert json.loads(cairn("show", c["id"], "--json", runs_dir=runs_dir).stdout)["steps"][1]["tool_calls"][0][
+    assert json.loads(cairn_here("show", c["id"], "--json", runs_dir=runs_dir).stdout)["steps"][1]["tool_calls"][0][
         "result"].startswith("hi")
 
     # C crashes during its second model call: its log ends at step 1, run.json still says running, and

@@ -43,11 +43,11 @@ def test_a_check_that_passes_exits_0_and_show_json_says_passed(runs_dir, sandbox
     script = write_script(tmp_path / "s.json", WRITE_ANSWER, DONE)
     out, doc = run_json(runs_dir, "--model", f"scripted:{script}", "--check", CHECK)
     assert out.returncode == 0, out.stderr[-2000:]
-    shown = json.loads(cairn("show", doc["id"], "--json", runs_dir=runs_dir).stdout)
+    shown = json.loads(cairn_here("show", doc["id"], "--json", runs_dir=runs_dir).stdout)
     assert shown["status"] == "done"
     assert shown["check"] == {"command": CHECK, "passed": True, "exit_code": 0,
                               "output_path": check_path(1)}
-    [row] = json.loads(cairn("ls", "--json", runs_dir=runs_dir).stdout)
+    [row] = json.loads(cairn_here("ls", "--json", runs_dir=runs_dir).stdout)
     assert row["check"] == "passed"
 
 
@@ -61,11 +61,11 @@ def test_a_no_op_that_fails_the_check_is_exit_1_with_status_done_and_its_output_
                             "output_path": check_path(1)}
     saved = on_host(runs_dir, doc["id"], check_path(1))
     assert "answer.txt is wrong: cat: answer.txt: No such file or directory" in saved.read_text()
-    assert "check failed (exit code 1)" in cairn("show", doc["id"], runs_dir=runs_dir).stdout
-    listing = cairn("ls", runs_dir=runs_dir).stdout.splitlines()
+    assert "check failed (exit code 1)" in cairn_here("show", doc["id"], runs_dir=runs_dir).stdout
+    listing = cairn_here("ls", runs_dir=runs_dir).stdout.splitlines()
     assert listing[0].split()[:3] == ["ID", "STATUS", "CHECK"] and listing[1].split()[1:3] == ["done", "failed"]
     page = tmp_path / "report.html"
-    assert cairn("report", doc["id"], "-o", str(page), runs_dir=runs_dir).returncode == 0
+    assert cairn_here("report", doc["id"], "-o", str(page), runs_dir=runs_dir).returncode == 0
     assert 'id="check" data-passed="failed"' in page.read_text()
 
 

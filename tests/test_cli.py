@@ -117,9 +117,9 @@ def test_ls_on_an_empty_runs_dir_says_so(runs_dir):
 def test_the_demo_finishes_and_show_json_follows_the_contract(runs_dir, sandbox_image):
     out = cairn("demo", runs_dir=runs_dir)
     assert out.returncode == 0, out.stderr[-2000:]
-    [row] = json.loads(cairn("ls", "--json", runs_dir=runs_dir).stdout)
+    [row] = json.loads(cairn_here("ls", "--json", runs_dir=runs_dir).stdout)
     assert row["status"] == "done" and row["steps"] == 8
-    doc = json.loads(cairn("show", row["id"][:12], "--json", runs_dir=runs_dir).stdout)
+    doc = json.loads(cairn_here("show", row["id"][:12], "--json", runs_dir=runs_dir).stdout)
     assert {"id", "status", "task", "model", "steps", "usage"} <= doc.keys()
     assert {"prompt_tokens", "cached_tokens", "completion_tokens", "cost_usd", "cache_hit_ratio"} <= doc["usage"].keys()
     call = doc["steps"][4]["tool_calls"][0]

@@ -76,7 +76,7 @@ def test_a_failed_run_exits_1_and_says_why(failed):
 
 @pytest.mark.docker
 def test_show_says_why_a_failed_run_ended(failed):
-    out = cairn("show", failed["id"], runs_dir=failed["runs_dir"])
+    out = cairn_here("show", failed["id"], runs_dir=failed["runs_dir"])
     assert out.returncode == 0
     [line] = [line for line in out.stdout.splitlines() if line.startswith("failed: ")]
     assert "401" in line
@@ -84,7 +84,7 @@ def test_show_says_why_a_failed_run_ended(failed):
 
 @pytest.mark.docker
 def test_show_json_gives_the_reason_and_the_event_it_came_from(failed):
-    doc = json.loads(cairn("show", failed["id"], "--json", runs_dir=failed["runs_dir"]).stdout)
+    doc = json.loads(cairn_here("show", failed["id"], "--json", runs_dir=failed["runs_dir"]).stdout)
     assert doc["status"] == "failed" and "401" in doc["error"]["reason"] and "\n" not in doc["error"]["reason"]
     lines = (failed["runs_dir"] / failed["id"] / "state/events.jsonl").read_text().splitlines()
     event = json.loads(lines[doc["error"]["event"]["index"]])
@@ -95,15 +95,15 @@ def test_show_json_gives_the_reason_and_the_event_it_came_from(failed):
 
 @pytest.mark.docker
 def test_ls_gives_the_reason_of_a_run_that_did_not_finish(failed):
-    [row] = json.loads(cairn("ls", "--json", runs_dir=failed["runs_dir"]).stdout)
+    [row] = json.loads(cairn_here("ls", "--json", runs_dir=failed["runs_dir"]).stdout)
     assert "401" in row["reason"]
-    head, line = cairn("ls", runs_dir=failed["runs_dir"]).stdout.splitlines()
+    head, line = cairn_here("ls", runs_dir=failed["runs_dir"]).stdout.splitlines()
     assert head.split()[-1] == "REASON" and line.endswith(row["reason"])  # piped: whole, not cut
 
 
 @pytest.mark.docker
 def test_report_without_o_writes_RUN_html_here_with_a_banner_saying_why(failed, tmp_path):
-    out = cairn("report", failed["id"][:6], runs_dir=failed["runs_dir"], cwd=tmp_path)
+    out = cairn_here("report", failed["id"][:6], runs_dir=failed["runs_dir"], cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"{failed['id']}.html"
     page = (tmp_path / f"{failed['id']}.html").read_text()
@@ -116,35 +116,35 @@ def test_report_without_o_writes_RUN_html_here_with_a_banner_saying_why(failed, 
 
 @pytest.mark.docker
 def test_diff_leaves_out_cairns_own_files_unless_all(failed):
-    shown = cairn("diff", failed["id"], runs_dir=failed["runs_dir"]).stdout
+    shown = cairn_here("diff", failed["id"], runs_dir=failed["runs_dir"]).stdout
     assert "+++ b/a.txt" in shown and "+++ b/src/b.txt" in shown and ".cairn/" not in shown
-    everything = cairn("diff", failed["id"], "--all", runs_dir=failed["runs_dir"]).stdout
+    everything = cairn_here("diff", failed["id"], "--all", runs_dir=failed["runs_dir"]).stdout
     assert "+++ b/.cairn/n" in everything
 
 
 @pytest.mark.docker
 def test_diff_stat_lists_the_files_and_how_much_changed(failed):
-    out = cairn("diff", failed["id"], "--stat", runs_dir=failed["runs_dir"]).stdout.splitlines()
+    out = cairn_here("diff", failed["id"], "--stat", runs_dir=failed["runs_dir"]).stdout.splitlines()
     assert [line.split("|")[0].strip() for line in out[:-1]] == ["a.txt", "src/b.txt"]
     assert out[-1].strip() == "2 files changed, 2 insertions(+)"
 
 
 @pytest.mark.docker
 def test_diff_path_arguments_limit_it_to_those_paths(failed):
-    out = cairn("diff", failed["id"], "--", "src/", runs_dir=failed["runs_dir"]).stdout
+    out = cairn_here("diff", failed["id"], "--", "src/", runs_dir=failed["runs_dir"]).stdout
     assert "+++ b/src/b.txt" in out and "a.txt" not in out
 
 
 @pytest.mark.docker
 def test_diff_of_a_step_the_run_does_not_have_is_a_usage_error(failed):
-    out = cairn("diff", failed["id"], "--step", "99", runs_dir=failed["runs_dir"])
+    out = cairn_here("diff", failed["id"], "--step", "99", runs_dir=failed["runs_dir"])
     assert out.returncode == 2
     assert out.stderr.strip() == f"cairn: error: run {failed['id']} has no step 99: its steps are 0 to 1"
 
 
 @pytest.mark.docker
 def test_piped_output_is_never_wrapped(failed):
-    assert f"task: {LONG_TASK}\n" in cairn("show", failed["id"], runs_dir=failed["runs_dir"]).stdout
+    assert f"task: {LONG_TASK}\n" in cairn_here("show", failed["id"], runs_dir=failed["runs_dir"]).stdout
     # the live display's action line, piped (rich would wrap it at 80 columns)
     assert ('[1] shell_exec {"command": "echo hi > a.txt; mkdir -p src .cairn; echo x > src/b.txt; '
             'echo o > .cairn/n; seq 1 20000"}\n') in failed["out"].stderr
@@ -153,11 +153,12 @@ def test_piped_output_is_never_wrapped(failed):
 
 @pytest.mark.docker
 def test_show_step_prints_the_step_whole_as_text(failed):
-    out = cairn("show", failed["id"], "--step", "1", runs_dir=failed["runs_dir"])
+    out = cairn_here("show", failed["id"], "--step", "1", runs_dir=failed["runs_dir"])
     assert out.returncode == 0
     assert out.stdout.startswith("step 1: 1 model request(s)")
     assert "── shell_exec (done," in out.stdout and "    19999\n" in out.stdout  # the whole output
-    assert json.loads(cairn("show", failed["id"], "--step", "1", "--json", runs_dir=failed["runs_dir"]).stdout)["index"] == 1
+    step = cairn_here("show", failed["id"], "--step", "1", "--json", runs_dir=failed["runs_dir"])
+    assert json.loads(step.stdout)["index"] == 1
 
 
 # -- naming runs ----------------------------------------------------------------------------------
@@ -334,7 +335,7 @@ def test_show_prints_the_messages_said_to_a_run(runs_dir, sandbox_image, tmp_pat
     assert cairn("say", run, "use the second option, please", runs_dir=runs_dir).returncode == 0
     again = cairn("resume", run, "--model", script(tmp_path / "b.json", DONE), runs_dir=runs_dir)
     assert again.returncode == 0, again.stderr[-2000:]
-    lines = cairn("show", run, runs_dir=runs_dir).stdout.splitlines()
+    lines = cairn_here("show", run, runs_dir=runs_dir).stdout.splitlines()
     said = lines.index("   2 ✉say          use the second option, please")
     assert lines[said + 1].startswith("   2  task_done")  # where it reached the run: before step 2's call
 

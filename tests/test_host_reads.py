@@ -229,7 +229,7 @@ def test_escape_sequences_from_the_agent_reach_no_terminal(tmp_path, sandbox_ima
     assert "→ out done" in outputs["show"] and "result: finished \n" in outputs["show"]
     assert "evil.txt" in outputs["files"]
     # --json stays the exact data
-    as_json, _ = cairn.run("show", run.id, "--json")
+    as_json, _ = cairn.here("show", run.id, "--json")
     doc = json.loads(as_json.stdout)
     assert doc["result"] == f"finished {TITLE}" and "\x1b" not in as_json.stdout
     # the live display, fed the run's events

@@ -320,9 +320,8 @@ def test_a_retry_is_shown_on_stderr_and_kept_in_the_runs_log(runs_dir, sandbox_i
     events = [json.loads(line) for line in (run / "state" / "events.jsonl").read_text().splitlines()]
     retry = next(e for e in events if e.get("kind") == "model_retry")
     assert retry["type"] == "notice" and retry["status"] == 503 and retry["endpoint"] == scripted_503.url
-    shown = cairn("show", run.name, "--json", runs_dir=runs_dir)
-    out, _err = shown.communicate(timeout=60)
-    assert retry["text"] in json.loads(out)["steps"][0]["notices"]
+    shown = cairn_here("show", run.name, "--json", runs_dir=runs_dir)
+    assert retry["text"] in json.loads(shown.stdout)["steps"][0]["notices"]
 
 
 def test_resume_with_a_model_whose_key_is_missing_keeps_the_run_as_it_was(runs_dir):

@@ -187,10 +187,10 @@ def test_a_run_in_app_works_there_and_files_diff_offload_and_resume_follow(app_i
     assert names == {"x", "run.sh", "link", "os", "hard", "src", "src/deep.txt", "private", "private/key",
                      "notes", "notes/rel.txt"}
 
-    files = cairn("files", run.id, runs_dir=runs_dir)
+    files = cairn_here("files", run.id, runs_dir=runs_dir)
     assert files.returncode == 0 and "notes/rel.txt" in files.stdout and " x" in files.stdout
     assert ".cairn" not in files.stdout
-    diff = cairn("diff", run.id, runs_dir=runs_dir)
+    diff = cairn_here("diff", run.id, runs_dir=runs_dir)
     assert "-hello" in diff.stdout and "+bye" in diff.stdout and ".cairn" not in diff.stdout
 
     more = script(tmp_path, call("shell_exec", command="cat /app/x; pwd"), DONE)
