@@ -1,6 +1,6 @@
 """What a resume makes of a run that was killed mid-step, on the in-memory ports: the event log is cut
-back to the moment of the kill and the toolbox's journal (which LocalSandbox writes where the Docker
-sandbox does, in the run's cairn/) says what became of the open call. The kills themselves, and the
+back to the moment of the kill (a sub-agent's log too) and the toolbox's journal (which LocalSandbox
+writes where the Docker sandbox does, in the run's cairn/) says what became of the open call. The kills themselves, and the
 toolbox journaling as it dies, are the sandbox's: tests/test_exactly_once.py and tests/test_crash.py
 do them for real, with the Docker sandbox and SIGKILL."""
 
@@ -103,3 +103,32 @@ def test_a_model_call_cut_off_by_the_kill_is_asked_again_with_the_same_history(t
     assert asked["messages"][:-1] == out.requests[1]["messages"][:-1], "the same history bytes after the crash"
     assert "resumed in a new sandbox" in json.dumps(asked["messages"][-1])
     assert (run.workspace / "ledger.txt").read_text() == "ran\n", "step 1's finished call is not run again"
+
+
+def test_a_sub_agent_killed_mid_task_goes_on_first_with_its_history_and_nothing_runs_twice(tmp_path):
+    out = play(tmp_path, [turn(call("agent_delegate", task="append two lines to child.txt")),
+                          turn(call("shell_exec", command="echo one >> child.txt")), {"content": "pausing"}, done()])
+    run = killed_after(out, "tool_started")  # the parent, inside its agent_delegate call
+    [child_dir] = run.state.glob("children/*")
+    lines = (child_dir / "events.jsonl").read_text().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "tool_finished")
+    (child_dir / "events.jsonl").write_text("".join(lines[:cut + 1]))  # the child, asking its model again
+    meta = json.loads((child_dir / "run.json").read_text())
+    (child_dir / "run.json").write_text(json.dumps({**meta, "status": "running"}))
+
+    again = resume(Outcome(run, "running"), message="then finish", turns=[
+        turn(call("shell_exec", command="echo two >> child.txt")), done("appended both"), done("parent done")])
+    assert again.status == "done"
+    assert (run.workspace / "child.txt").read_text() == "one\ntwo\n", "nothing ran twice"
+    first, *_, last = again.requests
+    assert first["messages"][1]["content"] == "append two lines to child.txt", "the child went on first"
+    assert "echo one >> child.txt" in json.dumps(first["messages"]), "with its history from before the kill"
+    evs = raw_events(run)
+    [finished] = [e for e in evs if e["type"] == "tool_finished" and e["name"] == "agent_delegate"]
+    assert finished["child"]["status"] == "done" and finished["child"]["steps"] == 3
+    assert finished["child"]["paths"] == [{"path": "child.txt", "change": "added"}]
+    # The parent's next request: the call, its result right after it, then the person's message.
+    delegating = next(i for i, m in enumerate(last["messages"]) if "agent_delegate" in json.dumps(m.get("tool_calls")))
+    assert last["messages"][delegating + 1]["role"] == "tool"
+    assert "appended both" in last["messages"][delegating + 1]["content"]
+    assert last["messages"][delegating + 2] == {"role": "user", "content": "then finish"}
