@@ -19,8 +19,6 @@ import sys
 from pathlib import Path
 from unittest import mock
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 class _Stream(io.StringIO):
     """A pipe's stand-in: text, not a terminal, with the encoding a subprocess's pipe would have."""
@@ -45,7 +43,7 @@ def cairn_in_process(*args: str, env: dict[str, str] | None = None, cwd: Path | 
         for signum in (signal.SIGTERM, signal.SIGINT):  # main() and a run set their own handlers
             stack.callback(signal.signal, signum, signal.getsignal(signum))
         stack.enter_context(mock.patch.object(sys, "argv", ["cairn", *args]))
-        stack.enter_context(mock.patch.dict(os.environ, env if env is not None else os.environ, clear=True))
+        stack.enter_context(mock.patch.dict(os.environ, env if env is not None else dict(os.environ), clear=True))
         stack.enter_context(mock.patch.object(sys, "stdin", _Stream(input)))
         stack.enter_context(contextlib.redirect_stdout(out))
         stack.enter_context(contextlib.redirect_stderr(err))
