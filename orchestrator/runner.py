@@ -170,6 +170,11 @@ class Session:
         (self.run.state / "pid").unlink(missing_ok=True)
 
     def go(self, message: str | None = None, source: str = "user") -> str:
+        """Drive the run until it ends. `message` reaches the model as the person's words; the run's own
+        task given again before its first step is not sent a second time (it is in the log already)."""
+        state = self.agent.state
+        if message is not None and message.strip() == state.task.strip() and state.step == 0 and not state.history:
+            message = None
         return self.agent.run(message, source)
 
 

@@ -91,12 +91,20 @@ def resolve_config(options: dict[str, Any], template: str | None = None, model_e
         (layer["template"] for layer in reversed(layers) if layer.get("template")), None) or "default"
     merged = template_settings(name)
     for layer in layers:
-        merged = _merge(merged, layer)
-    merged = _merge(merged, _drop_none(options))
+        merged = _merge(merged, _model_block(layer))
+    merged = _merge(merged, _drop_none(_model_block(options)))
     merged["template"] = name
     if not merged.get("model", {}).get("model") and not model_elsewhere:
         merged.setdefault("model", {})["model"] = default_model()
     return RunConfig.model_validate(merged)
+
+
+def _model_block(settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings whose `model` is a plain model string (`{"model": "anthropic/..."}`, as a person writes it)
+    with it as the model block it stands for (`{"model": {"model": "anthropic/..."}}`)."""
+    if isinstance(settings.get("model"), str):
+        return {**settings, "model": {"model": settings["model"]}}
+    return settings
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,14 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that asks for the sandbox image or the engine needs Docker, marked or not: so that
+    `pytest -m "not docker"` runs with no engine at all."""
+    for item in items:
+        if {"sandbox_image", "docker_client"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.docker)
+
+
 @pytest.fixture(scope="session")
 def sandbox_image() -> str:
     """The image cairn builds from sandbox_image/ (built once if it is missing)."""

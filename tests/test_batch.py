@@ -13,7 +13,7 @@ from orchestrator.batch import Batch
 from orchestrator.config import RunConfig
 from orchestrator.context.offload import check_path
 from orchestrator.store.runs import RunDir
-from tests.test_cli import cairn
+from tests.test_cli import cairn, cairn_here
 
 
 def write_script(path: Path, *turns: dict) -> Path:
@@ -37,7 +37,7 @@ def write_batch(path: Path, *lines: dict | str) -> Path:
 
 def test_a_bad_line_is_a_usage_error_naming_its_number_and_nothing_starts(tmp_path, runs_dir):
     batch = write_batch(tmp_path / "b.jsonl", {"task": "fine"}, "", {"model": "scripted:demo"}, {"task": "late"})
-    out = cairn("batch", str(batch), runs_dir=runs_dir)
+    out = cairn_here("batch", str(batch), runs_dir=runs_dir)
     assert out.returncode == 2
     assert out.stderr.splitlines()[0] == 'cairn: error: b.jsonl line 3: "task" is required and must be a non-empty string'
     assert not runs_dir.exists() or not list(runs_dir.iterdir())
@@ -47,7 +47,7 @@ def test_a_bad_line_is_a_usage_error_naming_its_number_and_nothing_starts(tmp_pa
                       ('{"task": "t", "template": "nope"}', "line 1: no workspace template 'nope'"),
                       ('{"task": "t", "model": "scripted:missing.json"}', "line 1: no script file")):
         (tmp_path / "one.jsonl").write_text(bad + "\n")
-        out = cairn("batch", str(tmp_path / "one.jsonl"), runs_dir=runs_dir)
+        out = cairn_here("batch", str(tmp_path / "one.jsonl"), runs_dir=runs_dir)
         assert out.returncode == 2 and says in out.stderr, (bad, out.stderr)
         assert len(out.stderr.strip().splitlines()) == 1
 
@@ -96,7 +96,7 @@ def test_a_batch_with_a_failing_task_and_its_second_pass(tmp_path, runs_dir, san
                              "checks_passed": 0, "checks_failed": 0}
     assert doc["exit_code"] == 1 and doc["interrupted"] is False
     assert (runs_dir / a["id"] / "workspace" / "hello.py").is_file()
-    assert json.loads(cairn("show", c["id"], "--json", runs_dir=runs_dir).stdout)["steps"][1]["tool_calls"][0][
+    assert json.loads(cairn_here("show", c["id"], "--json", runs_dir=runs_dir).stdout)["steps"][1]["tool_calls"][0][
         "result"].startswith("hi")
 
     # C crashes during its second model call: its log ends at step 1, run.json still says running, and
@@ -152,7 +152,7 @@ def test_line_keys_image_workdir_check_api_base_and_settings_reach_the_runs_conf
     ({"task": "t", "template": 3}, 'line 1: "template" must be the name'),
 ])
 def test_a_bad_check_or_settings_on_a_line_is_a_usage_error_naming_it(tmp_path, runs_dir, line, says):
-    out = cairn("batch", str(write_batch(tmp_path / "b.jsonl", line)), runs_dir=runs_dir)
+    out = cairn_here("batch", str(write_batch(tmp_path / "b.jsonl", line)), runs_dir=runs_dir)
     assert out.returncode == 2 and says in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     assert not runs_dir.exists() or not list(runs_dir.iterdir())

@@ -12,7 +12,7 @@ from orchestrator.context.offload import check_path
 from orchestrator.errors import UsageError
 from orchestrator.runner import resolve_config, settings_file
 from tests.test_batch import tool, write_script
-from tests.test_cli import cairn
+from tests.test_cli import cairn, cairn_here
 
 # The check of these tests: the task is done when answer.txt says 42.
 CHECK = "grep -qx 42 answer.txt || { echo \"answer.txt is wrong: $(cat answer.txt 2>&1)\"; exit 1; }"
@@ -43,11 +43,11 @@ def test_a_check_that_passes_exits_0_and_show_json_says_passed(runs_dir, sandbox
     script = write_script(tmp_path / "s.json", WRITE_ANSWER, DONE)
     out, doc = run_json(runs_dir, "--model", f"scripted:{script}", "--check", CHECK)
     assert out.returncode == 0, out.stderr[-2000:]
-    shown = json.loads(cairn("show", doc["id"], "--json", runs_dir=runs_dir).stdout)
+    shown = json.loads(cairn_here("show", doc["id"], "--json", runs_dir=runs_dir).stdout)
     assert shown["status"] == "done"
     assert shown["check"] == {"command": CHECK, "passed": True, "exit_code": 0,
                               "output_path": check_path(1)}
-    [row] = json.loads(cairn("ls", "--json", runs_dir=runs_dir).stdout)
+    [row] = json.loads(cairn_here("ls", "--json", runs_dir=runs_dir).stdout)
     assert row["check"] == "passed"
 
 
@@ -61,11 +61,11 @@ def test_a_no_op_that_fails_the_check_is_exit_1_with_status_done_and_its_output_
                             "output_path": check_path(1)}
     saved = on_host(runs_dir, doc["id"], check_path(1))
     assert "answer.txt is wrong: cat: answer.txt: No such file or directory" in saved.read_text()
-    assert "check failed (exit code 1)" in cairn("show", doc["id"], runs_dir=runs_dir).stdout
-    listing = cairn("ls", runs_dir=runs_dir).stdout.splitlines()
+    assert "check failed (exit code 1)" in cairn_here("show", doc["id"], runs_dir=runs_dir).stdout
+    listing = cairn_here("ls", runs_dir=runs_dir).stdout.splitlines()
     assert listing[0].split()[:3] == ["ID", "STATUS", "CHECK"] and listing[1].split()[1:3] == ["done", "failed"]
     page = tmp_path / "report.html"
-    assert cairn("report", doc["id"], "-o", str(page), runs_dir=runs_dir).returncode == 0
+    assert cairn_here("report", doc["id"], "-o", str(page), runs_dir=runs_dir).returncode == 0
     assert 'id="check" data-passed="failed"' in page.read_text()
 
 
@@ -187,7 +187,7 @@ def test_a_bad_settings_file_is_a_one_line_usage_error_naming_it(tmp_path, conte
 
 
 def test_run_refuses_a_bad_settings_file_before_any_run_exists(runs_dir, tmp_path):
-    out = cairn("run", "task", "--settings", str(tmp_path / "missing.json"), runs_dir=runs_dir)
+    out = cairn_here("run", "task", "--settings", str(tmp_path / "missing.json"), runs_dir=runs_dir)
     assert out.returncode == 2
     assert out.stderr.splitlines() == [f"cairn: error: --settings {tmp_path / 'missing.json'}: cannot read it "
                                        "(No such file or directory)"]
@@ -198,8 +198,8 @@ def test_run_stores_the_settings_files_values_and_the_options_win(runs_dir, tmp_
     path = tmp_path / "settings.json"
     path.write_text(json.dumps({"limits": {"max_steps": 7, "max_cost": 2.5}, "check": {"command": "true"}}))
     # No engine: the run is made, with its config, and fails to start; that is enough to read its settings.
-    cairn("run", "task", "--settings", str(path), "--max-steps", "5", "--check-rounds", "3", runs_dir=runs_dir,
-          env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    cairn_here("run", "task", "--settings", str(path), "--max-steps", "5", "--check-rounds", "3", runs_dir=runs_dir,
+               env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     [run] = [p for p in runs_dir.iterdir() if (p / "state").is_dir()]
     cfg = config_of(runs_dir, run.name)
     assert cfg["limits"]["max_steps"] == 5 and cfg["limits"]["max_cost"] == 2.5
@@ -211,7 +211,7 @@ def test_an_agent_folders_cairn_json_carries_its_check(runs_dir, tmp_path):
     folder.mkdir()
     (folder / "agent.json").write_text(json.dumps({"servers": []}))
     (folder / "cairn.json").write_text(json.dumps({"check": {"command": "pytest -q", "rounds": 1}}))
-    cairn("run", "task", "--config", str(folder), runs_dir=runs_dir,
-          env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    cairn_here("run", "task", "--config", str(folder), runs_dir=runs_dir,
+               env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     [run] = [p for p in runs_dir.iterdir() if (p / "state").is_dir()]
     assert config_of(runs_dir, run.name)["check"]["command"] == "pytest -q"

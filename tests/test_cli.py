@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.in_process import cairn_in_process
+
 
 def cairn(*args: str, runs_dir: Path, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -19,6 +21,12 @@ def cairn(*args: str, runs_dir: Path, env: dict[str, str] | None = None, timeout
         capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
         env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir), "CAIRN_MODEL": "scripted:demo", **(env or {})},
     )
+
+
+def cairn_here(*args: str, runs_dir: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`cairn` in this process (tests/in_process.py): for commands that end without a sandbox."""
+    return cairn_in_process(*args, env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir), "CAIRN_MODEL": "scripted:demo",
+                                        **(env or {})})
 
 
 def test_commands_that_call_no_model_do_not_import_litellm(runs_dir):
@@ -47,20 +55,20 @@ def test_reading_a_real_run_does_not_import_litellm(runs_dir, sandbox_image, tmp
 
 
 def test_an_unknown_run_id_is_a_one_line_usage_error(runs_dir):
-    out = cairn("show", "no-such-run", runs_dir=runs_dir)
+    out = cairn_here("show", "no-such-run", runs_dir=runs_dir)
     assert out.returncode == 2
     assert out.stderr.splitlines()[0] == f"cairn: error: no run 'no-such-run' in {runs_dir}"
 
 
 def test_a_bad_option_value_is_a_one_line_usage_error(runs_dir):
-    out = cairn("run", "task", "--network", "host", runs_dir=runs_dir)
+    out = cairn_here("run", "task", "--network", "host", runs_dir=runs_dir)
     assert out.returncode == 2
     assert "sandbox.network" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert not list(runs_dir.glob("*"))  # nothing was created for a run that could not start
 
 
 def test_a_run_without_any_model_is_a_usage_error_and_nothing_starts(runs_dir):
-    out = cairn("run", "task", runs_dir=runs_dir, env={"CAIRN_MODEL": ""})
+    out = cairn_here("run", "task", runs_dir=runs_dir, env={"CAIRN_MODEL": ""})
     assert out.returncode == 2
     assert out.stderr.startswith("cairn: error: no model given: pass --model M")
     assert not runs_dir.exists() or not list(runs_dir.iterdir())
@@ -69,30 +77,30 @@ def test_a_run_without_any_model_is_a_usage_error_and_nothing_starts(runs_dir):
 def test_a_malformed_script_is_a_usage_error_and_no_run_is_made(runs_dir, tmp_path):
     script = tmp_path / "script.json"
     script.write_text('{"turns": 5}')
-    out = cairn("run", "task", "--model", f"scripted:{script}", runs_dir=runs_dir)
+    out = cairn_here("run", "task", "--model", f"scripted:{script}", runs_dir=runs_dir)
     assert out.returncode == 2
     assert out.stderr.splitlines()[0] == f'cairn: error: script {script} must be a JSON object with a "turns" list'
     assert not runs_dir.exists() or not list(runs_dir.iterdir())
 
 
 def test_resume_with_a_missing_script_keeps_the_run_as_it_was(runs_dir):
-    cairn("run", "task", runs_dir=runs_dir, env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    cairn_here("run", "task", runs_dir=runs_dir, env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     [meta_path] = runs_dir.glob("*/state/run.json")
     before = meta_path.read_text()
-    out = cairn("resume", meta_path.parents[1].name, "--model", "scripted:no-such-script", runs_dir=runs_dir)
+    out = cairn_here("resume", meta_path.parents[1].name, "--model", "scripted:no-such-script", runs_dir=runs_dir)
     assert out.returncode == 2
     assert "no script file or built-in script named 'no-such-script'" in out.stderr
     assert meta_path.read_text() == before
 
 
 def test_no_task_and_no_terminal_is_a_usage_error(runs_dir):
-    out = cairn("run", runs_dir=runs_dir)
+    out = cairn_here("run", runs_dir=runs_dir)
     assert out.returncode == 2
     assert "no task given" in out.stderr
 
 
 def test_a_missing_docker_engine_exits_4_with_what_to_do(runs_dir):
-    out = cairn("run", "task", runs_dir=runs_dir, env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    out = cairn_here("run", "task", runs_dir=runs_dir, env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert out.returncode == 4
     assert "no Docker engine answers" in out.stderr and "hint:" in out.stderr
     [meta] = [json.loads(p.read_text()) for p in runs_dir.glob("*/state/run.json")]
@@ -100,18 +108,18 @@ def test_a_missing_docker_engine_exits_4_with_what_to_do(runs_dir):
 
 
 def test_ls_on_an_empty_runs_dir_says_so(runs_dir):
-    out = cairn("ls", runs_dir=runs_dir)
+    out = cairn_here("ls", runs_dir=runs_dir)
     assert out.returncode == 0 and "no runs yet" in out.stdout
-    assert json.loads(cairn("ls", "--json", runs_dir=runs_dir).stdout) == []
+    assert json.loads(cairn_here("ls", "--json", runs_dir=runs_dir).stdout) == []
 
 
 @pytest.mark.docker
 def test_the_demo_finishes_and_show_json_follows_the_contract(runs_dir, sandbox_image):
     out = cairn("demo", runs_dir=runs_dir)
     assert out.returncode == 0, out.stderr[-2000:]
-    [row] = json.loads(cairn("ls", "--json", runs_dir=runs_dir).stdout)
+    [row] = json.loads(cairn_here("ls", "--json", runs_dir=runs_dir).stdout)
     assert row["status"] == "done" and row["steps"] == 8
-    doc = json.loads(cairn("show", row["id"][:12], "--json", runs_dir=runs_dir).stdout)
+    doc = json.loads(cairn_here("show", row["id"][:12], "--json", runs_dir=runs_dir).stdout)
     assert {"id", "status", "task", "model", "steps", "usage"} <= doc.keys()
     assert {"prompt_tokens", "cached_tokens", "completion_tokens", "cost_usd", "cache_hit_ratio"} <= doc["usage"].keys()
     call = doc["steps"][4]["tool_calls"][0]

@@ -29,6 +29,7 @@ from orchestrator.sandbox.container import LABEL_RUN, container_name
 from orchestrator.store.archive import check_members, import_run
 from orchestrator.store.runs import RunDir
 from orchestrator.errors import UsageError
+from tests.in_process import cairn_in_process
 from tests.loop_helpers import call, done, play, turn
 
 CUT_OFF = "[killed: the run stopped while this command ran; it may have partly run (it ran "
@@ -65,6 +66,11 @@ class Cairn:
         proc, log = self.start(*args)
         out, err = proc.communicate(timeout=timeout)
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), log
+
+    def here(self, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+        """As `run`, in this process (tests/in_process.py): for commands that end without a sandbox."""
+        log = self.tmp / f"requests-{self.n}-{time.monotonic_ns()}.jsonl"
+        return cairn_in_process(*args, env=self.env(log)), log
 
     def the_run(self) -> RunDir:
         runs = RunDir.all(self.runs_dir)

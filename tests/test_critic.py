@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from tests.loop_helpers import call, done, play, resume, text_of, turn
-from tests.test_cli import cairn
+from tests.loop_helpers import play as docker_play
+from tests.fake_loop import call, done, play, resume, text_of, turn
+from tests.test_cli import cairn, cairn_here
 
-pytestmark = pytest.mark.docker
 
 CRITIC_ONE = "CRITIC-ONE: you never ran the tests you wrote."
 CRITIC_TWO = "CRITIC-TWO: the plan has no step for the README."
@@ -36,7 +36,7 @@ def tail_of(request: dict) -> str:
 
 
 @pytest.fixture
-def reviewed(tmp_path, sandbox_image):
+def reviewed(tmp_path):
     """Five steps with a critic every two: it reviews after steps 2 and 4."""
     turns = [step(1), step(2), {"content": CRITIC_ONE}, step(3), step(4), {"content": CRITIC_TWO}, done()]
     return play(tmp_path, turns, task="count to five", settings=EVERY_2)
@@ -76,13 +76,13 @@ def test_the_critics_usage_is_counted_in_the_totals_and_apart(reviewed):
 
 
 def test_show_prints_the_critics_usage_on_a_line_of_its_own(reviewed):
-    out = cairn("show", reviewed.run.id, runs_dir=reviewed.run.root.parent)
+    out = cairn_here("show", reviewed.run.id, runs_dir=reviewed.run.root.parent)
     assert out.returncode == 0
     assert "critic: 2 review(s)" in out.stdout
     assert "critic after step 2: CRITIC-ONE" in out.stdout
 
 
-def test_a_note_not_yet_shown_when_the_run_stopped_is_shown_after_the_resume(tmp_path, sandbox_image):
+def test_a_note_not_yet_shown_when_the_run_stopped_is_shown_after_the_resume(tmp_path):
     stopped = play(tmp_path, [step(1), step(2), {"content": CRITIC_ONE}, {"fail": 400}],
                    settings={**EVERY_2, "model": {"max_retries": 0}})
     assert stopped.status == "failed"
@@ -91,17 +91,18 @@ def test_a_note_not_yet_shown_when_the_run_stopped_is_shown_after_the_resume(tmp
     assert CRITIC_ONE in tail_of(again.requests[0])
 
 
+@pytest.mark.docker  # the live Session: its own model clients, its pid
 def test_a_critic_model_answers_through_its_own_client(tmp_path, sandbox_image):
     critic_script = tmp_path / "critic.json"
     critic_script.write_text(json.dumps({"turns": [{"content": CRITIC_ONE}]}))
-    outcome = play(tmp_path, [step(1), step(2), done()],
+    outcome = docker_play(tmp_path, [step(1), step(2), done()],
                    settings={"critic": {"every": 2, "model": f"scripted:{critic_script}"}})
     assert outcome.status == "done"  # the run's script held no critic turn
     assert CRITIC_ONE in tail_of(agent_requests(outcome.requests)[2])
     assert outcome.events("critic_note")[0].model == f"scripted:{critic_script}"
 
 
-def test_a_sub_agent_has_no_critic(tmp_path, sandbox_image):
+def test_a_sub_agent_has_no_critic(tmp_path):
     child = [turn(call("shell_exec", command="echo child 1")), turn(call("shell_exec", command="echo child 2")),
              done("child done")]
     # The parent's step 1 holds the child's two steps; its step 2 ends the run, before its first review.
@@ -111,8 +112,8 @@ def test_a_sub_agent_has_no_critic(tmp_path, sandbox_image):
 
 
 def test_a_critic_model_that_cannot_be_asked_is_a_usage_error_before_any_run(runs_dir, tmp_path):
-    out = cairn("run", "task", "--model", "scripted:demo", "--critic-every", "2", "--critic-model",
-                f"scripted:{tmp_path / 'missing.json'}", runs_dir=runs_dir)
+    out = cairn_here("run", "task", "--model", "scripted:demo", "--critic-every", "2", "--critic-model",
+                     f"scripted:{tmp_path / 'missing.json'}", runs_dir=runs_dir)
     assert out.returncode == 2
     assert "no script file or built-in script named" in out.stderr
     assert not runs_dir.exists() or not list(runs_dir.iterdir())

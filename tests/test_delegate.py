@@ -13,9 +13,9 @@ import pytest
 from orchestrator.delegate import open_child
 from orchestrator.inspect.timeline import step_lines
 from orchestrator.store import events as ev
-from tests.loop_helpers import call, done, play, text_of, tool_messages, turn
+from tests.loop_helpers import play as docker_play
+from tests.fake_loop import call, done, play, text_of, tool_messages, turn
 
-pytestmark = pytest.mark.docker
 
 
 def child_of(out, call_id=None):
@@ -25,7 +25,7 @@ def child_of(out, call_id=None):
     return e, open_child(out.run, e.call_id, e.child)
 
 
-def test_a_child_does_its_task_in_the_shared_workspace_and_the_parent_gets_its_summary(tmp_path, sandbox_image):
+def test_a_child_does_its_task_in_the_shared_workspace_and_the_parent_gets_its_summary(tmp_path):
     out = play(tmp_path, [
         turn(call("shell_exec", command="echo parent > parent.txt")),
         turn(call("agent_delegate", task="Write notes/hello.md and make data.csv.")),
@@ -56,7 +56,7 @@ def test_a_child_does_its_task_in_the_shared_workspace_and_the_parent_gets_its_s
     assert child is not None and finished.child["path"] == f"state/children/{child.id}"
 
 
-def test_the_childs_events_are_kept_under_the_parent_and_show_nests_them(tmp_path, sandbox_image):
+def test_the_childs_events_are_kept_under_the_parent_and_show_nests_them(tmp_path):
     out = play(tmp_path, [
         turn(call("agent_delegate", task="count to three")),
         turn(call("shell_exec", command="seq 3")),
@@ -84,7 +84,7 @@ def test_the_childs_events_are_kept_under_the_parent_and_show_nests_them(tmp_pat
     assert "task_done" in lines[at + 4] and "┆" not in lines[at + 4]
 
 
-def test_a_child_cannot_delegate_further_by_default(tmp_path, sandbox_image):
+def test_a_child_cannot_delegate_further_by_default(tmp_path):
     out = play(tmp_path, [
         turn(call("agent_delegate", task="outer sub-task")),
         turn(call("agent_delegate", task="inner sub-task")),
@@ -100,7 +100,7 @@ def test_a_child_cannot_delegate_further_by_default(tmp_path, sandbox_image):
     assert "agent_delegate" in [t["function"]["name"] for t in out.requests[1]["tools"]]
 
 
-def test_the_childs_step_budget_ends_it_and_the_parent_gets_that_result(tmp_path, sandbox_image):
+def test_the_childs_step_budget_ends_it_and_the_parent_gets_that_result(tmp_path):
     out = play(tmp_path, [
         turn(call("agent_delegate", task="loop a while", max_steps=5)),
         turn(call("shell_exec", command="echo one")),
@@ -116,9 +116,10 @@ def test_the_childs_step_budget_ends_it_and_the_parent_gets_that_result(tmp_path
     assert out.requests[2]["tool_choice"] == {"type": "function", "function": {"name": "task_done"}}
 
 
+@pytest.mark.docker  # the live Session: its own model clients, its pid
 def test_the_childs_usage_counts_in_the_parents_totals(tmp_path, sandbox_image):
     pricing = {"pricing": {"input": 0.001, "cached_input": 0.0001, "output": 0.002}}
-    out = play(tmp_path, [
+    out = docker_play(tmp_path, [
         turn(call("agent_delegate", task="do a little")),
         turn(call("shell_exec", command="true")),
         done("did"),
@@ -140,7 +141,7 @@ def test_the_childs_usage_counts_in_the_parents_totals(tmp_path, sandbox_image):
     assert out.doc["steps"][0]["usage"]["prompt_tokens"] == own[0].usage["prompt_tokens"]
 
 
-def test_the_parents_budget_left_bounds_the_child(tmp_path, sandbox_image):
+def test_the_parents_budget_left_bounds_the_child(tmp_path):
     pricing = {"pricing": {"input": 0.001, "cached_input": 0.0001, "output": 0.002}}
     spending = [turn(call("shell_exec", command=f"echo {n}")) for n in range(10)]
     out = play(tmp_path, [turn(call("agent_delegate", task="spend")), *spending],
@@ -175,7 +176,7 @@ def play_interrupting_the_child(tmp_path, monkeypatch, interrupt):
     ])
 
 
-def test_a_stop_of_the_parent_stops_the_child_and_then_the_parent(tmp_path, sandbox_image, monkeypatch):
+def test_a_stop_of_the_parent_stops_the_child_and_then_the_parent(tmp_path, monkeypatch):
     """As Ctrl-C (or a batch stopping) does: the flag is set while the child works."""
     seen = {}
 
@@ -191,7 +192,7 @@ def test_a_stop_of_the_parent_stops_the_child_and_then_the_parent(tmp_path, sand
     assert [e.name for e in child.events.read()[0] if isinstance(e, ev.ToolStarted)] == ["shell_exec"]
 
 
-def test_the_childs_saved_outputs_never_overwrite_the_parents(tmp_path, sandbox_image):
+def test_the_childs_saved_outputs_never_overwrite_the_parents(tmp_path):
     big = "python3 -c \"print('\\n'.join('{who} %05d ' % i + 'x' * 40 for i in range(4000)))\""
     out = play(tmp_path, [
         turn(call("shell_exec", command=big.format(who="parent"))),
@@ -209,7 +210,7 @@ def test_the_childs_saved_outputs_never_overwrite_the_parents(tmp_path, sandbox_
     assert child_result.offloaded_to == f"/cairn/obs/{theirs.name}"
 
 
-def test_the_report_nests_the_childs_steps(tmp_path, sandbox_image):
+def test_the_report_nests_the_childs_steps(tmp_path):
     from orchestrator.inspect.report import render_report
 
     out = play(tmp_path, [
@@ -223,7 +224,7 @@ def test_the_report_nests_the_childs_steps(tmp_path, sandbox_image):
     assert f"sub-agent {child.id} [done]" in page and "NESTED-MARK" in page.split(f"sub-agent {child.id}")[1]
 
 
-def test_ctrl_c_during_a_child_stops_the_child_between_actions_then_the_parent(tmp_path, sandbox_image, monkeypatch):
+def test_ctrl_c_during_a_child_stops_the_child_between_actions_then_the_parent(tmp_path, monkeypatch):
     import os
     import signal
 

@@ -191,12 +191,12 @@ def test_export_with_machine_of_a_run_without_a_container_is_a_one_line_error(ca
 
 def test_ls_shows_which_runs_hold_a_container(cairn, docker_client):
     run = install_a_tool(cairn)
-    out, _ = cairn.run("ls", "--json")
+    out, _ = cairn.here("ls", "--json")
     assert [row["container"] for row in json.loads(out.stdout)] == ["stopped"]
-    out, _ = cairn.run("ls")
+    out, _ = cairn.here("ls")
     assert out.stdout.splitlines()[0].split()[-2:] == ["CONTAINER", "TASK"] and " stopped " in out.stdout
     docker_client.api.remove_container(container_name(run.id), force=True)
-    out, _ = cairn.run("ls", "--json")
+    out, _ = cairn.here("ls", "--json")
     assert [row["container"] for row in json.loads(out.stdout)] == [None]
 
 

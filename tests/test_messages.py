@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.store import inbox
-from tests.loop_helpers import call, done, play, resume, turn
+from tests.loop_helpers import play as docker_play
+from tests.fake_loop import call, done, play, resume, turn
+from tests.in_process import cairn_in_process
 
-pytestmark = pytest.mark.docker
 
 CAIRN = [sys.executable, "-m", "orchestrator.cli"]
 
@@ -46,6 +47,7 @@ def _user_messages(request: dict) -> list[str]:
     return [m["content"] for m in request["messages"][2:-1] if m["role"] == "user"]  # system, task ... tail
 
 
+@pytest.mark.docker  # the live Session: its own model clients, its pid
 def test_say_to_a_live_run_reaches_the_next_request_and_watch_follows_it(tmp_path, sandbox_image):
     runs = tmp_path / "runs"
     said: dict[str, subprocess.CompletedProcess] = {}
@@ -58,7 +60,7 @@ def test_say_to_a_live_run_reaches_the_next_request_and_watch_follows_it(tmp_pat
                                    env=_env(runs), capture_output=True, text=True, timeout=60)
 
     thread = _when_running(tmp_path, "sleep 3", say_and_watch)
-    out = play(tmp_path, [
+    out = docker_play(tmp_path, [
         turn(call("shell_exec", command="sleep 3")),
         turn(call("file_write", path="notes.md", content="SAID-MARKER\n")),
         turn(call("shell_exec", command="sleep 1.5")),
@@ -80,11 +82,10 @@ def test_say_to_a_live_run_reaches_the_next_request_and_watch_follows_it(tmp_pat
     assert stdout.rstrip().endswith("status: done (task_done)")
 
 
-def test_a_said_message_is_delivered_once_across_resumes(tmp_path, sandbox_image):
+def test_a_said_message_is_delivered_once_across_resumes(tmp_path):
     out = play(tmp_path, [turn(call("shell_exec", command="true")), {"content": "pausing"}])
     assert out.status == "stopped"
-    said = subprocess.run(CAIRN + ["say", out.run.id, "RESUME-MARKER please"], env=_env(tmp_path / "runs"),
-                          capture_output=True, text=True, timeout=60)
+    said = cairn_in_process("say", out.run.id, "RESUME-MARKER please", env=_env(tmp_path / "runs"))
     assert said.returncode == 0 and "when it is resumed" in said.stderr
     inbox.say(out.run.state, "SECOND-MARKER")
 
@@ -99,10 +100,9 @@ def test_a_said_message_is_delivered_once_across_resumes(tmp_path, sandbox_image
     assert says[-1].model_extra["inbox_offset"] == (out.run.state / "inbox.jsonl").stat().st_size
 
 
-def test_watch_on_a_finished_run_prints_its_events_and_exits(tmp_path, sandbox_image):
+def test_watch_on_a_finished_run_prints_its_events_and_exits(tmp_path):
     out = play(tmp_path, [turn(call("shell_exec", command="echo WATCH-ME")), done("finished")])
-    watched = subprocess.run(CAIRN + ["watch", out.run.id[:12]], env=_env(tmp_path / "runs"),
-                             capture_output=True, text=True, timeout=60)
+    watched = cairn_in_process("watch", out.run.id[:12], env=_env(tmp_path / "runs"))
     assert watched.returncode == 0, watched.stderr
     lines = watched.stdout.splitlines()
     assert lines[0] == "task: test task"

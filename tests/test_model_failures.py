@@ -28,6 +28,7 @@ from orchestrator.llm.client import LLM
 from orchestrator.llm.preflight import preflight
 from orchestrator.llm.retry import Retry
 from orchestrator.llm.scripted import ScriptedServer
+from tests.in_process import cairn_in_process
 
 MESSAGES = [{"role": "user", "content": "Say hello."}]
 FIRST_CHUNK = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "test",
@@ -264,17 +265,23 @@ def cairn(*args: str, runs_dir: Path, env_extra: dict[str, str] | None = None) -
                             env={**env, "CAIRN_RUNS_DIR": str(runs_dir), **(env_extra or {})})
 
 
+def cairn_here(*args: str, runs_dir: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """As `cairn`, in this process (tests/in_process.py), to its end: for a command refused before any run."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
+    return cairn_in_process(*args, env={**env, "CAIRN_RUNS_DIR": str(runs_dir), **(env_extra or {})})
+
+
 def test_a_missing_key_is_a_usage_error_and_leaves_no_run(runs_dir):
-    proc = cairn("run", "hello", "--model", "anthropic/claude-sonnet-4-5", runs_dir=runs_dir)
-    _out, err = proc.communicate(timeout=60)
+    proc = cairn_here("run", "hello", "--model", "anthropic/claude-sonnet-4-5", runs_dir=runs_dir)
+    err = proc.stderr
     assert proc.returncode == 2
     assert err.splitlines()[0] == "cairn: error: no ANTHROPIC_API_KEY in the environment for anthropic/claude-sonnet-4-5"
     assert not runs_dir.exists() or not any(runs_dir.iterdir())
 
 
 def test_a_refused_endpoint_is_a_usage_error_and_leaves_no_run(runs_dir, refused_url):
-    proc = cairn("run", "hello", "--model", "openai/test", "--api-base", refused_url, runs_dir=runs_dir)
-    _out, err = proc.communicate(timeout=60)
+    proc = cairn_here("run", "hello", "--model", "openai/test", "--api-base", refused_url, runs_dir=runs_dir)
+    err = proc.stderr
     assert proc.returncode == 2
     assert err.splitlines()[0] == f"cairn: error: cannot connect to {refused_url}: connection refused"
     assert not runs_dir.exists() or not any(runs_dir.iterdir())
@@ -313,9 +320,8 @@ def test_a_retry_is_shown_on_stderr_and_kept_in_the_runs_log(runs_dir, sandbox_i
     events = [json.loads(line) for line in (run / "state" / "events.jsonl").read_text().splitlines()]
     retry = next(e for e in events if e.get("kind") == "model_retry")
     assert retry["type"] == "notice" and retry["status"] == 503 and retry["endpoint"] == scripted_503.url
-    shown = cairn("show", run.name, "--json", runs_dir=runs_dir)
-    out, _err = shown.communicate(timeout=60)
-    assert retry["text"] in json.loads(out)["steps"][0]["notices"]
+    shown = cairn_here("show", run.name, "--json", runs_dir=runs_dir)
+    assert retry["text"] in json.loads(shown.stdout)["steps"][0]["notices"]
 
 
 def test_resume_with_a_model_whose_key_is_missing_keeps_the_run_as_it_was(runs_dir):
@@ -323,8 +329,8 @@ def test_resume_with_a_model_whose_key_is_missing_keeps_the_run_as_it_was(runs_d
 
     run = create_run(runs_dir, "hello", resolve_config({}))
     before = (run.state / "run.json").read_text()
-    proc = cairn("resume", run.id, "--model", "anthropic/claude-sonnet-4-5", runs_dir=runs_dir)
-    _out, err = proc.communicate(timeout=60)
+    proc = cairn_here("resume", run.id, "--model", "anthropic/claude-sonnet-4-5", runs_dir=runs_dir)
+    err = proc.stderr
     assert proc.returncode == 2
     assert err.splitlines()[0] == "cairn: error: no ANTHROPIC_API_KEY in the environment for anthropic/claude-sonnet-4-5"
     assert (run.state / "run.json").read_text() == before
@@ -333,9 +339,9 @@ def test_resume_with_a_model_whose_key_is_missing_keeps_the_run_as_it_was(runs_d
 def test_a_batch_line_with_a_refused_endpoint_stops_the_batch_before_any_run(runs_dir, tmp_path, refused_url):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"task": "a"}) + "\n" + json.dumps({"task": "b", "model": "gpt-4o"}) + "\n")
-    proc = cairn("batch", str(tasks), runs_dir=runs_dir, env_extra={"OPENAI_API_KEY": "sk-test",
-                                                                    "OPENAI_API_BASE": refused_url})
-    _out, err = proc.communicate(timeout=60)
+    proc = cairn_here("batch", str(tasks), runs_dir=runs_dir, env_extra={"OPENAI_API_KEY": "sk-test",
+                                                                         "OPENAI_API_BASE": refused_url})
+    err = proc.stderr
     assert proc.returncode == 2
     assert err.splitlines()[0] == f"cairn: error: line 2: cannot connect to {refused_url}: connection refused"
     assert not runs_dir.exists() or [p.name for p in runs_dir.iterdir() if p.name != "batches"] == []

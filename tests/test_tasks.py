@@ -138,7 +138,7 @@ def play(cairn: Cairn, image: str, task: Task, commands: tuple[str, ...], *optio
 
 
 def shown(cairn: Cairn, *args: str) -> subprocess.CompletedProcess:
-    out, _ = cairn.run(*args)
+    out, _ = cairn.here(*args)
     assert out.returncode == 0, out.stderr[-2000:]
     return out
 

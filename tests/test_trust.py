@@ -222,7 +222,7 @@ def test_import_marks_the_run_imported_and_untrusted_whatever_the_archive_says(t
 def test_resume_refuses_an_untrusted_runs_host_settings_naming_each_on_its_own_line(tmp_path):
     moved = _imported(tmp_path, HOSTILE_SETTINGS)
     cairn = Cairn(tmp_path, runs_dir=moved.root.parent)
-    result, _ = cairn.run("resume", moved.id, "--message", "go on")
+    result, _ = cairn.here("resume", moved.id, "--message", "go on")
     assert result.returncode == 2
     lines = result.stderr.splitlines()
     assert lines[0].startswith(f"cairn: error: run {moved.id} was imported from ") and "not trusted" in lines[0]
@@ -408,9 +408,9 @@ def test_import_counts_a_sparse_members_real_size(tmp_path):
 def test_cli_import_takes_max_size_and_max_files(tmp_path):
     archive = _tar(tmp_path, [(f"{RID}/workspace/big", tarfile.REGTYPE, b"\0" * 300_000)])
     cairn = Cairn(tmp_path)
-    refused, _ = cairn.run("import", str(archive), "--max-size", "100k")
+    refused, _ = cairn.here("import", str(archive), "--max-size", "100k")
     assert refused.returncode == 2 and refused.stderr.startswith("cairn: error: refusing")
-    ok, _ = cairn.run("import", str(archive), "--max-size", "1m", "--max-files", "50")
+    ok, _ = cairn.here("import", str(archive), "--max-size", "1m", "--max-files", "50")
     assert ok.returncode == 0 and ok.stdout.strip() == RID
 
 
@@ -445,13 +445,13 @@ def test_ls_lists_a_run_with_a_garbage_run_json_or_event_log_as_unreadable(tmp_p
     with open(bad_log.events.path, "a") as f:
         f.write("garbage\n")
     cairn = Cairn(tmp_path, runs_dir=good.root.parent)
-    listed, _ = cairn.run("ls", "--json")
+    listed, _ = cairn.here("ls", "--json")
     assert listed.returncode == 0, listed.stderr
     rows = {r["id"]: r for r in json.loads(listed.stdout)}
     assert rows[good.id]["status"] == "stopped"
     assert rows[bad_meta.id]["status"] == rows[bad_log.id]["status"] == "unreadable"
     assert "run.json" in rows[bad_meta.id]["reason"] and "events.jsonl line" in rows[bad_log.id]["reason"]
-    table, _ = cairn.run("ls")
+    table, _ = cairn.here("ls")
     assert table.returncode == 0 and "Traceback" not in table.stderr
     assert any(line.startswith(bad_log.id) and "unreadable" in line for line in table.stdout.splitlines())
 
@@ -470,7 +470,7 @@ def test_show_and_report_of_a_broken_run_say_what_is_wrong_in_one_line(tmp_path,
             f.write('{"type": "no such event"}\n')
     cairn = Cairn(tmp_path, runs_dir=run.root.parent)
     for command in (["show", run.id], ["report", run.id, "-o", str(tmp_path / "r.html")]):
-        result, _ = cairn.run(*command)
+        result, _ = cairn.here(*command)
         assert result.returncode == 2, result.stderr
         assert result.stderr.startswith(f"cairn: error: run {run.id} is unreadable: ")
         assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr

@@ -22,7 +22,7 @@ from orchestrator.sandbox import Sandbox, ToolError
 from orchestrator.sandbox import python_volume
 from orchestrator.store.runs import RunDir
 from tests.sandbox_fixtures import build_image, docker_client, sandbox_image  # noqa: F401 - fixtures
-from tests.test_cli import cairn
+from tests.test_cli import cairn, cairn_here
 from tests.test_workspaces import DONE, call, results, script, the_run
 
 AS_ROOT = os.getuid() == 0
@@ -95,7 +95,7 @@ def settings(tmp_path: Path, sandbox: dict) -> str:
     ("/proc/1", "system directory"), ("/cairn", "system directory"),
 ])
 def test_a_workdir_that_is_not_a_project_directory_is_a_one_line_usage_error(runs_dir, workdir, says):
-    out = cairn("run", "task", "--workdir", workdir, runs_dir=runs_dir)
+    out = cairn_here("run", "task", "--workdir", workdir, runs_dir=runs_dir)
     assert out.returncode == 2
     [line] = out.stderr.strip().splitlines()
     assert line.startswith("cairn: error: ") and says in line
@@ -187,10 +187,10 @@ def test_a_run_in_app_works_there_and_files_diff_offload_and_resume_follow(app_i
     assert names == {"x", "run.sh", "link", "os", "hard", "src", "src/deep.txt", "private", "private/key",
                      "notes", "notes/rel.txt"}
 
-    files = cairn("files", run.id, runs_dir=runs_dir)
+    files = cairn_here("files", run.id, runs_dir=runs_dir)
     assert files.returncode == 0 and "notes/rel.txt" in files.stdout and " x" in files.stdout
     assert ".cairn" not in files.stdout
-    diff = cairn("diff", run.id, runs_dir=runs_dir)
+    diff = cairn_here("diff", run.id, runs_dir=runs_dir)
     assert "-hello" in diff.stdout and "+bye" in diff.stdout and ".cairn" not in diff.stdout
 
     more = script(tmp_path, call("shell_exec", command="cat /app/x; pwd"), DONE)

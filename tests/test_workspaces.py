@@ -14,7 +14,7 @@ import pytest
 from orchestrator.errors import CairnError, UsageError
 from orchestrator.runner import TEMPLATES_DIR, create_run, resolve_config
 from orchestrator.store.runs import RunDir
-from tests.test_cli import cairn
+from tests.test_cli import cairn, cairn_here
 
 AS_ROOT = os.getuid() == 0
 OWNER = (1234, 1234)  # a folder owner that is neither root nor the sandbox's default 1000
@@ -87,7 +87,7 @@ def test_template_settings_sit_between_defaults_and_options():
 
 
 def test_an_unknown_template_is_a_one_line_usage_error_naming_the_templates(runs_dir):
-    out = cairn("run", "task", "--template", "nope", runs_dir=runs_dir)
+    out = cairn_here("run", "task", "--template", "nope", runs_dir=runs_dir)
     assert out.returncode == 2
     [line] = out.stderr.strip().splitlines()
     assert "nope" in line and all(n in line for n in ("coding", "default", "research"))
@@ -180,7 +180,7 @@ def test_workspace_refuses_a_file_a_missing_folder_and_the_runs_dir(runs_dir, tm
     (runs_dir / "inside").mkdir(parents=True)
     for bad, says in ((tmp_path / "file.txt", "not a folder"), (tmp_path / "nope", "no such folder"),
                       (runs_dir / "inside", "inside the runs directory"), (tmp_path, "is inside --workspace")):
-        out = cairn("run", "task", "--workspace", str(bad), runs_dir=runs_dir)
+        out = cairn_here("run", "task", "--workspace", str(bad), runs_dir=runs_dir)
         assert out.returncode == 2, (bad, out.stderr)
         assert says in out.stderr.splitlines()[0], out.stderr
     assert [p.name for p in runs_dir.iterdir()] == ["inside"]  # no run was created
@@ -190,7 +190,7 @@ def test_workspace_refuses_a_file_a_missing_folder_and_the_runs_dir(runs_dir, tm
 def test_under_lockdown_a_folder_root_owns_is_refused_unless_a_sandbox_user_is_given(runs_dir, tmp_path):
     folder = tmp_path / "rooted"
     folder.mkdir()
-    out = cairn("run", "task", "--workspace", str(folder), "--lockdown", runs_dir=runs_dir)
+    out = cairn_here("run", "task", "--workspace", str(folder), "--lockdown", runs_dir=runs_dir)
     assert out.returncode == 2 and "belongs to root" in out.stderr and "--sandbox-user" in out.stderr
     assert not runs_dir.exists() or not list(runs_dir.iterdir())
     from orchestrator.sandbox.container import decide_user
@@ -247,7 +247,7 @@ def test_from_git_checks_out_a_branch_a_tag_or_a_commit(tmp_path, bare_repo, ref
 
 
 def test_a_failing_clone_is_one_line_and_leaves_no_run(runs_dir, tmp_path, bare_repo):
-    out = cairn("run", "task", "--from-git", (tmp_path / "missing.git").as_uri(), runs_dir=runs_dir)
+    out = cairn_here("run", "task", "--from-git", (tmp_path / "missing.git").as_uri(), runs_dir=runs_dir)
     assert out.returncode == 1
     [line] = out.stderr.strip().splitlines()
     assert line.startswith("cairn: error: cannot clone file://") and "missing.git" in line

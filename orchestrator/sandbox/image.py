@@ -30,13 +30,12 @@ import docker
 import docker.errors
 from docker.utils import parse_repository_tag
 
-import orchestrator
 from orchestrator.errors import SandboxError, first_line
 from orchestrator.sandbox.engine import connect
 
 Progress = Callable[[str], None]
 
-SANDBOX_DIR = Path(orchestrator.__file__).resolve().parent.parent / "sandbox_image"
+SANDBOX_DIR = Path(__file__).resolve().parents[2] / "sandbox_image"  # beside the orchestrator package
 HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
 REPOSITORY = "cairn-sandbox"
 DEFAULT_BASE = "python:3.12-slim"
