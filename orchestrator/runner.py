@@ -320,11 +320,11 @@ class Session:
 
     def _make_agent(self, display: Any) -> Any:  # noqa: ANN401 - loop.Agent, imported with litellm
         from orchestrator.critic import critic_model_config
-        from orchestrator.llm.client import LLM, preload  # imports litellm: only for commands that call a model
+        from orchestrator.llm.client import LLM
         from orchestrator.loop import Agent
 
-        preload()
         llm = LLM(self.cfg.model)
+        llm.preload()  # litellm, unless the model goes without it (llm/client.py)
         agent = Agent(self.run, self.cfg, self.sandbox, llm, display)
         llm.on_retry = self._retrying
         critic_cfg = critic_model_config(self.cfg)
