@@ -64,6 +64,24 @@ def litellm_module() -> Any:  # noqa: ANN401 - the litellm module
     return litellm
 
 
+@functools.cache
+def _without_mcp_gateway() -> dict:
+    """litellm.completion's flag to skip its MCP gateway, where this litellm has one.
+
+    Given tools, litellm first checks whether any is a tool of its proxy's MCP gateway, and importing
+    that check's code (the mcp package, the proxy's types) costs about half a second of CPU on the
+    first request. cairn's tools are plain functions and never such tools, so the check is skipped with
+    the flag litellm sets on its own inner calls. It is passed only to a litellm whose completion()
+    reads it (litellm keeps it out of the provider's request): an older one would send it on.
+    """
+    import inspect
+
+    completion = inspect.unwrap(litellm_module().completion)
+    code = getattr(completion, "__code__", None)
+    reads_it = code is not None and "_skip_mcp_handler" in code.co_consts
+    return {"_skip_mcp_handler": True} if reads_it else {}
+
+
 def _request_errors() -> tuple[type[BaseException], ...]:
     """What a failed request raises: the openai client's errors (litellm's derive from them) and silence.
     A function, so that openai is imported when a request fails, not at every start."""
@@ -326,7 +344,7 @@ class LLM:
         def open_answer() -> Iterable[object]:
             if self._direct is not None:
                 return self._direct.complete(_body(request), request["timeout"])
-            response = litellm_module().completion(**request)
+            response = litellm_module().completion(**request, **_without_mcp_gateway())
             return response if self.stream else [response]
 
         answer, began = _Answer(), False
@@ -462,7 +480,7 @@ class _Answer:
 # What litellm and the openai client import on the first request with tools, not before: about 1.5 s of
 # CPU (measured with python -X importtime on a one-step run).
 FIRST_REQUEST_MODULES = ("openai.resources", "litellm.proxy.openai_files_endpoints.common_utils",
-                         "litellm.responses.mcp.chat_completions_handler", "litellm._service_logger", "httpcore",
+                         "litellm._service_logger", "httpcore",
                          "litellm.types.litellm_core_utils.streaming_chunk_builder_utils")
 
 

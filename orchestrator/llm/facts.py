@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,7 +94,7 @@ def _remember(key: str, facts: ModelFacts) -> None:
     # Answers of a litellm since replaced are dropped: the file holds one version's answers.
     data = {k: v for k, v in _read().items() if _same_litellm(k, current)}
     data[key] = {"max_input_tokens": facts.max_input_tokens, "priced": facts.priced}
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # a batch's runs are threads
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(data), encoding="utf-8")

@@ -8,7 +8,8 @@ None of them sends a chat request: a provider would bill it, and the scripted mo
 a turn. A failure is a UsageError, so the run is never made. The connection is opened while litellm
 imports (when the endpoint is given), so the checks add little to a start that imports it anyway. For
 `openai/NAME` with an endpoint given (a server of one's own) the connection is the only check, and
-litellm is not imported here at all: the run's start loads it while its container starts.
+litellm is not imported here at all: the run's start loads it while its container starts, if the
+model needs it at all (client.LLM._direct).
 """
 
 from __future__ import annotations
