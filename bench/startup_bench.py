@@ -10,14 +10,17 @@ the process is spawned:
 - one_step_total_s: until the process has exited (run.json written, container stopped).
 The model is, by default, an OpenAI-compatible endpoint served on loopback by this bench (the scripted
 model's server, run here so it stamps each request's arrival): cairn reaches it as `openai/scripted
---api-base URL`, the path of a real provider, preflight included. With `--scripted`, cairn serves the
-script itself (`--model scripted:PATH`) and the request's arrival is read from CAIRN_SCRIPTED_LOG.
-Beside them, litellm_import_s: `import litellm` alone in a fresh interpreter (LITELLM_LOCAL_MODEL_COST_MAP
-=True), the floor a start would pay if it imported litellm before doing anything else.
+--api-base URL`, the path of a server of one's own, preflight included, which goes without litellm
+once litellm's facts about the model are in cairn's cache (llm/facts.py: the first start fills it;
+run with an empty XDG_CACHE_HOME to time that start). With `--scripted`, cairn serves the script
+itself (`--model scripted:PATH`), reached through litellm like every other provider, and the request's
+arrival is read from CAIRN_SCRIPTED_LOG. Beside them, litellm_import_s: `import litellm` alone in a
+fresh interpreter (LITELLM_LOCAL_MODEL_COST_MAP=True), the floor of a start that goes through litellm.
 
 Each start's line also gives cpu_s, the CPU time (user and system) the cairn process used: on a
 busy machine the wall times follow the load, its CPU time much less, so it is the figure to compare
-two versions by when the machine cannot be had idle. Each figure is the median over the starts. `--short` (for CI) makes one start and checks no timing.
+two versions by when the machine cannot be had idle. Each figure is the median over the starts.
+`--short` (for CI) makes one start and checks no timing.
 The last line is `first_request_s=<n> sandbox_ready_s=<n> one_step_total_s=<n> litellm_import_s=<n>`.
 """
 

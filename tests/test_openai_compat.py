@@ -78,8 +78,11 @@ def test_the_direct_answer_is_the_one_litellm_gives(server, stream):
 
 
 def test_the_server_receives_the_body_litellm_sends(server):
-    own_server(server.url).complete(MESSAGES, TOOLS, tool_choice="required")
-    through_litellm(own_server(server.url)).complete(MESSAGES, TOOLS, tool_choice="required")
+    answered = [{"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "shell_exec", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"}]
+    own_server(server.url).complete(MESSAGES + answered, TOOLS, tool_choice="required")
+    through_litellm(own_server(server.url)).complete(MESSAGES + answered, TOOLS, tool_choice="required")
     direct, via_litellm = server.requests
     for key in ("model", "messages", "tools", "tool_choice", "stream", "stream_options"):
         assert direct[key] == via_litellm[key], key
