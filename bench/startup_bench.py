@@ -10,12 +10,17 @@ the process is spawned:
 - one_step_total_s: until the process has exited (run.json written, container stopped).
 The model is, by default, an OpenAI-compatible endpoint served on loopback by this bench (the scripted
 model's server, run here so it stamps each request's arrival): cairn reaches it as `openai/scripted
---api-base URL`, the path of a real provider, preflight included. With `--scripted`, cairn serves the
-script itself (`--model scripted:PATH`) and the request's arrival is read from CAIRN_SCRIPTED_LOG.
-Beside them, litellm_import_s: `import litellm` alone in a fresh interpreter (LITELLM_LOCAL_MODEL_COST_MAP
-=True), the floor a start would pay if it imported litellm before doing anything else.
+--api-base URL`, the path of a server of one's own, preflight included, which goes without litellm
+once litellm's facts about the model are in cairn's cache (llm/facts.py: the first start fills it;
+run with an empty XDG_CACHE_HOME to time that start). With `--scripted`, cairn serves the script
+itself (`--model scripted:PATH`), reached through litellm like every other provider, and the request's
+arrival is read from CAIRN_SCRIPTED_LOG. Beside them, litellm_import_s: `import litellm` alone in a
+fresh interpreter (LITELLM_LOCAL_MODEL_COST_MAP=True), the floor of a start that goes through litellm.
 
-Each figure is the median over the starts. `--short` (for CI) makes one start and checks no timing.
+Each start's line also gives cpu_s, the CPU time (user and system) the cairn process used: on a
+busy machine the wall times follow the load, its CPU time much less, so it is the figure to compare
+two versions by when the machine cannot be had idle. Each figure is the median over the starts.
+`--short` (for CI) makes one start and checks no timing.
 The last line is `first_request_s=<n> sandbox_ready_s=<n> one_step_total_s=<n> litellm_import_s=<n>`.
 """
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -70,6 +76,7 @@ def one_start(runs_dir: Path, scripted: bool, image: str | None) -> dict[str, fl
         if image:
             command += ["--image", image]
         ready: list[float] = []
+        cpu_before = _children_cpu()
         wall_start, started = time.time(), time.monotonic()
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True)
@@ -86,6 +93,7 @@ def one_start(runs_dir: Path, scripted: bool, image: str | None) -> dict[str, fl
         process.stdout.read()
         code = process.wait()
         ended = time.monotonic()
+        cpu = _children_cpu() - cpu_before
         watcher.join()
         if server is not None:
             server.stop()
@@ -97,7 +105,13 @@ def one_start(runs_dir: Path, scripted: bool, image: str | None) -> dict[str, fl
             first = server.arrivals[0] - started
     if not ready:
         raise SystemExit(f"cairn never said 'sandbox started':\n{''.join(stderr_lines)}")
-    return {"first_request_s": first, "sandbox_ready_s": ready[0] - started, "one_step_total_s": ended - started}
+    return {"first_request_s": first, "sandbox_ready_s": ready[0] - started, "one_step_total_s": ended - started,
+            "cpu_s": cpu}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def litellm_import_s() -> float:
@@ -120,15 +134,19 @@ def main() -> None:
 
     ensure_image()  # built before the clock starts: the target is a start with the image there
     figures: dict[str, list[float]] = {"first_request_s": [], "sandbox_ready_s": [], "one_step_total_s": []}
+    cpu: list[float] = []
     with tempfile.TemporaryDirectory(prefix="cairn-startup-runs-") as runs:
         for n in range(starts):
             got = one_start(Path(runs), args.scripted, args.image)
             print(f"start {n + 1}: " + " ".join(f"{k}={v:.2f}" for k, v in got.items()), flush=True)
+            cpu.append(got.pop("cpu_s"))
             for key, value in got.items():
                 figures[key].append(value)
         _remove_containers(Path(runs))
     imports = [litellm_import_s() for _ in range(starts)]
     print(f"import litellm: " + " ".join(f"{v:.2f}" for v in imports))
+    print(f"cairn's CPU time a start (median): cpu_s={statistics.median(cpu):.2f}; load average now "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     medians = {key: statistics.median(values) for key, values in figures.items()}
     medians["litellm_import_s"] = statistics.median(imports)
     print(" ".join(f"{key}={value:.2f}" for key, value in medians.items()))

@@ -281,7 +281,9 @@ class Batch:
     def run(self) -> list[Row]:
         work = self.plan()
         if work:
-            from orchestrator.llm import client  # noqa: F401 - litellm imported once, here, not in N threads
+            from orchestrator.llm.client import litellm_module
+
+            litellm_module()  # imported once, here, not in N threads at once
             from orchestrator.sandbox.image import ensure_image
 
             self.preflight(work)

@@ -5,7 +5,10 @@ cannot be reached, one that went silent, 5xx, 429) are retried here as retry.py 
 told to `on_retry` before its wait; anything else fails at once as a `ModelError` that names the
 endpoint, and a request too long for the model as `ContextOverflow`, so the loop can compact and try
 again. The request runs in a worker thread (inflight.py), so silence and Ctrl-C end it at once. The
-llm modules other than types.py are the only ones that import litellm.
+llm modules other than types.py are the only ones that import litellm, and only when it is needed:
+a request to an OpenAI-compatible server of one's own that litellm has no price for goes out through
+openai_compat.py instead, and litellm's facts about a model come from a cache (facts.py), so such a
+run never pays litellm's import (2-3 s of CPU; bench/startup_bench.py).
 """
 
 from __future__ import annotations
@@ -18,24 +21,24 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import functools  # noqa: E402
 import importlib  # noqa: E402
 import re  # noqa: E402
+import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
+from typing import Any  # noqa: E402
 
 import httpx  # noqa: E402
-import litellm  # noqa: E402
-import openai  # noqa: E402
 
 from orchestrator.config import ModelConfig  # noqa: E402
-from orchestrator.llm.endpoint import endpoint_of, provider_of  # noqa: E402
+from orchestrator.llm.endpoint import endpoint_of, is_openai_named, provider_of  # noqa: E402
+from orchestrator.llm.facts import ModelFacts, model_facts  # noqa: E402
+from orchestrator.llm.openai_compat import Endpoint  # noqa: E402
 from orchestrator.llm.inflight import interruptible, pause, watched  # noqa: E402
 from orchestrator.llm.retry import Failure, NoAnswer, Retry, classify, is_read_timeout  # noqa: E402
 from orchestrator.llm.scripted import DEFAULT_CONTEXT_WINDOW, ScriptedServer, load_script, script_spec  # noqa: E402
 from orchestrator.llm.tokenizer import encoding  # noqa: E402
 from orchestrator.llm.types import ContextOverflow, ModelError, Reply, ToolCall, Usage, assistant_message, connect_hint  # noqa: E402
-
-litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on the user's terminal
 
 FALLBACK_CONTEXT_WINDOW = 128_000
 WATCH_GRACE = 5.0  # seconds the watch on a request allows beyond httpx's own read timeout
@@ -51,6 +54,40 @@ LITELLM_PREFIXES = re.compile(r"^((litellm\.)?\w+(Error|Exception)(: | - ))+")
 
 _servers: dict[str, ScriptedServer] = {}
 _servers_lock = threading.Lock()
+
+
+def litellm_module() -> Any:  # noqa: ANN401 - the litellm module
+    """litellm, imported on first use (2-3 s) and set up for cairn."""
+    import litellm
+
+    litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on the user's terminal
+    return litellm
+
+
+@functools.cache
+def _without_mcp_gateway() -> dict:
+    """litellm.completion's flag to skip its MCP gateway, where this litellm has one.
+
+    Given tools, litellm first checks whether any is a tool of its proxy's MCP gateway, and importing
+    that check's code (the mcp package, the proxy's types) costs about half a second of CPU on the
+    first request. cairn's tools are plain functions and never such tools, so the check is skipped with
+    the flag litellm sets on its own inner calls. It is passed only to a litellm whose completion()
+    reads it (litellm keeps it out of the provider's request): an older one would send it on.
+    """
+    import inspect
+
+    completion = inspect.unwrap(litellm_module().completion)
+    code = getattr(completion, "__code__", None)
+    reads_it = code is not None and "_skip_mcp_handler" in code.co_consts
+    return {"_skip_mcp_handler": True} if reads_it else {}
+
+
+def _request_errors() -> tuple[type[BaseException], ...]:
+    """What a failed request raises: the openai client's errors (litellm's derive from them) and silence.
+    A function, so that openai is imported when a request fails, not at every start."""
+    import openai
+
+    return openai.APIError, NoAnswer
 
 
 def scripted_server(spec: str) -> ScriptedServer:
@@ -151,7 +188,7 @@ class LLM:
         if self._script is not None:
             self.context_window_source = "script"
             return int(self._script.get("context_window") or DEFAULT_CONTEXT_WINDOW)
-        window = _model_info(self.cfg.model).get("max_input_tokens")
+        window = self._facts.max_input_tokens
         if window:
             self.context_window_source = "litellm"
             return int(window)
@@ -180,8 +217,8 @@ class LLM:
                 try:
                     answer = self._send(request, on_text)
                     break
-                except (openai.APIError, NoAnswer) as e:  # litellm's exceptions all derive from openai's
-                    if isinstance(e, openai.APIError) and _is_overflow(e):
+                except _request_errors() as e:  # litellm's exceptions all derive from openai's
+                    if not isinstance(e, NoAnswer) and _is_overflow(e):
                         raise ContextOverflow(_one_line(e), status_code=400) from e
                     failure = classify(e)
                     limit, done = failure.limit(self.cfg.max_retries), retried.get(failure.kind, 0)
@@ -250,10 +287,50 @@ class LLM:
         llama.cpp and Ollama need none, and the preflight lets it pass."""
         if not self.cfg.api_base or os.environ.get("OPENAI_API_KEY"):
             return False
+        if is_openai_named(self.cfg.model):
+            return True
+        litellm = litellm_module()
         try:
             return provider_of(self.cfg.model, self.cfg.api_base) == "openai"
         except litellm.exceptions.BadRequestError:
             return False
+
+    @functools.cached_property
+    def _direct(self) -> Endpoint | None:
+        """The endpoint, when requests go out through openai_compat.py instead of litellm: an
+        OpenAI-compatible server of one's own (`openai/NAME` with an api_base, not the scripted model,
+        which CONTRACTS.md sends through litellm) for a model litellm has no price for. For such a
+        request litellm only hands the body to the openai client; a priced model keeps litellm, whose
+        price list and cost calculation it needs."""
+        if self._script_spec is not None or not self.cfg.api_base or not is_openai_named(self.cfg.model):
+            return None
+        if self._facts.priced:
+            return None
+        return Endpoint(self.cfg.api_base, self._api_key())
+
+    def _api_key(self) -> str | None:
+        """The key the openai client would send: the agent.json's, else OPENAI_API_KEY, else a placeholder."""
+        if self.cfg.api_key is not None:
+            return self.cfg.api_key.get_secret_value()
+        return os.environ.get("OPENAI_API_KEY") or "none"
+
+    @functools.cached_property
+    def _facts(self) -> ModelFacts:
+        return ModelFacts() if self._script is not None else model_facts(self.cfg.model)
+
+    def preload(self) -> None:
+        """Do now the work a first request would do before it is sent: import what its client imports
+        lazily, load the tokenizer. A start calls it while the container starts (Session), so the first
+        request goes out at once when the sandbox is ready."""
+        if self._direct is None:
+            litellm_module()
+        modules = DIRECT_FIRST_REQUEST_MODULES if self._direct is not None else FIRST_REQUEST_MODULES
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass  # a library laid out otherwise: its first request imports what it needs, a little later
+        encoding()
 
     @property
     def _idle(self) -> float:
@@ -265,7 +342,9 @@ class LLM:
 
     def _send(self, request: dict, on_text: Callable[[str], None] | None) -> _Answer:
         def open_answer() -> Iterable[object]:
-            response = litellm.completion(**request)
+            if self._direct is not None:
+                return self._direct.complete(_body(request), request["timeout"])
+            response = litellm_module().completion(**request, **_without_mcp_gateway())
             return response if self.stream else [response]
 
         answer, began = _Answer(), False
@@ -279,7 +358,7 @@ class LLM:
                 answer.add_chunk(piece, on_text)
         except NoAnswer:
             raise NoAnswer(self._idle, began) from None
-        except openai.APIError as e:
+        except _request_errors()[0] as e:
             if is_read_timeout(e):  # litellm words it as a timeout, or as a 503 mid-stream
                 raise NoAnswer(self._idle, began) from e
             raise
@@ -303,7 +382,7 @@ class LLM:
         custom = self._script_prices()
         if custom is None and not self._listed_price:
             return None
-        prompt_cost, completion_cost = litellm.cost_per_token(
+        prompt_cost, completion_cost = litellm_module().cost_per_token(
             model=self.cfg.model,
             prompt_tokens=getattr(raw_usage, "prompt_tokens", 0) or 0,
             completion_tokens=getattr(raw_usage, "completion_tokens", 0) or 0,
@@ -322,17 +401,10 @@ class LLM:
             "cache_read_input_token_cost": pricing.get("cached_input", pricing["input"]),
         }
 
-    @functools.cached_property
+    @property
     def _listed_price(self) -> bool:
-        """Whether litellm's price list has a price for the model.
-
-        A listed price of 0 counts as unknown: the list holds zeros for models it does not really
-        price, and a local model has no price in USD anyway, so a USD budget cannot apply to it.
-        """
-        if self._script is not None:
-            return False
-        info = _model_info(self.cfg.model)
-        return bool(info.get("input_cost_per_token") or info.get("output_cost_per_token"))
+        """Whether litellm's price list has a price for the model (facts.ModelFacts.priced)."""
+        return self._facts.priced
 
 
 @dataclass
@@ -405,35 +477,33 @@ class _Answer:
         return getattr(self.raw_usage, "cache_creation_input_tokens", None) or 0
 
 
-# What litellm and the openai client import on the first request with tools, not before: about 1.5 s of
-# CPU (measured with python -X importtime on a one-step run).
+# What litellm and the openai client import on the first request with tools, not before: about 1 s of
+# CPU (measured with python -X importtime on a one-step run; litellm's MCP check is skipped).
 FIRST_REQUEST_MODULES = ("openai.resources", "litellm.proxy.openai_files_endpoints.common_utils",
-                         "litellm.responses.mcp.chat_completions_handler", "litellm._service_logger", "httpcore",
+                         "litellm._service_logger", "httpcore",
                          "litellm.types.litellm_core_utils.streaming_chunk_builder_utils")
 
 
-def preload() -> None:
-    """Do now the work a first request would do before it is sent: import what litellm imports lazily,
-    load the tokenizer. A start calls it while the container starts (Session), so the first request
-    goes out at once when the sandbox is ready."""
-    for name in FIRST_REQUEST_MODULES:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass  # a litellm laid out otherwise: its first request imports what it needs, a little later
-    encoding()
+# The same for a request sent through openai_compat.py: httpx's transport, imported at the first send.
+DIRECT_FIRST_REQUEST_MODULES = ("httpcore", "h11")
+# What a direct request leaves out of litellm.completion's arguments: litellm's own, and the timeout,
+# which is httpx's.
+LITELLM_ONLY = {"model", "timeout", "num_retries", "max_retries", "api_base", "api_key"}
 
 
-def _model_info(model: str) -> dict:
-    """litellm's facts about a model (window, prices), or {} for a model it does not know."""
-    try:
-        return dict(litellm.get_model_info(model))
-    except (litellm.exceptions.ModelNotMappedError, openai.APIError):
-        return {}
+def _body(request: dict) -> dict:
+    """The JSON body of a direct request, as litellm sends it: litellm.completion's arguments with the
+    model's name as the server knows it (what follows `openai/`)."""
+    body = {key: value for key, value in request.items() if key not in LITELLM_ONLY}
+    body["model"] = request["model"].partition("/")[2]
+    # litellm leaves a message's null fields out (an answer of tool calls alone has a null content).
+    body["messages"] = [{k: v for k, v in m.items() if v is not None} for m in request["messages"]]
+    return body
 
 
-def _is_overflow(error: openai.APIError) -> bool:
-    if isinstance(error, litellm.ContextWindowExceededError):
+def _is_overflow(error: BaseException) -> bool:
+    litellm = sys.modules.get("litellm")  # only litellm's own errors can be its ContextWindowExceededError
+    if litellm is not None and isinstance(error, litellm.ContextWindowExceededError):
         return True
     return getattr(error, "status_code", None) == 400 and bool(OVERFLOW_WORDING.search(str(error)))
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 
-import litellm
-
 # The public hosts of providers whose default endpoint litellm keeps inside its provider code.
 DEFAULT_HOSTS = {
     "openai": "https://api.openai.com/v1",
@@ -42,8 +40,16 @@ BASE_VARIABLES = {
 }
 
 
+def is_openai_named(model: str) -> bool:
+    """`openai/NAME`: litellm places any such string with the OpenAI-compatible provider (no import needed)."""
+    provider, _, name = model.partition("/")
+    return provider == "openai" and bool(name.strip())
+
+
 def provider_of(model: str, api_base: str | None = None) -> str:
     """litellm's provider for a model string; raises litellm's BadRequestError when it cannot tell."""
+    import litellm
+
     return litellm.get_llm_provider(model=model, api_base=api_base)[1]
 
 
@@ -51,6 +57,8 @@ def endpoint_of(model: str, api_base: str | None = None) -> str | None:
     """The base URL requests for `model` go to, or None when it cannot be told without sending one."""
     if api_base:
         return api_base
+    import litellm
+
     try:
         _model, provider, _key, resolved = litellm.get_llm_provider(model=model)
     except (litellm.exceptions.BadRequestError, ValueError):

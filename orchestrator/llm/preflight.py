@@ -8,7 +8,8 @@ None of them sends a chat request: a provider would bill it, and the scripted mo
 a turn. A failure is a UsageError, so the run is never made. The connection is opened while litellm
 imports (when the endpoint is given), so the checks add little to a start that imports it anyway. For
 `openai/NAME` with an endpoint given (a server of one's own) the connection is the only check, and
-litellm is not imported here at all: the run's start loads it while its container starts.
+litellm is not imported here at all: the run's start loads it while its container starts, if the
+model needs it at all (client.LLM._direct).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit
 
 from orchestrator.config import ModelConfig
 from orchestrator.errors import UsageError
+from orchestrator.llm.endpoint import is_openai_named
 from orchestrator.llm.types import connect_hint
 from orchestrator.llm.scripted import check_model, script_spec
 
@@ -36,17 +38,17 @@ def preflight(cfg: ModelConfig, key_elsewhere: bool = False) -> None:
     if script_spec(cfg.model) is not None:
         check_model(cfg.model)  # served on loopback by cairn itself: nothing to connect to yet
         return
-    if cfg.api_base and _named_openai(cfg.model):
+    if cfg.api_base and is_openai_named(cfg.model):
         # A server of one's own (vLLM, llama.cpp, Ollama...): the provider is in the name and no key is
         # needed (_check_key), so the connection is all there is to check. litellm then loads later, while
         # the container starts, instead of before the run exists (bench/startup_bench.py).
         _Connection(cfg.api_base, cfg.connect_timeout, given=True).start().result()
         return
     early = _Connection(cfg.api_base, cfg.connect_timeout, given=True).start() if cfg.api_base else None
-    from orchestrator.llm import client  # noqa: F401 - litellm, quiet (no banners), with its local price list
+    from orchestrator.llm.client import litellm_module  # quiet (no banners), with its local price list
     from orchestrator.llm.endpoint import endpoint_of, provider_of
 
-    import litellm
+    litellm = litellm_module()
 
     try:
         provider = provider_of(cfg.model, cfg.api_base)
@@ -60,12 +62,6 @@ def preflight(cfg: ModelConfig, key_elsewhere: bool = False) -> None:
     connection = early or _Connection(endpoint_of(cfg.model, cfg.api_base), cfg.connect_timeout,
                                        given=bool(cfg.api_base)).start()
     connection.result()
-
-
-def _named_openai(model: str) -> bool:
-    """`openai/NAME`: litellm places any such string with the OpenAI-compatible provider."""
-    provider, _, name = model.partition("/")
-    return provider == "openai" and bool(name.strip())
 
 
 def _check_key(cfg: ModelConfig, provider: str) -> None:

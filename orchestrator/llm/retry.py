@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import httpx
-import openai
 
 CONNECT_RETRIES = 2
 CONNECT_WAIT = 0.5  # doubled for the second try
@@ -46,6 +45,8 @@ class NoAnswer(Exception):
 
 def is_read_timeout(error: BaseException) -> bool:
     """httpx gave up waiting for a byte (not for a connection: that is a connect failure)."""
+    import openai  # here, not at the top: only a failed request needs it, and it takes most of a second
+
     return _caused_by(error, (httpx.ReadTimeout, openai.APITimeoutError)) and _connect_reason(error) is None
 
 
@@ -101,6 +102,8 @@ def classify(error: BaseException) -> Failure:
     that failed as a 500 ("Connection error."): the chain of causes tells what really happened."""
     if isinstance(error, NoAnswer):
         return Failure("silent", error.what, error=error)
+    import openai
+
     reason = _connect_reason(error)
     if reason is not None:
         return Failure("connect", reason, error=error)
