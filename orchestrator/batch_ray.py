@@ -43,7 +43,7 @@ import ray
 from orchestrator.batch import STOP_SIGNALS, Batch, Row
 from orchestrator.disk import parse_size
 from orchestrator.errors import UsageError
-from orchestrator.node_session import SANDBOX_RESOURCE, Hub, run_on_node
+from orchestrator.node_session import SANDBOX_RESOURCE, Hub, run_on_node, start_runners
 from orchestrator.runner import create_run, load_config
 from orchestrator.store.runs import RunDir
 
@@ -90,8 +90,11 @@ def _loopback_only() -> None:
 
 
 def _existing_cluster(address: str) -> str | None:
-    """The address to connect to: ADDRESS as given; for `auto`, $RAY_ADDRESS or the cluster `ray start`
-    made on this machine, only when its GCS process runs (a stale address file would hang ray.init)."""
+    """The address to connect to, or None to start a local cluster: ADDRESS as given (`local`: always a
+    local one); for `auto`, $RAY_ADDRESS or the cluster `ray start` made on this machine, only when its
+    GCS process runs (a stale address file would hang ray.init)."""
+    if address == "local":
+        return None
     if address != "auto":
         return address
     if os.environ.get("RAY_ADDRESS"):
@@ -122,6 +125,7 @@ class RayBatch(Batch):
         self.address, self.storage, self.cap = address, storage, jobs  # cap: at most this many at once
         self.cluster: Cluster | None = None
         self.hub: Any = None
+        self.runners: list[Any] = []
         self.refs: dict[Any, int] = {}  # in-flight task → row index
         for row in self.rows:
             row.ray = True
@@ -137,10 +141,13 @@ class RayBatch(Batch):
         main = threading.current_thread() is threading.main_thread()
         previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS} if main else {}
         try:
-            self._check_feasible(specs)
+            nodes = self._check_feasible(specs)
             self.hub = Hub.options(scheduling_strategy=_here()).remote(str(self.runs_dir))
+            self.runners = start_runners(self.manifest.id, nodes)
             self._dispatch(specs)
         finally:
+            for actor in self.runners:
+                ray.kill(actor)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             if self.hub is not None:
@@ -163,13 +170,15 @@ class RayBatch(Batch):
         if not marker.is_file():
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text(secrets.token_hex(16))
-        return {"index": index, "run_id": run.id, "runs_dir": str(self.runs_dir), "resumed": row.action == "resumed",
+        return {"index": index, "batch": self.manifest.id, "run_id": run.id, "runs_dir": str(self.runs_dir), "resumed": row.action == "resumed",
                 "storage": self.storage, "marker": str(marker), "token": marker.read_text(),
                 "cpus": cfg.sandbox.cpus, "memory": parse_size(cfg.sandbox.memory), "line": job.line}
 
-    def _check_feasible(self, specs: list[dict[str, Any]]) -> None:
-        """A run no node could ever take would wait forever in Ray's queue: a usage error instead."""
-        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive") and n["Resources"].get(SANDBOX_RESOURCE)]
+    def _check_feasible(self, specs: list[dict[str, Any]]) -> list[str]:
+        """A run no node could ever take would wait forever in Ray's queue: a usage error instead.
+        Returns the ids of the nodes that take sandboxes."""
+        alive = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get(SANDBOX_RESOURCE)]
+        nodes = [n["Resources"] for n in alive]
         if not nodes:
             raise UsageError(f"no node of the Ray cluster declares the resource {SANDBOX_RESOURCE!r}, so no run "
                              "can be placed", hint=f"start nodes with: ray start ... --resources "
@@ -180,6 +189,7 @@ class RayBatch(Batch):
                                  f"{spec['memory'] / 2**30:.1f} GiB of memory for its sandbox",
                                  hint="lower sandbox.cpus or sandbox.memory in the line's settings file, "
                                       "or add a bigger node")
+        return [n["NodeID"] for n in alive]
 
     def _submit(self, spec: dict[str, Any]) -> None:
         task = run_on_node.options(resources={SANDBOX_RESOURCE: 1}, num_cpus=spec["cpus"], memory=spec["memory"],
@@ -216,7 +226,7 @@ class RayBatch(Batch):
         except ray.exceptions.TaskCancelledError:
             result = {"error": None}
         except ray.exceptions.RayError as exc:  # its node died more often than it is retried, or Ray failed
-            result = {"error": f"the run's Ray task failed: {str(exc).strip().splitlines()[0][:300]}"}
+            result = {"error": f"the run's Ray task failed: {_why(exc)}"}
         self._refresh()
         if result.get("error"):
             row.error = result["error"]
@@ -247,3 +257,9 @@ def _here() -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     return NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+
+
+def _why(exc: Exception) -> str:
+    """The line of a Ray error that says what went wrong (its first names the task, its last the cause)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:300]

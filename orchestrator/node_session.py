@@ -1,9 +1,9 @@
 """A batch run on a Ray node (the node's side of orchestrator/batch_ray.py), and the driver's Hub actor.
 
-`run_on_node` is the Ray task of one run. It runs the run exactly as `cairn run`/`cairn resume` would, with
-this node's Docker engine and model settings, in a thread of the task (the loop's signal handlers are
-for a command's main thread, not for a Ray worker's), while the task's own thread carries a Ctrl-C of
-the driver to the run. Where the run lives:
+`run_on_node` is the Ray task of one run: it holds the run's resources and hands the run to the node's
+`NodeRunner`, an actor the driver starts on each node for the batch, that runs the runs in threads of one process, exactly as
+`cairn run`/`cairn resume` would, with this node's Docker engine and model settings; a second thread
+of each run carries a Ctrl-C of the driver to it. Where the run lives:
 - shared storage: the driver's run directory, written directly;
 - local: a copy in this node's runs directory, from the archive the Hub hands over, brought back to the
   driver (a `cairn export` archive, imported by the Hub) after every step's checkpoint and at the end.
@@ -194,13 +194,48 @@ def _started_before(run: RunDir) -> bool:
 
 @ray.remote
 def run_on_node(spec: dict[str, Any], hub: Any) -> dict[str, Any]:
-    """One run of the batch on this node; returns {"error", "seconds"}. The run's own record (run.json,
-    the log) is what the driver reads for the row."""
+    """One run of the batch on this node, holding its resources (cairn_sandbox, CPUs, memory) while the
+    node's runner carries it out; returns {"error", "seconds"}. The run's own record (run.json, the log)
+    is what the driver reads for the row."""
+    node_id = ray.get_runtime_context().get_node_id()
+    try:
+        runner = ray.get_actor(runner_name(spec["batch"], node_id))
+    except ValueError:  # a node that joined after the batch began has no runner: the run goes on here
+        return _run(spec, hub, node_id)
+    return ray.get(runner.run.remote(spec, hub, node_id))
+
+
+def runner_name(batch: str, node_id: str) -> str:
+    return f"cairn-runner-{batch}-{node_id}"
+
+
+def start_runners(batch: str, node_ids: list[str]) -> list[Any]:
+    """A NodeRunner on each node, owned by the driver (an actor lives as long as its owner holds it)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return [NodeRunner.options(name=runner_name(batch, node_id),
+                               scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)).remote()
+            for node_id in node_ids]
+
+
+@ray.remote(num_cpus=0, max_concurrency=1000)
+class NodeRunner:
+    """The runs of a batch on one node, in threads of one process, as a local batch runs them: they wait
+    on the model and on the sandbox, and one process imports the model library (3-4 s of CPU) once a node
+    instead of once a run at a time. Its tasks (`run_on_node`) hold the runs' resources."""
+
+    def __init__(self) -> None:
+        from orchestrator.llm import client  # noqa: F401 - litellm imported once, here, not in N threads
+
+    def run(self, spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
+        return _run(spec, hub, node_id)
+
+
+def _run(spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
     from orchestrator.errors import CairnError, SandboxError
     from orchestrator.runner import Session, load_config, mark_failed
 
     began = time.monotonic()
-    node_id = ray.get_runtime_context().get_node_id()
     node = node_id[:8]
     shared = sees_driver_runs(spec)
     if spec["storage"] == "shared" and not shared:

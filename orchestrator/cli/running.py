@@ -250,7 +250,7 @@ def batch(
     api_base: Optional[str] = typer.Option(None, "--api-base", metavar="URL", help="The OpenAI-compatible endpoint of every line that names none (its api_base key or settings file)."),
     runs_dir: Optional[Path] = RunsDir,
     ray: bool = typer.Option(False, "--ray", help="Run the lines as tasks on a Ray cluster (Ray is the optional extra ray of cairn-agent): the one --ray-address names, else the cluster `ray start` made here, else a local one started for this batch. Each run takes one cairn_sandbox resource of a node (ray start --resources '{\"cairn_sandbox\": 4}') and its sandbox's CPUs and memory, and runs with that node's Docker engine; a run whose node dies is taken up on another."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS", help="With --ray (implied): the Ray cluster's head, host:port, or auto (the default: $RAY_ADDRESS, or the cluster `ray start` made here, else a local one)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS", help="With --ray (implied): the Ray cluster's head, host:port; auto (the default: $RAY_ADDRESS, or the cluster `ray start` made here, else a local one); or local (a local cluster for this batch, sized by --jobs)."),
     ray_storage: str = typer.Option("auto", "--ray-storage", metavar="auto|shared|local", help="With --ray: shared when every node mounts --runs-dir at the same path (runs write there); local when not (a node works in its own runs dir, $CAIRN_RAY_RUNS_DIR, and brings each run back here after every step); auto: each node checks whether it sees this runs dir."),
     json_output: bool = JsonOut,
 ) -> None:
