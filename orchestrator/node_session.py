@@ -79,6 +79,12 @@ class Hub:
                 row.setdefault("notes", []).append(_taken_up(previous, node, durable, local))
         return {"number": number, "archive": _export_bytes(run) if local else None}
 
+    def current(self, run_id: str, number: int) -> bool:
+        """Whether attempt `number` is still the run's current one."""
+        with self.lock:
+            attempt = self.attempts.get(run_id)
+            return attempt is not None and attempt["number"] == number
+
     def bring_back(self, run_id: str, number: int, data: bytes) -> bool:
         """The run as a node has it now, in place of the driver's copy. Refused (False) from an attempt
         that is not the current one: a node the batch gave up on must not overwrite the run."""
@@ -144,8 +150,8 @@ class NodeDisplay:
     """The Display of a run on a node: its progress to the Hub; without shared storage, the run brought
     back to the driver after each checkpoint (synchronously: the next step starts once it is there)."""
 
-    def __init__(self, hub: Any, run: RunDir, node: str, number: int | None) -> None:
-        self.hub, self.run, self.node, self.number = hub, run, node, number  # number: None with shared storage
+    def __init__(self, hub: Any, run: RunDir, node: str, number: int, brings_back: bool) -> None:
+        self.hub, self.run, self.node, self.number, self.brings_back = hub, run, node, number, brings_back
 
     def event(self, event: ev.Event, state: Any) -> None:
         t = state.totals
@@ -158,9 +164,22 @@ class NodeDisplay:
             fields["status"] = f"running: {event.name}"
         elif isinstance(event, ev.ToolFinished):
             fields["status"] = "running"
+        if isinstance(event, ev.ToolStarted):
+            self.fence()
         self.hub.progress.remote(self.run.id, fields)
-        if self.number is not None and isinstance(event, ev.Checkpoint) and event.step > 0:
+        if self.brings_back and isinstance(event, ev.Checkpoint) and event.step > 0:
             self.bring_back()
+
+    def fence(self) -> None:
+        """Before a tool call runs: is this still the run's current attempt? A process that outlived its
+        node's raylet (Ray took the run up elsewhere) ends at once, writing nothing more: else the call
+        would run twice, here and on the node that took the run up."""
+        try:
+            current = ray.get(self.hub.current.remote(self.run.id, self.number), timeout=30)
+        except ray.exceptions.RayError:
+            current = False
+        if not current:
+            os._exit(1)
 
     def bring_back(self) -> None:
         if not ray.get(self.hub.bring_back.remote(self.run.id, self.number, _export_bytes(self.run))):
@@ -246,7 +265,7 @@ def _run(spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
         run = RunDir(Path(spec["runs_dir"]) / spec["run_id"])
     else:
         run = replace_with_archive(node_runs_dir(node_id), spec["run_id"], taken["archive"])
-    display = NodeDisplay(hub, run, node, None if shared else taken["number"])
+    display = NodeDisplay(hub, run, node, taken["number"], brings_back=not shared)
     outcome: dict[str, Any] = {"error": None}
     live: dict[str, Any] = {}
 
