@@ -107,7 +107,7 @@ def test_without_shared_storage_each_run_is_brought_back_to_the_driver_as_its_ow
         assert meta["status"] == "done" and not is_untrusted(meta) and "imported" not in meta
         shown = json.loads(cairn("show", row.id, "--json", runs_dir=runs_dir).stdout)
         assert [s["tool_calls"][0]["name"] for s in shown["steps"]] == ["shell_exec", "shell_exec", "task_done"]
-        assert cairn("report", row.id, runs_dir=runs_dir).returncode == 0
+        assert cairn("report", row.id, "-o", str(tmp_path / f"{row.id}.html"), runs_dir=runs_dir).returncode == 0
 
 
 def test_a_node_killed_mid_run_and_its_run_finishes_on_the_other_with_no_call_run_twice(tmp_path, runs_dir, cluster):
