@@ -15,7 +15,9 @@ With `--ray`: the same tasks, N at a time (one N, default 4), through local thre
 (orchestrator/batch_ray.py) on a local cluster of this machine that the batch starts (N cairn_sandbox
 resources), each in a fresh process. The cluster is started before Ray's clock starts (as a cluster
 `ray start` made is already up; its start time is reported beside), but the clock includes Ray's worker
-processes (each imports the model library once) and the hub, as a batch on a running cluster pays them. The last line: `runs_per_min_local=<n> runs_per_min_ray=<n> ray_overhead=<ratio>` (Ray's wall time
+processes, the hub and the node's runner, which imports the model library, as a batch on a running
+cluster pays them; so here the threads' clock includes their one import of the model library too (both
+start from the same line: image found, model library not imported). The last line: `runs_per_min_local=<n> runs_per_min_ray=<n> ray_overhead=<ratio>` (Ray's wall time
 over the threads').
 """
 
@@ -57,12 +59,15 @@ def rss_mb() -> float:
     return 0.0
 
 
-def one_setting(jobs: int, tasks: int, on_ray: bool = False) -> dict:
-    """Runs in its own process: `tasks` runs, `jobs` at a time (in threads, or as Ray tasks)."""
+def one_setting(jobs: int, tasks: int, on_ray: bool = False, same_start: bool = False) -> dict:
+    """Runs in its own process: `tasks` runs, `jobs` at a time (in threads, or as Ray tasks). `same_start`
+    (threads against Ray): litellm is imported within the clock, as Ray's runners import it within theirs."""
     from orchestrator.batch import Batch
-    from orchestrator.llm import client  # noqa: F401 - litellm, imported before the clock starts
     from orchestrator.sandbox import Sandbox
     from orchestrator.sandbox.image import ensure_image
+
+    if not same_start:
+        from orchestrator.llm import client  # noqa: F401 - litellm, imported before the clock starts
 
     ensure_image()
     starts: list[float] = []
@@ -96,6 +101,8 @@ def one_setting(jobs: int, tasks: int, on_ray: bool = False) -> dict:
         else:
             batch = Batch(batch_file, Path(tmp, "runs"), jobs=jobs)
         began = time.perf_counter()
+        if same_start and not on_ray:
+            from orchestrator.llm import client  # noqa: F401,F811 - within the clock, as on Ray
         rows = batch.run()
         wall = time.perf_counter() - began
         if on_ray:
@@ -112,8 +119,9 @@ def one_setting(jobs: int, tasks: int, on_ray: bool = False) -> dict:
     }
 
 
-def run_child(jobs: int, tasks: int, on_ray: bool) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--one", str(jobs), "--tasks", str(tasks), *(["--ray"] if on_ray else [])],
+def run_child(jobs: int, tasks: int, on_ray: bool, compare: bool = True) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--one", str(jobs), "--tasks", str(tasks),
+                          *(["--ray", "ray" if on_ray else "threads"] if compare else [])],
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
         sys.stderr.write(out.stderr[-3000:])
@@ -139,12 +147,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=16, help="runs in each setting (default 16)")
     parser.add_argument("--jobs", default="1,4,16", help="the settings of N, comma-separated")
-    parser.add_argument("--ray", action="store_true", help="threads against Ray on a local cluster, N at a time "
+    parser.add_argument("--ray", nargs="?", const="compare", help="threads against Ray on a local cluster, N at a time "
                         "(one N: default 4)")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the child process of one setting
     options = parser.parse_args()
     if options.one:
-        print(json.dumps(one_setting(options.one, options.tasks, options.ray)))
+        print(json.dumps(one_setting(options.one, options.tasks, options.ray == "ray", options.ray == "threads")))
         return
     if options.ray:
         return threads_against_ray(options)

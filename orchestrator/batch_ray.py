@@ -63,9 +63,12 @@ class Cluster:
         target = _existing_cluster(address)
         if target is None:  # `auto` and no cluster runs here: a local one, sized by --jobs
             _loopback_only()
+            # Its processes inherit this environment: set here, the path needs no runtime env (whose
+            # workers Ray would start afresh instead of using the ones it starts with the cluster).
+            os.environ.update(env.get("env_vars", {}))
             ray.init(address="local", num_cpus=max(1, int(jobs * cpus_per_run + 0.999)),
                      resources={SANDBOX_RESOURCE: jobs}, include_dashboard=False, log_to_driver=False,
-                     runtime_env=env, object_store_memory=100 * 2**20, configure_logging=False)
+                     object_store_memory=100 * 2**20, configure_logging=False)
             self.started_here, self.address = True, "local"
         else:
             try:
@@ -135,15 +138,16 @@ class RayBatch(Batch):
         if not work:
             return self.rows
         self.preflight(work)
-        specs = [self._prepare(index, run) for index, run in work]
-        cpus = max(spec["cpus"] for spec in specs)
-        self.cluster = Cluster(self.address, self.cap or 4, cpus)
+        needs = [self._needs(index, run) for index, run in work]
+        self.cluster = Cluster(self.address, self.cap or 4, max(need["cpus"] for need in needs))
         main = threading.current_thread() is threading.main_thread()
         previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS} if main else {}
         try:
-            nodes = self._check_feasible(specs)
+            nodes = self._check_feasible(needs)
             self.hub = Hub.options(scheduling_strategy=_here()).remote(str(self.runs_dir))
+            # The runners start (and import the model library) while the new runs are made here.
             self.runners = start_runners(self.manifest.id, nodes)
+            specs = [{**need, **self._prepare(index, run)} for need, (index, run) in zip(needs, work)]
             self._dispatch(specs)
         finally:
             for actor in self.runners:
@@ -156,23 +160,28 @@ class RayBatch(Batch):
                 self.cluster.close()
         return self.rows
 
+    def _needs(self, index: int, run: RunDir | None) -> dict[str, Any]:
+        """What a line's run asks of a node: its sandbox's CPUs and memory."""
+        cfg = self.todo[index].cfg if run is None else load_config(run)
+        return {"line": self.todo[index].line, "cpus": cfg.sandbox.cpus, "memory": parse_size(cfg.sandbox.memory)}
+
     def _prepare(self, index: int, run: RunDir | None) -> dict[str, Any]:
-        """What the node needs of one line: the run (made here for a new line), its resources, where it is."""
+        """What the node needs of one line: the run (made here for a new line) and where it is."""
         job, row = self.todo[index], self.rows[index]
         if run is None:
             run = create_run(self.runs_dir, job.task, job.cfg)
             self.manifest.record(job.key, job.line, run.id)
-            row.action, cfg = "started", job.cfg
+            row.action = "started"
         else:
-            row.action, cfg = "resumed", load_config(run)
+            row.action = "resumed"
         row.id, row.status = run.id, "queued"
         marker = self.runs_dir / "batches" / f"{self.manifest.id}.ray"
         if not marker.is_file():
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text(secrets.token_hex(16))
-        return {"index": index, "batch": self.manifest.id, "run_id": run.id, "runs_dir": str(self.runs_dir), "resumed": row.action == "resumed",
-                "storage": self.storage, "marker": str(marker), "token": marker.read_text(),
-                "cpus": cfg.sandbox.cpus, "memory": parse_size(cfg.sandbox.memory), "line": job.line}
+        return {"index": index, "batch": self.manifest.id, "run_id": run.id, "runs_dir": str(self.runs_dir),
+                "resumed": row.action == "resumed", "storage": self.storage, "marker": str(marker),
+                "token": marker.read_text()}
 
     def _check_feasible(self, specs: list[dict[str, Any]]) -> list[str]:
         """A run no node could ever take would wait forever in Ray's queue: a usage error instead.
