@@ -516,7 +516,8 @@ def run_batch(batch_file: Path, runs_dir: Path, jobs: int | None, json_output: b
     def ended(row: Row) -> None:
         if not json_output and not live_table:
             check = f", check {_check_word(row)}" if row.check else ""
-            err.print(f"line {row.line}: run {row.id} {row.status}{check}" + (f" ({_one_line(row.error, 300)})" if row.error else ""),
+            node = f" on node {row.node}" if row.node else ""
+            err.print(f"line {row.line}: run {row.id}{node} {row.status}{check}" + (f" ({_one_line(row.error, 300)})" if row.error else ""),
                       highlight=False, markup=False)
 
     if ray is not None:

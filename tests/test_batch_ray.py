@@ -110,45 +110,50 @@ def test_without_shared_storage_each_run_is_brought_back_to_the_driver_as_its_ow
         assert cairn("report", row.id, "-o", str(tmp_path / f"{row.id}.html"), runs_dir=runs_dir).returncode == 0
 
 
-def test_a_node_killed_mid_run_and_its_run_finishes_on_the_other_with_no_call_run_twice(tmp_path, runs_dir, cluster):
+@pytest.mark.parametrize("storage", ["shared", "local"])
+def test_a_node_killed_mid_run_and_its_run_finishes_on_the_other_with_no_call_run_twice(
+        tmp_path, runs_dir, cluster, storage):
+    """Shared: the run goes on from its log, and the call cut off by the kill is not run again (the
+    journal says it was killed). Local: it goes on from the last step brought back; the step under way
+    was lost with the node's copy, is said to be, and is done again on the other node."""
     c, workers = cluster
     settings = small_settings(tmp_path)
-    scripts = [ledger_script(tmp_path / f"s{i}.json", "echo one >> ledger.txt", "echo two >> ledger.txt; sleep 8",
-                             "echo three >> ledger.txt") for i in range(1)]
-    batch_file = write_batch(tmp_path / "b.jsonl", *({"task": f"ledger {i}", "model": f"scripted:{s.name}",
-                                                      "settings": settings} for i, s in enumerate(scripts)))
-    batch = RayBatch(batch_file, runs_dir, storage="shared")
+    script = ledger_script(tmp_path / "s.json", "echo one >> ledger.txt", "echo two >> ledger.txt; sleep 8",
+                           "echo three >> ledger.txt")
+    batch_file = write_batch(tmp_path / "b.jsonl", {"task": "a ledger", "model": "scripted:s.json", "settings": settings})
+    batch = RayBatch(batch_file, runs_dir, storage=storage)
     runner = threading.Thread(target=batch.run)
     runner.start()
     deadline = time.monotonic() + 180
-    victim = None
-    while victim is None and time.monotonic() < deadline:  # run 1 is inside its `sleep 8` on some node
-        row = batch.rows[0]
-        log = runs_dir / (row.id or "-") / "state" / "events.jsonl"
-        if row.node and log.is_file() and any(e.get("type") == "tool_started" and e.get("step") == 2
-                                              for e in map(json.loads, log.read_text().splitlines())):
-            victim = row.node
+    row = batch.rows[0]
+    while time.monotonic() < deadline:  # the run is inside its `sleep 8`, as its node reports
+        if row.node and row.step == 2 and row.status == "running: shell_exec":
+            break
         time.sleep(0.2)
-    assert victim is not None, "run 1 never reached its second call"
-    node, _local = workers[victim]
+    victim = row.node
+    assert row.step == 2, "the run never reached its second call"
+    node, _local = workers.pop(victim)
     # The scripted model plays its turns in order in each process: the node that takes the run up gets
-    # the turns that are left, as a real model would answer from the conversation.
-    for script in scripts:
-        write_script(script, tool("shell_exec", command="echo three >> ledger.txt"), tool("task_done", summary="ok"))
+    # the turns a real model would give from the conversation it finds (without step 2, when it was lost).
+    later = ["echo three >> ledger.txt"] if storage == "shared" else ["echo two >> ledger.txt", "echo three >> ledger.txt"]
+    write_script(script, *(tool("shell_exec", command=command) for command in later), tool("task_done", summary="ok"))
     from ray._private import ray_constants
 
     node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.kill()  # the raylet dies
     runner.join(240)
     try:
         assert not runner.is_alive()
-        rows = batch.rows
-        assert [r.status for r in rows] == ["done"], [(r.error, r.notes) for r in rows]
-        survivor = next(n for n in workers if n != victim)
-        lost = [r for r in rows if r.notes]
-        assert lost and all(r.node == survivor for r in lost)
-        assert any(f"node {victim} was lost" in note and f"taken up on node {survivor}" in note
-                   for r in lost for note in r.notes)
-        for row in rows:  # every call ran once: the one cut off by the kill was not run again
-            assert (runs_dir / row.id / "workspace" / "ledger.txt").read_text() == "one\ntwo\nthree\n"
+        assert row.status == "done", (row.error, row.notes)
+        [survivor] = workers
+        assert row.node == survivor
+        [note] = row.notes
+        assert note.startswith(f"node {victim} was lost at step 2; taken up on node {survivor} from step 1")
+        assert ("lost: step 2" in note) == (storage == "local")
+        # every call ran once in the run as it stands: the one cut off was not run again (shared), or
+        # went with the lost copy and was done again (local)
+        assert (runs_dir / row.id / "workspace" / "ledger.txt").read_text() == "one\ntwo\nthree\n"
     finally:
         c.remove_node(node, allow_graceful=False)  # what is left of the killed node
+        local = _local.parent / f"node-{len(workers) + 2}-{storage}"
+        fresh = c.add_node(**NODE, resources={"cairn_sandbox": 2}, env_vars={"CAIRN_RAY_RUNS_DIR": str(local)})
+        workers[fresh.node_id[:8]] = (fresh, local)  # the next test has two nodes again
