@@ -504,9 +504,9 @@ def render_summary(rows: list[Row]) -> str:
 
 
 def run_batch(batch_file: Path, runs_dir: Path, jobs: int | None, json_output: bool, api_base: str | None = None,
-              ray: str | None = None, ray_storage: str = "auto") -> int:
-    """The `cairn batch` command: returns its exit code. `ray`: the address of a Ray cluster (or `auto`)
-    to run the lines on instead of threads of this process (orchestrator/batch_ray.py)."""
+              make: Callable[..., "Batch"] | None = None) -> int:
+    """The `cairn batch` command: returns its exit code. `make` builds the batch, like Batch(batch_file,
+    runs_dir, jobs, on_end=..., api_base=...): batch_ray.ray_batch gives one that runs on Ray."""
     from rich.console import Console
     from rich.live import Live
 
@@ -520,12 +520,8 @@ def run_batch(batch_file: Path, runs_dir: Path, jobs: int | None, json_output: b
             err.print(f"line {row.line}: run {row.id}{node} {row.status}{check}" + (f" ({_one_line(row.error, 300)})" if row.error else ""),
                       highlight=False, markup=False)
 
-    if ray is not None:
-        batch: Batch = _ray_batch()(batch_file, runs_dir, ray, jobs, ray_storage, on_end=ended, api_base=api_base)
-        title = f"batch {batch_file.name} on Ray ({ray})"
-    else:
-        batch = Batch(batch_file, runs_dir, jobs or 4, on_end=ended, api_base=api_base)
-        title = f"batch {batch_file.name} · {batch.jobs} at a time"
+    batch = (make or Batch)(batch_file, runs_dir, jobs or 4, on_end=ended, api_base=api_base)
+    title = f"batch {batch_file.name} · " + getattr(batch, "where", f"{batch.jobs} at a time")
     if live_table:
         with Live(get_renderable=lambda: table(batch.rows, title),
                   console=err, refresh_per_second=4, transient=True):
@@ -545,13 +541,3 @@ def run_batch(batch_file: Path, runs_dir: Path, jobs: int | None, json_output: b
                          + (" · interrupted: run the batch again to resume" if batch.interrupted else "") + "\n")
     return doc["exit_code"]
 
-
-def _ray_batch() -> type[Batch]:
-    """batch_ray.RayBatch; Ray is an optional extra, so its absence is a usage error that says how to add it."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        raise UsageError("--ray needs Ray, which is not installed: pip install 'cairn-agent[ray]'") from None
-    from orchestrator.batch_ray import RayBatch
-
-    return RayBatch

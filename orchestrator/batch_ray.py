@@ -116,12 +116,21 @@ def _runtime_env() -> dict[str, Any]:
     return {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}}
 
 
+def ray_batch(address: str, storage: str, jobs: int | None) -> Callable[..., RayBatch]:
+    """What `cairn batch --ray` builds its batch with (batch.run_batch's `make`)."""
+    def make(batch_file: Path, runs_dir: Path, _jobs: int, on_end: Callable[[Row], None] | None = None,
+             api_base: str | None = None) -> RayBatch:
+        return RayBatch(batch_file, runs_dir, address, jobs, storage, on_end=on_end, api_base=api_base)
+    return make
+
+
 class RayBatch(Batch):
     """A Batch whose runs go to Ray tasks instead of threads: the same file, manifest, plan and rows."""
 
     def __init__(self, batch_file: Path, runs_dir: Path, address: str = "auto", jobs: int | None = None,
                  storage: str = "auto", on_end: Callable[[Row], None] | None = None,
                  api_base: str | None = None) -> None:
+        self.where = f"on Ray ({address})"  # the live table's title
         super().__init__(batch_file, runs_dir, jobs or 4, on_end=on_end, api_base=api_base)
         if storage not in STORAGE:
             raise UsageError(f"--ray-storage must be one of {', '.join(STORAGE)}, not {storage!r}")

@@ -171,9 +171,9 @@ class NodeDisplay:
             self.bring_back()
 
     def fence(self) -> None:
-        """Before a tool call runs: is this still the run's current attempt? A process that outlived its
-        node's raylet (Ray took the run up elsewhere) ends at once, writing nothing more: else the call
-        would run twice, here and on the node that took the run up."""
+        """Before a tool call runs: is this still the run's current attempt? A process Ray gave up on
+        (its node thought dead, the run taken up elsewhere) ends at once, writing nothing more: else the
+        call would run twice, here and on the node that took the run up."""
         try:
             current = ray.get(self.hub.current.remote(self.run.id, self.number), timeout=30)
         except ray.exceptions.RayError:
@@ -244,16 +244,37 @@ class NodeRunner:
     instead of once a run at a time. Its tasks (`run_on_node`) hold the runs' resources."""
 
     def __init__(self) -> None:
+        end_with_the_raylet()
         from orchestrator.llm import client  # noqa: F401 - litellm imported once, here, not in N threads
 
     def run(self, spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
         return _run(spec, hub, node_id)
 
 
+_watching = threading.Lock()
+
+
+def end_with_the_raylet() -> None:
+    """This worker process ends at once when the raylet that started it dies. Ray takes its runs up on
+    another node then; a process that lived on would go on writing the run (its log, its run.json: the
+    shared copy the other node now works on) and stop a container the other node may have started."""
+    if not _watching.acquire(blocking=False):
+        return  # watched already
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.1)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="cairn-raylet-watch", daemon=True).start()
+
+
 def _run(spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
     from orchestrator.errors import CairnError, SandboxError
     from orchestrator.runner import Session, load_config, mark_failed
 
+    end_with_the_raylet()
     began = time.monotonic()
     node = node_id[:8]
     shared = sees_driver_runs(spec)

@@ -260,8 +260,16 @@ def batch(
     2 for a bad line (nothing is started), 130 when Ctrl-C stopped the batch (run it again to resume)."""
     from orchestrator.batch import run_batch
 
-    raise typer.Exit(run_batch(file, _runs_dir(runs_dir), jobs, json_output, api_base=api_base,
-                               ray=ray_address or ("auto" if ray else None), ray_storage=ray_storage))
+    make = None
+    if ray or ray_address is not None:
+        try:
+            import ray as _ray  # noqa: F401 - an optional extra: only `--ray` needs it
+        except ImportError:
+            raise UsageError("--ray needs Ray, which is not installed: pip install 'cairn-agent[ray]'") from None
+        from orchestrator.batch_ray import ray_batch
+
+        make = ray_batch(ray_address or "auto", ray_storage, jobs)
+    raise typer.Exit(run_batch(file, _runs_dir(runs_dir), jobs, json_output, api_base=api_base, make=make))
 
 
 def _one_line(exc: ValidationError) -> str:
