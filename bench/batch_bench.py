@@ -1,6 +1,7 @@
 """Throughput of `cairn batch`: the same scripted tasks run 1, 4 and 16 at a time.
 
     python bench/batch_bench.py [--tasks 16] [--jobs 1,4,16]
+    python bench/batch_bench.py --ray [--tasks 16] [--jobs 4]
 
 Each task is a short realistic run of 4 tool calls (write a Python file, run it, read its output,
 task_done), played by its own scripted model, in its own sandbox. Every setting runs in a fresh process
@@ -9,6 +10,15 @@ through `orchestrator.batch.Batch`, as `cairn batch --jobs N` does. Timing start
 imported and the image is found. Reported per setting: wall time, runs per minute, container starts per
 second and the median time of one sandbox start, and the process's RSS after imports and at its peak
 (ru_maxrss). The last line is machine-readable: `runs_per_min_16=<n> speedup_16_vs_1=<n>`.
+
+With `--ray`: the same tasks, N at a time (one N, default 4), through local threads and through Ray
+(orchestrator/batch_ray.py) on a local cluster of this machine that the batch starts (N cairn_sandbox
+resources), each in a fresh process. The cluster is started before Ray's clock starts (as a cluster
+`ray start` made is already up; its start time is reported beside), but the clock includes Ray's worker
+processes, the hub and the node's runner, which imports the model library, as a batch on a running
+cluster pays them; so here the threads' clock includes their one import of the model library too (both
+start from the same line: image found, model library not imported). The last line: `runs_per_min_local=<n> runs_per_min_ray=<n> ray_overhead=<ratio>` (Ray's wall time
+over the threads').
 """
 
 from __future__ import annotations
@@ -49,12 +59,15 @@ def rss_mb() -> float:
     return 0.0
 
 
-def one_setting(jobs: int, tasks: int) -> dict:
-    """Runs in its own process: `tasks` runs, `jobs` at a time."""
+def one_setting(jobs: int, tasks: int, on_ray: bool = False, same_start: bool = False) -> dict:
+    """Runs in its own process: `tasks` runs, `jobs` at a time (in threads, or as Ray tasks). `same_start`
+    (threads against Ray): litellm is imported within the clock, as Ray's runners import it within theirs."""
     from orchestrator.batch import Batch
-    from orchestrator.llm import client  # noqa: F401 - litellm, imported before the clock starts
     from orchestrator.sandbox import Sandbox
     from orchestrator.sandbox.image import ensure_image
+
+    if not same_start:
+        from orchestrator.llm import client  # noqa: F401 - litellm, imported before the clock starts
 
     ensure_image()
     starts: list[float] = []
@@ -77,10 +90,23 @@ def one_setting(jobs: int, tasks: int) -> dict:
             lines.append(json.dumps({"task": f"count primes ({i})", "model": f"scripted:{path}", "max_steps": 10}))
         batch_file = Path(tmp, "tasks.jsonl")
         batch_file.write_text("\n".join(lines) + "\n")
-        batch = Batch(batch_file, Path(tmp, "runs"), jobs=jobs)
+        if on_ray:
+            from orchestrator.batch_ray import Cluster, RayBatch
+
+            # The cluster is up before the clock starts, as one `ray start` made is; its start is reported.
+            cluster_began = time.perf_counter()
+            cluster = Cluster("local", jobs, 2.0)
+            cluster_start_s = round(time.perf_counter() - cluster_began, 2)
+            batch = RayBatch(batch_file, Path(tmp, "runs"), address="local", jobs=jobs)
+        else:
+            batch = Batch(batch_file, Path(tmp, "runs"), jobs=jobs)
         began = time.perf_counter()
+        if same_start and not on_ray:
+            from orchestrator.llm import client  # noqa: F401,F811 - within the clock, as on Ray
         rows = batch.run()
         wall = time.perf_counter() - began
+        if on_ray:
+            cluster.close()
     statuses = [r.status for r in rows]
     return {
         "jobs": jobs, "tasks": tasks, "done": statuses.count("done"), "wall_s": round(wall, 2),
@@ -89,18 +115,47 @@ def one_setting(jobs: int, tasks: int) -> dict:
         "rss_after_imports_mb": round(baseline, 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "steps_per_run": round(statistics.mean(r.step for r in rows), 1),
+        "cluster_start_s": cluster_start_s if on_ray else None,
     }
+
+
+def run_child(jobs: int, tasks: int, on_ray: bool, compare: bool = True) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--one", str(jobs), "--tasks", str(tasks),
+                          *(["--ray", "ray" if on_ray else "threads"] if compare else [])],
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr[-3000:])
+        raise SystemExit(f"the setting N={jobs}{' on Ray' if on_ray else ''} failed (exit {out.returncode})")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def threads_against_ray(options: argparse.Namespace) -> None:
+    jobs = int(options.jobs) if options.jobs != "1,4,16" else 4
+    print(f"{os.cpu_count()} cores; {options.tasks} tasks of 4 tool calls each, {jobs} at a time", flush=True)
+    print(f"{'through':>8} {'wall s':>8} {'runs/min':>9} {'done':>5}  cluster start s", flush=True)
+    results = {}
+    for name, on_ray in (("threads", False), ("ray", True)):
+        r = results[name] = run_child(jobs, options.tasks, on_ray)
+        print(f"{name:>8} {r['wall_s']:>8} {r['runs_per_min']:>9} {r['done']:>3}/{r['tasks']}  "
+              f"{r['cluster_start_s'] if on_ray else '-'}", flush=True)
+    overhead = round(results["ray"]["wall_s"] / results["threads"]["wall_s"], 2)
+    print(f"runs_per_min_local={results['threads']['runs_per_min']} runs_per_min_ray={results['ray']['runs_per_min']} "
+          f"ray_overhead={overhead}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=16, help="runs in each setting (default 16)")
     parser.add_argument("--jobs", default="1,4,16", help="the settings of N, comma-separated")
+    parser.add_argument("--ray", nargs="?", const="compare", help="threads against Ray on a local cluster, N at a time "
+                        "(one N: default 4)")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the child process of one setting
     options = parser.parse_args()
     if options.one:
-        print(json.dumps(one_setting(options.one, options.tasks)))
+        print(json.dumps(one_setting(options.one, options.tasks, options.ray == "ray", options.ray == "threads")))
         return
+    if options.ray:
+        return threads_against_ray(options)
     results = {}
     print(f"{os.cpu_count()} cores; {options.tasks} tasks of 4 tool calls each per setting", flush=True)
     print(f"{'N':>3} {'wall s':>8} {'runs/min':>9} {'starts/s':>9} {'start med s':>12} {'RSS base MB':>12} "

@@ -36,7 +36,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -80,6 +80,9 @@ class Row:
     error: str | None = None
     seconds: float | None = None
     check: dict[str, Any] | None = None  # the run's last check (--check): command, passed, exit_code, output_path
+    ray: bool = False  # a run of a batch on Ray (batch_ray.py): its rows say where it ran
+    node: str | None = None  # the Ray node it runs (or ran) on
+    notes: list[str] = field(default_factory=list)  # what happened on the way: a node lost, the run taken up
 
     @property
     def ok(self) -> bool:
@@ -90,7 +93,8 @@ class Row:
         return {"line": self.line, "id": self.id, "task": self.task, "action": self.action, "status": self.status,
                 "steps": self.step, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                 "tokens": self.prompt_tokens + self.completion_tokens, "cost_usd": self.cost_usd,
-                "result": self.result, "error": self.error, "seconds": self.seconds, "check": self.check}
+                "result": self.result, "error": self.error, "seconds": self.seconds, "check": self.check,
+                **({"node": self.node, "notes": self.notes} if self.ray else {})}
 
 
 # -- the file ---------------------------------------------------------------------------------------
@@ -466,15 +470,18 @@ def table(rows: list[Row], title: str | None = None):  # noqa: ANN201 - rich.tab
     from rich.table import Table
 
     t = Table(title=title, title_justify="left", expand=False)
-    for name, justify in (("#", "right"), ("id", "left"), ("task", "left"), ("status", "left"), ("check", "left"),
-                          ("steps", "right"), ("tokens", "right"), ("cost", "right"), ("", "left")):
+    on_ray = any(r.ray for r in rows)
+    for name, justify in (("#", "right"), ("id", "left"), ("task", "left"), *((("node", "left"),) if on_ray else ()),
+                          ("status", "left"), ("check", "left"), ("steps", "right"), ("tokens", "right"),
+                          ("cost", "right"), ("", "left")):
         t.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis",
                      min_width=22 if name == "id" else None, max_width={"task": 40, "": 40}.get(name))
     for r in rows:
         note = r.action if r.action in ("skipped", "resumed", "left") else ""
         if r.error:
             note = (note + ": " if note else "") + _one_line(r.error, 60)
-        t.add_row(str(r.line), r.id or "-", _one_line(r.task, 40), _one_line(r.status, 40), _check_word(r), str(r.step),
+        t.add_row(str(r.line), r.id or "-", _one_line(r.task, 40), *((r.node or "-",) if on_ray else ()),
+                  _one_line(r.status, 40), _check_word(r), str(r.step),
                   f"{r.prompt_tokens + r.completion_tokens:,}", _money(r.cost_usd), note)
     return t
 
@@ -487,19 +494,25 @@ def _check_word(row: Row) -> str:
 
 def render_summary(rows: list[Row]) -> str:
     """The summary as plain text, one line a run (like `cairn ls`), whatever the width of the output."""
-    lines = [f"{'LINE':>4}  {'ID':<23} {'STATUS':<11} {'CHECK':<6} {'STEPS':>5} {'TOKENS':>9} {'COST':>9}  {'':<8} TASK"]
+    on_ray = any(r.ray for r in rows)
+    node = lambda text: f"{text:<9} " if on_ray else ""  # noqa: E731 - the NODE column of a batch on Ray
+    lines = [f"{'LINE':>4}  {'ID':<23} {node('NODE')}{'STATUS':<11} {'CHECK':<6} {'STEPS':>5} {'TOKENS':>9} {'COST':>9}  "
+             f"{'':<8} TASK"]
     for r in rows:
         note = r.action if r.action in ("skipped", "resumed", "left") else ""
-        lines.append(f"{r.line:>4}  {r.id or '-':<23} {_one_line(r.status, 40):<11} {_check_word(r):<6} {r.step:>5} "
-                     f"{r.prompt_tokens + r.completion_tokens:>9,} {_money(r.cost_usd):>9}  {note:<8} "
-                     f"{_one_line(r.task, 60)}")
+        lines.append(f"{r.line:>4}  {r.id or '-':<23} {node(r.node or '-')}{_one_line(r.status, 40):<11} "
+                     f"{_check_word(r):<6} {r.step:>5} {r.prompt_tokens + r.completion_tokens:>9,} "
+                     f"{_money(r.cost_usd):>9}  {note:<8} {_one_line(r.task, 60)}")
         if r.error:
             lines.append(f"{'':>6}error: {_one_line(r.error, 200)}")
+        lines += [f"{'':>6}note: {_one_line(n, 300)}" for n in r.notes]
     return "\n".join(lines)
 
 
-def run_batch(batch_file: Path, runs_dir: Path, jobs: int, json_output: bool, api_base: str | None = None) -> int:
-    """The `cairn batch` command: returns its exit code."""
+def run_batch(batch_file: Path, runs_dir: Path, jobs: int | None, json_output: bool, api_base: str | None = None,
+              make: Callable[..., "Batch"] | None = None) -> int:
+    """The `cairn batch` command: returns its exit code. `make` builds the batch, like Batch(batch_file,
+    runs_dir, jobs, on_end=..., api_base=...): batch_ray.ray_batch gives one that runs on Ray."""
     from rich.console import Console
     from rich.live import Live
 
@@ -509,12 +522,14 @@ def run_batch(batch_file: Path, runs_dir: Path, jobs: int, json_output: bool, ap
     def ended(row: Row) -> None:
         if not json_output and not live_table:
             check = f", check {_check_word(row)}" if row.check else ""
-            err.print(f"line {row.line}: run {row.id} {row.status}{check}" + (f" ({_one_line(row.error, 300)})" if row.error else ""),
+            node = f" on node {row.node}" if row.node else ""
+            err.print(f"line {row.line}: run {row.id}{node} {row.status}{check}" + (f" ({_one_line(row.error, 300)})" if row.error else ""),
                       highlight=False, markup=False)
 
-    batch = Batch(batch_file, runs_dir, jobs, on_end=ended, api_base=api_base)
+    batch = (make or Batch)(batch_file, runs_dir, jobs or 4, on_end=ended, api_base=api_base)
+    title = f"batch {batch_file.name} · " + getattr(batch, "where", f"{batch.jobs} at a time")
     if live_table:
-        with Live(get_renderable=lambda: table(batch.rows, f"batch {batch_file.name} · {jobs} at a time"),
+        with Live(get_renderable=lambda: table(batch.rows, title),
                   console=err, refresh_per_second=4, transient=True):
             batch.run()
     else:
@@ -531,3 +546,4 @@ def run_batch(batch_file: Path, runs_dir: Path, jobs: int, json_output: bool, ap
                          f"{_money(t['cost_usd'])}"
                          + (" · interrupted: run the batch again to resume" if batch.interrupted else "") + "\n")
     return doc["exit_code"]
+

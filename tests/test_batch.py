@@ -290,3 +290,28 @@ def test_ctrl_c_or_sigterm_stops_every_run_between_actions_and_the_next_pass_res
     assert again.returncode == 0, again.stderr[-3000:]
     rows = json.loads(again.stdout)["runs"]
     assert [(r["action"], r["status"], r["id"]) for r in rows] == [("resumed", "done", r["id"]) for r in doc["runs"]]
+
+
+def test_without_ray_installed_batch_ray_says_how_to_install_it_and_other_commands_never_import_it(tmp_path, runs_dir):
+    import os
+    import subprocess
+    import sys
+
+    batch = write_batch(tmp_path / "b.jsonl", {"task": "t"})
+    code = ("import sys; sys.modules['ray'] = None\n"  # `import ray` raises ImportError, as when it is not installed
+            "from orchestrator.cli import main\n"
+            f"sys.argv = ['cairn', 'batch', {str(batch)!r}, '--ray']\n"
+            "main()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)})
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[0] == ("cairn: error: --ray needs Ray, which is not installed: "
+                                          "pip install 'cairn-agent[ray]'")
+    assert not runs_dir.exists() or not list(runs_dir.iterdir())
+
+    code = ("import sys; from orchestrator.cli import app; from typer.testing import CliRunner; "
+            "CliRunner().invoke(app, ['ls']); CliRunner().invoke(app, ['batch', '--help']); "
+            "print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)})
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,283 @@
+"""`cairn batch FILE.jsonl --ray [ADDRESS]`: the lines of a batch as Ray tasks, spread over a cluster.
+
+The driver (this process) parses the file, plans the work and makes the new runs exactly as a local
+batch does (orchestrator/batch.py); then each run becomes one Ray task, asking for one `cairn_sandbox`
+(the custom resource a node declares: how many sandboxes it takes) and for the run's sandbox CPUs and
+memory. The task runs on its node as `cairn run` would: the node's Docker engine (its DOCKER_HOST), the
+model called from the node. The driver only schedules and watches (node_session.py is the node's side).
+
+Run directories (`--ray-storage`):
+- shared: every node mounts the driver's runs directory at the same path, and runs write there directly.
+- local: a node works in its own runs directory ($CAIRN_RAY_RUNS_DIR on the node, else a directory under
+  its temp dir) and brings the run back into the driver's, as a `cairn export` archive, after every step
+  and when the run ends. The driver's copy is the run: `cairn ls/show/report/resume` work on it.
+- auto (the default): each node checks whether it sees the driver's runs directory (a marker file the
+  driver writes with a random token), and works shared if it does, local if not.
+
+A run brought back is not marked imported (untrusted, store/trust.py): it was made by this driver from
+the user's own batch file, and only nodes of the user's own cluster, which already run the user's code,
+wrote to it. Untrusting it would make `cairn resume` refuse the user's own settings.
+
+Faults: a task is retried by Ray when its worker or its node dies (`max_retries`). The retry takes the
+run up from its last durable state: shared, the run directory as the log left it; local, the last state
+brought back (so at most the step that was under way is lost, and the batch says so). `Session`'s resume
+uses the toolbox journal (store/journal.py): a call that started is never run again from a durable state.
+
+A small actor on the driver's node (`Hub`) collects each run's node, status, step, tokens and cost for
+the live table, hands a node the run it takes up (local storage) and takes the run back, and carries
+Ctrl-C to the nodes (each run stops after its current action).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+
+from orchestrator.batch import STOP_SIGNALS, Batch, Row
+from orchestrator.disk import parse_size
+from orchestrator.errors import UsageError
+from orchestrator.node_session import SANDBOX_RESOURCE, Hub, run_on_node, start_runners
+from orchestrator.runner import create_run, load_config
+from orchestrator.store.runs import RunDir
+
+STORAGE = ("auto", "shared", "local")
+MAX_RETRIES = 3  # a run whose node dies is taken up again, up to this many times
+
+
+class Cluster:
+    """The Ray cluster of a batch: one `ray start` made (or ADDRESS names), or a local one started for it."""
+
+    def __init__(self, address: str, jobs: int, cpus_per_run: float) -> None:
+        self.started_here = False
+        env = _runtime_env()
+        if ray.is_initialized():  # a caller (a test, a notebook) connected already
+            self.address = "connected"
+            return
+        target = _existing_cluster(address)
+        if target is None:  # `auto` and no cluster runs here: a local one, sized by --jobs
+            _loopback_only()
+            # Its processes inherit this environment: set here, the path needs no runtime env (whose
+            # workers Ray would start afresh instead of using the ones it starts with the cluster).
+            os.environ.update(env.get("env_vars", {}))
+            ray.init(address="local", num_cpus=max(1, int(jobs * cpus_per_run + 0.999)),
+                     resources={SANDBOX_RESOURCE: jobs}, include_dashboard=False, log_to_driver=False,
+                     object_store_memory=100 * 2**20, configure_logging=False)
+            self.started_here, self.address = True, "local"
+        else:
+            try:
+                ray.init(address=target, runtime_env=env, log_to_driver=False, configure_logging=False)
+            except ConnectionError as exc:
+                raise UsageError(f"cannot connect to the Ray cluster at {target}: {exc}") from None
+            self.address = target
+
+    def close(self) -> None:
+        """Disconnects; a cluster started for the batch is stopped with it (ray.shutdown stops what it started)."""
+        ray.shutdown()
+
+
+def _loopback_only() -> None:
+    """A cluster started for one batch serves this machine only: Ray listens on 127.0.0.1 instead of the
+    machine's interface address. Ray does that where it thinks clusters unsupported (macOS, Windows), by
+    this switch, which its child processes read from the environment and this process from its constants."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def _existing_cluster(address: str) -> str | None:
+    """The address to connect to, or None to start a local cluster: ADDRESS as given (`local`: always a
+    local one); for `auto`, $RAY_ADDRESS or the cluster `ray start` made on this machine, only when its
+    GCS process runs (a stale address file would hang ray.init)."""
+    if address == "local":
+        return None
+    if address != "auto":
+        return address
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    from ray._private.services import find_gcs_addresses  # Ray's own `auto` lookup, without its stale file
+
+    return "auto" if find_gcs_addresses() else None
+
+
+def _runtime_env() -> dict[str, Any]:
+    """A driver run from a source checkout gives the nodes that checkout first on their path (a local
+    cluster, the tests); an installed cairn leaves the nodes to their own installed one."""
+    root = Path(__file__).resolve().parent.parent
+    if "site-packages" in root.parts or "dist-packages" in root.parts:
+        return {}
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}}
+
+
+def ray_batch(address: str, storage: str, jobs: int | None) -> Callable[..., RayBatch]:
+    """What `cairn batch --ray` builds its batch with (batch.run_batch's `make`)."""
+    def make(batch_file: Path, runs_dir: Path, _jobs: int, on_end: Callable[[Row], None] | None = None,
+             api_base: str | None = None) -> RayBatch:
+        return RayBatch(batch_file, runs_dir, address, jobs, storage, on_end=on_end, api_base=api_base)
+    return make
+
+
+class RayBatch(Batch):
+    """A Batch whose runs go to Ray tasks instead of threads: the same file, manifest, plan and rows."""
+
+    def __init__(self, batch_file: Path, runs_dir: Path, address: str = "auto", jobs: int | None = None,
+                 storage: str = "auto", on_end: Callable[[Row], None] | None = None,
+                 api_base: str | None = None) -> None:
+        self.where = f"on Ray ({address})"  # the live table's title
+        super().__init__(batch_file, runs_dir, jobs or 4, on_end=on_end, api_base=api_base)
+        if storage not in STORAGE:
+            raise UsageError(f"--ray-storage must be one of {', '.join(STORAGE)}, not {storage!r}")
+        self.address, self.storage, self.cap = address, storage, jobs  # cap: at most this many at once
+        self.cluster: Cluster | None = None
+        self.hub: Any = None
+        self.runners: list[Any] = []
+        self.refs: dict[Any, int] = {}  # in-flight task → row index
+        for row in self.rows:
+            row.ray = True
+
+    def run(self) -> list[Row]:
+        work = self.plan()
+        if not work:
+            return self.rows
+        self.preflight(work)
+        needs = [self._needs(index, run) for index, run in work]
+        self.cluster = Cluster(self.address, self.cap or 4, max(need["cpus"] for need in needs))
+        main = threading.current_thread() is threading.main_thread()
+        previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS} if main else {}
+        try:
+            nodes = self._check_feasible(needs)
+            self.hub = Hub.options(scheduling_strategy=_here()).remote(str(self.runs_dir))
+            # The runners start (and import the model library) while the new runs are made here.
+            self.runners = start_runners(self.manifest.id, nodes)
+            specs = [{**need, **self._prepare(index, run)} for need, (index, run) in zip(needs, work)]
+            self._dispatch(specs)
+        finally:
+            for actor in self.runners:
+                ray.kill(actor)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if self.hub is not None:
+                ray.kill(self.hub)
+            if self.cluster.address != "connected":  # a connection the caller made stays theirs
+                self.cluster.close()
+        return self.rows
+
+    def _needs(self, index: int, run: RunDir | None) -> dict[str, Any]:
+        """What a line's run asks of a node: its sandbox's CPUs and memory."""
+        cfg = self.todo[index].cfg if run is None else load_config(run)
+        return {"line": self.todo[index].line, "cpus": cfg.sandbox.cpus, "memory": parse_size(cfg.sandbox.memory)}
+
+    def _prepare(self, index: int, run: RunDir | None) -> dict[str, Any]:
+        """What the node needs of one line: the run (made here for a new line) and where it is."""
+        job, row = self.todo[index], self.rows[index]
+        if run is None:
+            run = create_run(self.runs_dir, job.task, job.cfg)
+            self.manifest.record(job.key, job.line, run.id)
+            row.action = "started"
+        else:
+            row.action = "resumed"
+        row.id, row.status = run.id, "queued"
+        marker = self.runs_dir / "batches" / f"{self.manifest.id}.ray"
+        if not marker.is_file():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(secrets.token_hex(16))
+        return {"index": index, "batch": self.manifest.id, "run_id": run.id, "runs_dir": str(self.runs_dir),
+                "resumed": row.action == "resumed", "storage": self.storage, "marker": str(marker),
+                "token": marker.read_text()}
+
+    def _check_feasible(self, specs: list[dict[str, Any]]) -> list[str]:
+        """A run no node could ever take would wait forever in Ray's queue: a usage error instead.
+        Returns the ids of the nodes that take sandboxes."""
+        alive = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get(SANDBOX_RESOURCE)]
+        nodes = [n["Resources"] for n in alive]
+        if not nodes:
+            raise UsageError(f"no node of the Ray cluster declares the resource {SANDBOX_RESOURCE!r}, so no run "
+                             "can be placed", hint=f"start nodes with: ray start ... --resources "
+                             f"'{{\"{SANDBOX_RESOURCE}\": 4}}'")
+        for spec in specs:
+            if not any(n.get("CPU", 0) >= spec["cpus"] and n.get("memory", 0) >= spec["memory"] for n in nodes):
+                raise UsageError(f"line {spec['line']}: no node of the Ray cluster has {spec['cpus']:g} CPUs and "
+                                 f"{spec['memory'] / 2**30:.1f} GiB of memory for its sandbox",
+                                 hint="lower sandbox.cpus or sandbox.memory in the line's settings file, "
+                                      "or add a bigger node")
+        return [n["NodeID"] for n in alive]
+
+    def _submit(self, spec: dict[str, Any]) -> None:
+        task = run_on_node.options(resources={SANDBOX_RESOURCE: 1}, num_cpus=spec["cpus"], memory=spec["memory"],
+                                   max_retries=MAX_RETRIES, retry_exceptions=False)
+        self.refs[task.remote(spec, self.hub)] = spec["index"]
+
+    def _dispatch(self, specs: list[dict[str, Any]]) -> None:
+        """Submits the runs (at most `--jobs` at once when it was given) and follows them to their end."""
+        waiting = list(specs)
+        while waiting or self.refs:
+            while waiting and not self.stopping.is_set() and (self.cap is None or len(self.refs) < self.cap):
+                self._submit(waiting.pop(0))
+            if self.stopping.is_set():
+                waiting.clear()
+            if not self.refs:
+                break
+            ready, _ = ray.wait(list(self.refs), num_returns=1, timeout=0.25)
+            self._refresh()
+            for ref in ready:
+                self._ended(self.refs.pop(ref), ref)
+
+    def _refresh(self) -> None:
+        """The rows from what the nodes reported (the live table reads them)."""
+        for run_id, fields in ray.get(self.hub.snapshot.remote()).items():
+            row = next((r for r in self.rows if r.id == run_id), None)
+            if row is not None and row.seconds is None:
+                for name, value in fields.items():
+                    setattr(row, name, value)
+
+    def _ended(self, index: int, ref: Any) -> None:
+        row = self.rows[index]
+        try:
+            result = ray.get(ref)
+        except ray.exceptions.TaskCancelledError:
+            result = {"error": None}
+        except ray.exceptions.RayError as exc:  # its node died more often than it is retried, or Ray failed
+            result = {"error": f"the run's Ray task failed: {_why(exc)}"}
+        self._refresh()
+        if result.get("error"):
+            row.error = result["error"]
+        if result.get("seconds") is not None:
+            row.seconds = result["seconds"]
+        row.seconds = row.seconds or 0.0
+        self._fill(row, RunDir(self.runs_dir / row.id), row.action)
+        self.on_end(row)
+
+    def _on_stop_signal(self, signum: int, frame: Any) -> None:
+        """Ctrl-C or SIGTERM: the nodes stop every run after its current action; the second one at once."""
+        name = self.stopped_by = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+        self._sigints += 1
+        self.interrupted = True
+        self.stopping.set()
+        if self._sigints == 1 and self.hub is not None:
+            self.hub.stop.remote(name)
+            sys.stderr.write(f"cairn: {name}: stopping every run after its current action "
+                             f"({name} again to stop at once)\n")
+            return
+        for ref in list(self.refs):  # at once: the runs are left crashed (resumable)
+            ray.cancel(ref, force=True)
+        raise KeyboardInterrupt
+
+
+def _here() -> Any:
+    """The scheduling strategy that keeps an actor on the driver's own node (it writes the driver's runs dir)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+
+
+def _why(exc: Exception) -> str:
+    """The line of a Ray error that says what went wrong (its first names the task, its last the cause)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:300]

@@ -1,0 +1,324 @@
+"""A batch run on a Ray node (the node's side of orchestrator/batch_ray.py), and the driver's Hub actor.
+
+`run_on_node` is the Ray task of one run: it holds the run's resources and hands the run to the node's
+`NodeRunner`, an actor the driver starts on each node for the batch, that runs the runs in threads of one process, exactly as
+`cairn run`/`cairn resume` would, with this node's Docker engine and model settings; a second thread
+of each run carries a Ctrl-C of the driver to it. Where the run lives:
+- shared storage: the driver's run directory, written directly;
+- local: a copy in this node's runs directory, from the archive the Hub hands over, brought back to the
+  driver (a `cairn export` archive, imported by the Hub) after every step's checkpoint and at the end.
+
+The Hub is an actor on the driver's node: it keeps each run's progress for the live table, knows each
+run's attempts (so a run taken up after its node died says what happened and what was lost), and reads
+and writes the driver's runs directory for nodes that do not see it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from orchestrator.store import events as ev
+from orchestrator.store.runs import RunDir
+
+SANDBOX_RESOURCE = "cairn_sandbox"  # the custom resource of nodes that run sandboxes: how many at once
+LOCAL_RUNS_ENV = "CAIRN_RAY_RUNS_DIR"  # a node's own runs directory, where it does not share the driver's
+
+
+# -- the driver's side: the Hub ---------------------------------------------------------------------
+
+
+@ray.remote(num_cpus=0, max_concurrency=8)
+class Hub:
+    """Progress, attempts and the driver's copies of the runs. Threaded: a bring-back that takes a while
+    does not hold up the live table's snapshots."""
+
+    def __init__(self, runs_dir: str) -> None:
+        self.runs_dir = Path(runs_dir)
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.attempts: dict[str, dict[str, Any]] = {}  # run id → the current attempt: node, number, steps
+        self.stopped_by: str | None = None
+        self.lock = threading.Lock()
+
+    def progress(self, run_id: str, fields: dict[str, Any]) -> None:
+        with self.lock:
+            self.rows.setdefault(run_id, {}).update(fields)
+            attempt = self.attempts.get(run_id)
+            if attempt is not None and fields.get("step") is not None:
+                attempt["step"] = max(attempt["step"], fields["step"])
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        with self.lock:
+            return {run_id: dict(fields, notes=list(fields.get("notes", []))) for run_id, fields in self.rows.items()}
+
+    def stop(self, by: str) -> None:
+        self.stopped_by = by
+
+    def stopping(self) -> str | None:
+        return self.stopped_by
+
+    def take_up(self, run_id: str, node: str, local: bool) -> dict[str, Any]:
+        """A node begins a run, or begins it again after the node of the last attempt died. Returns the
+        attempt's number, and for a node without shared storage the driver's copy as an archive."""
+        run = RunDir(self.runs_dir / run_id)
+        durable = _last_checkpoint(run)
+        with self.lock:
+            previous = self.attempts.get(run_id)
+            number = previous["number"] + 1 if previous else 1
+            self.attempts[run_id] = {"node": node, "number": number, "step": durable}
+            row = self.rows.setdefault(run_id, {})
+            row.update(node=node, status="starting")
+            if previous is not None:
+                row.setdefault("notes", []).append(_taken_up(previous, node, durable, local))
+        return {"number": number, "archive": _export_bytes(run) if local else None}
+
+    def current(self, run_id: str, number: int) -> bool:
+        """Whether attempt `number` is still the run's current one."""
+        with self.lock:
+            attempt = self.attempts.get(run_id)
+            return attempt is not None and attempt["number"] == number
+
+    def bring_back(self, run_id: str, number: int, data: bytes) -> bool:
+        """The run as a node has it now, in place of the driver's copy. Refused (False) from an attempt
+        that is not the current one: a node the batch gave up on must not overwrite the run."""
+        with self.lock:
+            attempt = self.attempts.get(run_id)
+            if attempt is None or attempt["number"] != number:
+                return False
+        replace_with_archive(self.runs_dir, run_id, data)
+        return True
+
+
+def _last_checkpoint(run: RunDir) -> int:
+    """The step of the run's last checkpoint: where a resume of this copy starts from."""
+    events, _torn = run.events.read()
+    return max((e.step for e in events if isinstance(e, ev.Checkpoint)), default=0)
+
+
+def _taken_up(previous: dict[str, Any], node: str, durable: int, local: bool) -> str:
+    """What the batch says of a run whose node died: where it went on, from where, and what was lost."""
+    said = (f"node {previous['node']} was lost at step {previous['step']}; taken up on node {node} from step {durable}")
+    if not local or previous["step"] <= durable:
+        return said + " (nothing lost: a call under way is not run again, the toolbox journal says what became of it)"
+    return said + (f" (lost: step {durable + 1}" + (f"-{previous['step']}" if previous["step"] > durable + 1 else "")
+                   + " on the lost node, done again here)")
+
+
+def _export_bytes(run: RunDir) -> bytes:
+    from orchestrator.store.archive import export_run
+
+    with tempfile.TemporaryDirectory(prefix="cairn-ray-") as tmp:
+        path = Path(tmp) / f"{run.id}.tar.gz"
+        export_run(run, path)
+        return path.read_bytes()
+
+
+def replace_with_archive(runs_dir: Path, run_id: str, data: bytes) -> RunDir:
+    """Unpacks a run archive (checked as `cairn import` checks one) as `runs_dir/run_id`, in place of what
+    is there. The run stays this user's own: not marked imported (orchestrator/batch_ray.py says why)."""
+    from orchestrator.store.archive import import_run
+
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".ray-{run_id}-", dir=runs_dir))
+    try:
+        archive = staging / f"{run_id}.tar.gz"
+        archive.write_bytes(data)
+        fresh = import_run(archive, staging / "runs")
+        meta = fresh.read_meta()
+        meta.pop("imported", None)
+        fresh.write_meta(meta)
+        target = runs_dir / run_id
+        if target.exists():
+            os.rename(target, staging / "old")
+        os.rename(fresh.root, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return RunDir(target)
+
+
+# -- the node's side --------------------------------------------------------------------------------
+
+
+class NodeDisplay:
+    """The Display of a run on a node: its progress to the Hub; without shared storage, the run brought
+    back to the driver after each checkpoint (synchronously: the next step starts once it is there)."""
+
+    def __init__(self, hub: Any, run: RunDir, node: str, number: int, brings_back: bool) -> None:
+        self.hub, self.run, self.node, self.number, self.brings_back = hub, run, node, number, brings_back
+
+    def event(self, event: ev.Event, state: Any) -> None:
+        t = state.totals
+        fields: dict[str, Any] = {"node": self.node, "step": state.step, "prompt_tokens": t.prompt_tokens,
+                                  "completion_tokens": t.completion_tokens,
+                                  "cost_usd": t.cost_usd if t.cost_known else None}
+        if isinstance(event, ev.StatusChanged):
+            fields["status"] = event.status
+        elif isinstance(event, ev.ToolStarted):
+            fields["status"] = f"running: {event.name}"
+        elif isinstance(event, ev.ToolFinished):
+            fields["status"] = "running"
+        if isinstance(event, ev.ToolStarted):
+            self.fence()
+        self.hub.progress.remote(self.run.id, fields)
+        if self.brings_back and isinstance(event, ev.Checkpoint) and event.step > 0:
+            self.bring_back()
+
+    def fence(self) -> None:
+        """Before a tool call runs: is this still the run's current attempt? A process Ray gave up on
+        (its node thought dead, the run taken up elsewhere) ends at once, writing nothing more: else the
+        call would run twice, here and on the node that took the run up."""
+        try:
+            current = ray.get(self.hub.current.remote(self.run.id, self.number), timeout=30)
+        except ray.exceptions.RayError:
+            current = False
+        if not current:
+            os._exit(1)
+
+    def bring_back(self) -> None:
+        if not ray.get(self.hub.bring_back.remote(self.run.id, self.number, _export_bytes(self.run))):
+            raise RuntimeError(f"run {self.run.id} was taken up elsewhere; this node stops working on it")
+
+    def close(self) -> None:
+        pass
+
+
+def node_runs_dir(node_id: str) -> Path:
+    """Where a node without shared storage keeps its copies: $CAIRN_RAY_RUNS_DIR, else its temp dir."""
+    configured = os.environ.get(LOCAL_RUNS_ENV)
+    return Path(configured) if configured else Path(tempfile.gettempdir()) / "cairn-ray-runs" / node_id[:12]
+
+
+def sees_driver_runs(spec: dict[str, Any]) -> bool:
+    """Whether this node sees the driver's runs directory: the marker file holds the batch's token."""
+    if spec["storage"] == "local":
+        return False
+    try:
+        return Path(spec["marker"]).read_text() == spec["token"]
+    except OSError:
+        return False
+
+
+def _started_before(run: RunDir) -> bool:
+    """A run whose log goes past its start (a status) was started before: it is resumed, not begun."""
+    events, _torn = run.events.read()
+    return any(isinstance(e, ev.StatusChanged) for e in events)
+
+
+@ray.remote
+def run_on_node(spec: dict[str, Any], hub: Any) -> dict[str, Any]:
+    """One run of the batch on this node, holding its resources (cairn_sandbox, CPUs, memory) while the
+    node's runner carries it out; returns {"error", "seconds"}. The run's own record (run.json, the log)
+    is what the driver reads for the row."""
+    node_id = ray.get_runtime_context().get_node_id()
+    try:
+        runner = ray.get_actor(runner_name(spec["batch"], node_id))
+    except ValueError:  # a node that joined after the batch began has no runner: the run goes on here
+        return _run(spec, hub, node_id)
+    return ray.get(runner.run.remote(spec, hub, node_id))
+
+
+def runner_name(batch: str, node_id: str) -> str:
+    return f"cairn-runner-{batch}-{node_id}"
+
+
+def start_runners(batch: str, node_ids: list[str]) -> list[Any]:
+    """A NodeRunner on each node, owned by the driver (an actor lives as long as its owner holds it)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return [NodeRunner.options(name=runner_name(batch, node_id),
+                               scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)).remote()
+            for node_id in node_ids]
+
+
+@ray.remote(num_cpus=0, max_concurrency=1000)
+class NodeRunner:
+    """The runs of a batch on one node, in threads of one process, as a local batch runs them: they wait
+    on the model and on the sandbox, and one process imports the model library (3-4 s of CPU) once a node
+    instead of once a run at a time. Its tasks (`run_on_node`) hold the runs' resources."""
+
+    def __init__(self) -> None:
+        end_with_the_raylet()
+        from orchestrator.llm import client  # noqa: F401 - litellm imported once, here, not in N threads
+
+    def run(self, spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
+        return _run(spec, hub, node_id)
+
+
+_watching = threading.Lock()
+
+
+def end_with_the_raylet() -> None:
+    """This worker process ends at once when the raylet that started it dies. Ray takes its runs up on
+    another node then; a process that lived on would go on writing the run (its log, its run.json: the
+    shared copy the other node now works on) and stop a container the other node may have started."""
+    if not _watching.acquire(blocking=False):
+        return  # watched already
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.1)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="cairn-raylet-watch", daemon=True).start()
+
+
+def _run(spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
+    from orchestrator.errors import CairnError, SandboxError
+    from orchestrator.runner import Session, load_config, mark_failed
+
+    end_with_the_raylet()
+    began = time.monotonic()
+    node = node_id[:8]
+    shared = sees_driver_runs(spec)
+    if spec["storage"] == "shared" and not shared:
+        return {"error": f"node {node} does not see the runs directory {spec['runs_dir']} (--ray-storage shared)",
+                "seconds": None}
+    taken = ray.get(hub.take_up.remote(spec["run_id"], node, not shared))
+    if shared:
+        run = RunDir(Path(spec["runs_dir"]) / spec["run_id"])
+    else:
+        run = replace_with_archive(node_runs_dir(node_id), spec["run_id"], taken["archive"])
+    display = NodeDisplay(hub, run, node, taken["number"], brings_back=not shared)
+    outcome: dict[str, Any] = {"error": None}
+    live: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            cfg = load_config(run)
+            with Session(run, cfg, display, resumed=spec["resumed"] or _started_before(run)) as session:
+                live["session"] = session
+                session.go()
+                if session.agent.error is not None:
+                    outcome["error"] = session.agent.error.message
+        except Exception as exc:  # noqa: BLE001 - the run's end is recorded, as a local batch does
+            outcome["error"] = exc.message if isinstance(exc, CairnError) else f"{type(exc).__name__}: {exc}"
+            try:
+                mark_failed(run, outcome["error"])
+            except Exception:  # noqa: BLE001 - the state dir itself may be the problem
+                pass
+            if not isinstance(exc, (CairnError, SandboxError)):
+                import traceback
+
+                traceback.print_exc()
+
+    thread = threading.Thread(target=work, name=f"cairn-run-{run.id}", daemon=True)
+    thread.start()
+    stopped = False
+    while thread.is_alive():
+        thread.join(0.5)
+        if not stopped and live.get("session") is not None and ray.get(hub.stopping.remote()):
+            agent = live["session"].agent
+            agent.stop_requested, agent.stopped_by = True, ray.get(hub.stopping.remote())
+            agent.model.cancel()
+            stopped = True
+    if not shared:
+        display.bring_back()  # the run as it ended (pid file gone, run.json final)
+    return {"error": outcome["error"], "seconds": round(time.monotonic() - began, 2)}
