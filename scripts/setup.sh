@@ -2,7 +2,8 @@
 # The set-up every entry point runs first (scripts/demo.sh, scripts/test.sh, CI):
 #   1. a Docker engine that answers (scripts/ensure-docker.sh starts one on Debian as root);
 #   2. with --for-tests, what two tests need besides (scripts/test-tools.sh);
-#   3. .venv/ with cairn installed in editable mode, with its test extras;
+#   3. .venv/ with cairn installed in editable mode, with its test extras (and Ray, for the tests of
+#      `cairn batch --ray`, with --for-tests);
 #   4. the sandbox image (built once; later runs find it by its content hash and skip the build).
 # Each step is skipped when already done, so running this again costs a few seconds.
 # Needs no terminal: CI runs it with stdin closed.
@@ -13,8 +14,10 @@ cd "$(dirname "$0")/.."
 export LITELLM_LOCAL_MODEL_COST_MAP=True
 
 bash scripts/ensure-docker.sh
+extras=test
 if [[ "${1:-}" == "--for-tests" ]]; then
     bash scripts/test-tools.sh
+    extras=test,ray
 fi
 
 if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
@@ -33,10 +36,10 @@ fi
 # The stamp holds the hash of the pyproject.toml last installed: the install is editable, so only a
 # change of dependencies or entry points needs pip again.
 stamp=.venv/.cairn-installed
-want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) $extras"
 if [[ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]]; then
     echo "setup: installing cairn and its dependencies into .venv"
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[$extras]"
     echo "$want" >"$stamp"
 fi
 
