@@ -32,7 +32,7 @@ import httpx  # noqa: E402
 
 from orchestrator.config import ModelConfig  # noqa: E402
 from orchestrator.llm.endpoint import endpoint_of, is_openai_named, provider_of  # noqa: E402
-from orchestrator.llm.facts import ModelFacts, model_facts  # noqa: E402
+from orchestrator.llm.facts import ModelFacts, litellm_module, model_facts  # noqa: E402
 from orchestrator.llm.openai_compat import Endpoint  # noqa: E402
 from orchestrator.llm.inflight import interruptible, pause, watched  # noqa: E402
 from orchestrator.llm.retry import Failure, NoAnswer, Retry, classify, is_read_timeout  # noqa: E402
@@ -54,14 +54,6 @@ LITELLM_PREFIXES = re.compile(r"^((litellm\.)?\w+(Error|Exception)(: | - ))+")
 
 _servers: dict[str, ScriptedServer] = {}
 _servers_lock = threading.Lock()
-
-
-def litellm_module() -> Any:  # noqa: ANN401 - the litellm module
-    """litellm, imported on first use (2-3 s) and set up for cairn."""
-    import litellm
-
-    litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on the user's terminal
-    return litellm
 
 
 @functools.cache

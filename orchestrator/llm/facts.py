@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import threading
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +50,6 @@ def cache_file() -> Path:
 
 
 def _ask_litellm(model: str) -> ModelFacts:
-    from orchestrator.llm.client import litellm_module
 
     litellm = litellm_module()
     import openai
@@ -108,3 +108,11 @@ def _same_litellm(key: str, current: list) -> bool:
         return json.loads(key)[1:] == current
     except (ValueError, TypeError):
         return False
+
+
+def litellm_module() -> Any:  # noqa: ANN401 - the litellm module
+    """litellm, imported on first use (2-3 s) and set up for cairn."""
+    import litellm
+
+    litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on the user's terminal
+    return litellm
