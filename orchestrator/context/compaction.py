@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator.config import ContextConfig
-from orchestrator.context.digest import make_digest
+from orchestrator.context.digest import make_digest, replaced_messages
 from orchestrator.context.history import Entry, History, replaced_message
 from orchestrator.context.offload import CAIRN_DIR, Save, is_big, obs_path
 from orchestrator.context.pointers import ARGUMENTS_PATH, TEXT_PATH, argument_pointer, pointer_path, pointer_text, text_pointer
@@ -384,14 +384,7 @@ def summary_file(number: int, step: int, text: str, span: list[Entry], replaced:
     saved = [(entry, path) for entry, message in zip(span, replaced) for path in _saved_paths(entry, message)]
     parts += [f"- step {entry.step}, {entry.tool or 'tool call'}: {path}" for entry, path in saved] or ["- none"]
     parts += ["", "## The replaced messages, as they were in the context", ""]
-    for entry, message in zip(span, replaced):
-        label = entry.kind + (f" {entry.tool}" if entry.tool else "") + (", failed" if entry.error else "")
-        parts += [f"### {label} (step {entry.step})", "", str(message.get("content") or "")]
-        for call in message.get("tool_calls") or []:
-            function = call.get("function", {})
-            parts.append(f"tool call {function.get('name')}: {function.get('arguments')}")
-        parts.append("")
-    return "\n".join(parts)
+    return "\n".join(parts + replaced_messages(span, replaced))
 
 
 def _saved_paths(entry: Entry, message: dict[str, Any]) -> list[str]:

@@ -129,14 +129,21 @@ def digest_file(step: int, span: Sequence[Entry], messages: Sequence[dict[str, A
         "## The replaced messages",
         "",
     ]
-    for entry, replaced in zip(span, messages):
+    return "\n".join(parts + replaced_messages(span, messages))
+
+
+def replaced_messages(span: Sequence[Entry], messages: Sequence[dict[str, Any]]) -> list[str]:
+    """The lines that keep a span's messages whole in its file (a digest's or a summary's): each with
+    its kind, tool, step, text and tool calls."""
+    parts: list[str] = []
+    for entry, message in zip(span, messages):
         label = entry.kind + (f" {entry.tool}" if entry.tool else "") + (", failed" if entry.error else "")
-        parts += [f"### {label} (step {entry.step})", "", str(replaced.get("content") or "")]
-        for call in replaced.get("tool_calls") or []:
+        parts += [f"### {label} (step {entry.step})", "", str(message.get("content") or "")]
+        for call in message.get("tool_calls") or []:
             function = call.get("function", {})
             parts.append(f"tool call {function.get('name')}: {function.get('arguments')}")
         parts.append("")
-    return "\n".join(parts)
+    return parts
 
 
 def _call(call: dict[str, Any]) -> str:
