@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -55,7 +56,6 @@ class Cluster:
     """The Ray cluster of a batch: one `ray start` made (or ADDRESS names), or a local one started for it."""
 
     def __init__(self, address: str, jobs: int, cpus_per_run: float) -> None:
-        self.started_here = False
         env = _runtime_env()
         if ray.is_initialized():  # a caller (a test, a notebook) connected already
             self.address = "connected"
@@ -69,8 +69,9 @@ class Cluster:
             ray.init(address="local", num_cpus=max(1, int(jobs * cpus_per_run + 0.999)),
                      resources={SANDBOX_RESOURCE: jobs}, include_dashboard=False, log_to_driver=False,
                      object_store_memory=100 * 2**20, configure_logging=False)
-            self.started_here, self.address = True, "local"
+            self.address = "local"
         else:
+            _reachable(target)
             try:
                 ray.init(address=target, runtime_env=env, log_to_driver=False, configure_logging=False)
             except ConnectionError as exc:
@@ -107,6 +108,18 @@ def _existing_cluster(address: str) -> str | None:
     return "auto" if find_gcs_addresses() else None
 
 
+def _reachable(address: str) -> None:
+    """A head that does not answer is a usage error at once: ray.init would retry it for minutes."""
+    host, _, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not port.isdigit():
+        return  # Ray's own lookup, or a form Ray reads itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as exc:
+        raise UsageError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}",
+                         hint="start it with `ray start --head`, or give its address: --ray-address HOST:PORT") from None
+
+
 def _runtime_env() -> dict[str, Any]:
     """A driver run from a source checkout gives the nodes that checkout first on their path (a local
     cluster, the tests); an installed cairn leaves the nodes to their own installed one."""
@@ -130,10 +143,10 @@ class RayBatch(Batch):
     def __init__(self, batch_file: Path, runs_dir: Path, address: str = "auto", jobs: int | None = None,
                  storage: str = "auto", on_end: Callable[[Row], None] | None = None,
                  api_base: str | None = None) -> None:
-        self.where = f"on Ray ({address})"  # the live table's title
-        super().__init__(batch_file, runs_dir, jobs or 4, on_end=on_end, api_base=api_base)
         if storage not in STORAGE:
             raise UsageError(f"--ray-storage must be one of {', '.join(STORAGE)}, not {storage!r}")
+        self.where = f"on Ray ({address})"  # the live table's title
+        super().__init__(batch_file, runs_dir, jobs or 4, on_end=on_end, api_base=api_base)
         self.address, self.storage, self.cap = address, storage, jobs  # cap: at most this many at once
         self.cluster: Cluster | None = None
         self.hub: Any = None

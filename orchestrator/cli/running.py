@@ -332,6 +332,8 @@ def batch(
     from orchestrator.batch import run_batch
 
     make = None
+    if ray_storage != "auto" and not (ray or ray_address is not None):
+        raise UsageError("--ray-storage goes with --ray")
     if ray or ray_address is not None:
         try:
             import ray as _ray  # noqa: F401 - an optional extra: only `--ray` needs it
