@@ -326,6 +326,29 @@ def test_memory_bomb_is_killed_and_the_sandbox_works_after(own_sandbox):
     assert shell(own_sandbox, "echo ok")["output"] == "ok\n"
 
 
+def test_a_toolbox_that_speaks_before_the_engines_answer_is_read_still_starts(docker_client, sandbox_image,
+                                                                             tmp_path, monkeypatch):
+    """On a loaded machine (or an ssh:// engine) the toolbox's ready line can arrive together with the
+    engine's HTTP answer and land in the HTTP client's buffer instead of on the socket."""
+    import http.client
+    import time
+
+    begin = http.client.HTTPResponse.begin
+
+    def slow_begin(self) -> None:  # the answer is read late: the process has spoken by then
+        time.sleep(0.4)
+        begin(self)
+
+    monkeypatch.setattr(http.client.HTTPResponse, "begin", slow_begin)
+    box = Sandbox(f"test-early-ready-{os.getpid()}", tmp_path / "ws", CONFIG.model_copy(update={"start_timeout": 10}),
+                  sandbox_image, docker_client)
+    try:
+        box.start()
+        assert shell(box, "echo fine")["output"] == "fine\n"
+    finally:
+        box.stop()
+
+
 # Other images, and cleaning up
 
 

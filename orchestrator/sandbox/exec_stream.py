@@ -19,12 +19,19 @@ class DockerExecStream:
     def __init__(self, api: Any, container_id: str, argv: list[str], env: dict[str, str] | None = None,
                  workdir: str | None = None) -> None:
         self.api = api
-        self.exec_id, self._response, self._sock = open_exec(api, container_id, argv, environment=env or None,
-                                                             workdir=workdir)
+        self.exec_id, self._response, self._sock, early = open_exec(api, container_id, argv,
+                                                                    environment=env or None, workdir=workdir)
         self.demux = Demux()
+        self._early = self.demux.feed(early)  # stdout that came before the socket was handed out
 
     def recv(self) -> bytes:
         """The next stdout bytes; b"" once the stream ended. Stderr frames are kept in the demux."""
+        if self._early:
+            early, self._early = self._early, b""
+            return early
+        return self._recv()
+
+    def _recv(self) -> bytes:
         while True:
             try:
                 data = self._sock.recv(1 << 20)

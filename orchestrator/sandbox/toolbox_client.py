@@ -63,16 +63,42 @@ class Demux:
 
 
 def open_exec(api: docker.APIClient, container_id: str, argv: list[str], *,
-              environment: dict[str, str] | None = None, workdir: str | None = None) -> tuple[str, object, socket.socket]:
+              environment: dict[str, str] | None = None,
+              workdir: str | None = None) -> tuple[str, object, socket.socket, bytes]:
     """Start `argv` in the container with stdin attached and no TTY; return (exec id, the response
-    object that must be kept alive, the raw socket to read and write)."""
+    object that must be kept alive, the raw socket to read and write, the first bytes of the stream
+    that were already read off that socket: feed them to the Demux before anything received)."""
     exec_id = api.exec_create(container_id, argv, stdin=True, stdout=True, stderr=True, tty=False,
                               environment=environment, workdir=workdir)["Id"]
     stream = api.exec_start(exec_id, socket=True)
     # docker-py hands out a SocketIO over a unix socket (or the socket itself); we want the socket.
     sock = getattr(stream, "_sock", stream)
+    early = _read_ahead(stream, sock)
     sock.settimeout(None)  # deadlines are kept by the callers
-    return exec_id, stream, sock
+    return exec_id, stream, sock, early
+
+
+def _read_ahead(stream: object, sock: socket.socket) -> bytes:
+    """The bytes the HTTP client read past the response's headers into its buffer.
+
+    The process may write before docker-py has parsed the engine's answer (a loaded machine, an
+    ssh:// engine whose channel delivers both at once). Those bytes then sit in the response's read
+    buffer, where a select() on the socket never sees them: CI lost the toolbox's ready line that way.
+    """
+    buffered = getattr(getattr(getattr(getattr(stream, "_response", None), "raw", None), "_fp", None), "fp", None)
+    if isinstance(getattr(buffered, "_rbuffer", None), bytes):  # paramiko's ChannelFile (ssh://)
+        early, buffered._rbuffer = buffered._rbuffer, b""
+        return early
+    if not hasattr(buffered, "peek"):
+        return b""
+    sock.setblocking(False)  # peek() then gives what is buffered without waiting for more
+    try:
+        early = buffered.peek(1 << 16)
+        return buffered.read(len(early)) if early else b""
+    except OSError:  # a TLS socket wants more before it can say (its bytes stay readable there)
+        return b""
+    finally:
+        sock.setblocking(True)
 
 
 class ToolboxDied(SandboxError):
@@ -95,7 +121,8 @@ class ToolboxClient:
     def start(self, timeout: float) -> dict:
         """Start the toolbox and wait for its ready line; return the ready result (pid, uid, version)."""
         # self._stream holds the HTTP response, which would close the socket if collected.
-        self.exec_id, self._stream, self._sock = open_exec(self.api, self.container_id, self.argv)
+        self.exec_id, self._stream, self._sock, early = open_exec(self.api, self.container_id, self.argv)
+        self._stdout += self._demux.feed(early)
         message = self._read_message(time.monotonic() + timeout, "the ready line")
         if message.get("id") != 0 or not message.get("ok"):
             raise ToolboxDied(f"the toolbox's first line is not its ready line: {message!r:.200}")
@@ -170,7 +197,7 @@ class ToolboxClient:
                 continue
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self._sock], [], [], left)[0]:
-                self._die(f"no {waiting_for} from the toolbox in time")
+                self._die(f"{waiting_for} did not come from the toolbox in time")
             self._receive()
 
     def _receive(self) -> None:
