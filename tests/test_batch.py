@@ -276,9 +276,13 @@ def test_ctrl_c_or_sigterm_stops_every_run_between_actions_and_the_next_pass_res
         if len(logs) == 2 and all('"tool_started"' in log for log in logs):
             break
         time.sleep(0.2)
+    else:
+        proc.kill()
+        out, err = proc.communicate(timeout=60)
+        pytest.fail(f"the two runs never were inside their sleep at once: {out[-2000:]} {err[-2000:]}")
     proc.send_signal(getattr(signal, stop))
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-3000:]
+    assert proc.returncode == 130, out[-2000:] + err[-3000:]
     doc = json.loads(out)
     assert [r["status"] for r in doc["runs"]] == ["interrupted", "interrupted"] and doc["interrupted"] is True
     assert all(r["steps"] == 1 for r in doc["runs"])  # the sleep finished: stopped between actions
