@@ -316,20 +316,16 @@ def summary_request(
     prefix: Sequence[dict[str, Any]], messages: Sequence[dict[str, Any]], span: Sequence[Entry]
 ) -> list[dict[str, Any]]:
     """The request that asks the model for a summary of `span`: the request's `prefix` and history
-    `messages`, then one user message with the instruction. Given the history as the last request
-    sent it, every byte but that message's is a prefix the provider has cached."""
-    return [*prefix, *messages, {"role": "user", "content": summary_instruction(span)}]
-
-
-def summary_instruction(span: Sequence[Entry]) -> str:
-    """The appended message of a summary request: which steps to summarize, and how."""
-    first, last = span[0].step, span[-1].step
-    return (
-        f"[cairn is compacting your context: the messages of steps {first} to {last} above will be replaced "
-        "by a summary you write now, and saved whole to a file you can read. Summarize those steps for "
-        "yourself: decisions, facts learned, files written, errors met and their state, and every file "
-        "path mentioned. Answer with the summary only, in plain text; call no tool.]"
+    `messages`, then one user message with the instruction (which steps to summarize, and how). Given
+    the history as the last request sent it, every byte but that message's is a prefix the provider
+    has cached."""
+    instruction = (
+        f"[cairn is compacting your context: the messages of steps {span[0].step} to {span[-1].step} above "
+        "will be replaced by a summary you write now, and saved whole to a file you can read. Summarize those "
+        "steps for yourself: decisions, facts learned, files written, errors met and their state, and every "
+        "file path mentioned. Answer with the summary only, in plain text; call no tool.]"
     )
+    return [*prefix, *messages, {"role": "user", "content": instruction}]
 
 
 def summary_message(number: int, path: str, span: list[Entry], text: str) -> str:

@@ -102,8 +102,12 @@ class History:
         go in the one field and old event logs replay unchanged.
         """
         for id, value in sorted(event.replacements.items(), key=lambda item: self._position(item[0])):
-            entry = self._entries[self._position(id)]
-            self._put(self._position(id), replace(entry, message=replaced_message(entry, value), pointer=True))
+            position = self._position(id)
+            entry = self._entries[position]
+            message = replaced_message(entry, value)
+            tokens = self.counter.message(message)
+            self._tokens += tokens - entry.tokens
+            self._entries[position] = replace(entry, message=message, tokens=tokens, pointer=True)
         if event.kind in ("summary", "digest"):
             self._replace_span(event)
 
@@ -149,11 +153,6 @@ class History:
         self._entries[start : start + len(event.span)] = [summary]
         self._tokens += summary.tokens - sum(entry.tokens for entry in removed)
         self._index = {entry.id: i for i, entry in enumerate(self._entries)}
-
-    def _put(self, position: int, entry: Entry) -> None:
-        tokens = self.counter.message(entry.message)
-        self._tokens += tokens - self._entries[position].tokens
-        self._entries[position] = replace(entry, tokens=tokens)
 
     def _position(self, id: str) -> int:
         try:

@@ -1,4 +1,4 @@
-"""Model calls through litellm: streaming, retries, usage and cost, and prompt-cache breakpoints.
+"""Model calls through litellm: streaming, retries, usage, and prompt-cache breakpoints.
 
 `LLM.complete` sends one request and gives back one `Reply`. Failures that may pass (an endpoint that
 cannot be reached, one that went silent, 5xx, 429) are retried here as retry.py decides, each retry
@@ -9,7 +9,8 @@ so silence and Ctrl-C end it at once. The llm modules other than types.py are th
 import litellm, and only when it is needed: a request to an OpenAI-compatible server of one's own
 that litellm has no price for goes out through openai_compat.py instead, and litellm's facts about a
 model come from a cache (facts.py), so such a run never pays litellm's import (2-3 s of CPU;
-bench/startup_bench.py). The scripted model's loopback servers are scripted.py's.
+bench/startup_bench.py). The scripted model's loopback servers are scripted.py's; the price of an
+answer is cost.py's.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from orchestrator.config import ModelConfig  # noqa: E402
 from orchestrator.llm.endpoint import endpoint_of, is_openai_named, provider_of  # noqa: E402
 from orchestrator.llm.facts import ModelFacts, litellm_module, model_facts  # noqa: E402
 from orchestrator.llm import openai_compat  # noqa: E402
+from orchestrator.llm.cost import cost_usd  # noqa: E402
 from orchestrator.llm.inflight import interruptible, pause, watched  # noqa: E402
 from orchestrator.llm.retry import NoAnswer, Retry, classify, is_read_timeout, one_line  # noqa: E402
-from orchestrator.llm.scripted import DEFAULT_CONTEXT_WINDOW, ScriptedServer, load_script, script_spec, scripted_server  # noqa: E402
+from orchestrator.llm.scripted import DEFAULT_CONTEXT_WINDOW, ScriptedServer, load_script, script_spec  # noqa: E402
+from orchestrator.llm.scripted import scripted_server  # noqa: E402
 from orchestrator.llm.tokenizer import encoding  # noqa: E402
 from orchestrator.llm.types import ContextOverflow, Reply, ToolCall, Usage, assistant_message  # noqa: E402
 
@@ -95,18 +98,14 @@ def add_cache_breakpoints(messages: list[dict], history_end: int | None) -> list
 
 def _with_breakpoint(message: dict) -> dict:
     marked = dict(message)
-    content = marked.get("content")
-    if marked.get("tool_calls"):
-        # The tool calls come after the text in Anthropic's blocks: mark the last one.
-        calls = [dict(c) for c in marked["tool_calls"]]
-        calls[-1]["cache_control"] = EPHEMERAL
-        marked["tool_calls"] = calls
-    elif isinstance(content, list) and content:
-        blocks = [dict(b) for b in content]
-        blocks[-1]["cache_control"] = EPHEMERAL
-        marked["content"] = blocks
-    else:
-        marked["cache_control"] = EPHEMERAL  # litellm moves it onto the message's text block
+    # The tool calls come after the text in Anthropic's blocks: the last call is marked; else the last
+    # block of a content given as blocks; else the message (litellm moves it onto its text block).
+    for parts in ("tool_calls", "content"):
+        if isinstance(marked.get(parts), list) and marked[parts]:
+            marked[parts] = [dict(part) for part in marked[parts]]
+            marked[parts][-1]["cache_control"] = EPHEMERAL
+            return marked
+    marked["cache_control"] = EPHEMERAL
     return marked
 
 
@@ -144,17 +143,14 @@ class LLM:
     def context_window(self) -> int:
         """Input tokens the model accepts; `context_window_source` says where the figure came from."""
         if self.cfg.context_window:
-            self.context_window_source = "config"
-            return self.cfg.context_window
-        if self._script is not None:
-            self.context_window_source = "script"
-            return int(self._script.get("context_window") or DEFAULT_CONTEXT_WINDOW)
-        window = self._facts.max_input_tokens
-        if window:
-            self.context_window_source = "litellm"
-            return int(window)
-        self.context_window_source = "fallback"
-        return FALLBACK_CONTEXT_WINDOW
+            self.context_window_source, window = "config", self.cfg.context_window
+        elif self._script is not None:
+            self.context_window_source, window = "script", self._script.get("context_window") or DEFAULT_CONTEXT_WINDOW
+        elif self._facts.max_input_tokens:
+            self.context_window_source, window = "litellm", self._facts.max_input_tokens
+        else:
+            self.context_window_source, window = "fallback", FALLBACK_CONTEXT_WINDOW
+        return int(window)
 
     def complete(
         self,
@@ -191,10 +187,11 @@ class LLM:
                     if self.on_retry is not None:
                         self.on_retry(retry)
                     pause(retry.wait, self._cancelled)
+        cost = cost_usd(self.cfg.model, answer.raw_usage, (self._script or {}).get("pricing"), self._facts.priced)
         return Reply(
             message=assistant_message(answer.content, answer.tool_calls),
             tool_calls=answer.tool_calls,
-            usage=answer.usage(self._cost(answer.raw_usage), latency_s=time.monotonic() - started),
+            usage=answer.usage(cost, latency_s=time.monotonic() - started),
             finish_reason=answer.finish_reason,
             retries=sum(retried.values()),
         )
@@ -307,27 +304,6 @@ class LLM:
             raise
         return answer
 
-    def _cost(self, raw_usage: object | None) -> float | None:
-        """USD from the script's `pricing` or litellm's price list; None when the price is unknown."""
-        pricing = (self._script or {}).get("pricing")
-        if raw_usage is None or not (pricing or self._facts.priced):
-            return None
-        custom = None
-        if pricing:
-            custom = {
-                "input_cost_per_token": pricing["input"],
-                "output_cost_per_token": pricing["output"],
-                "cache_read_input_token_cost": pricing.get("cached_input", pricing["input"]),
-            }
-        prompt_cost, completion_cost = litellm_module().cost_per_token(
-            model=self.cfg.model,
-            prompt_tokens=getattr(raw_usage, "prompt_tokens", 0) or 0,
-            completion_tokens=getattr(raw_usage, "completion_tokens", 0) or 0,
-            usage_object=raw_usage,  # carries the cache reads and writes, which are priced apart
-            custom_cost_per_token=custom,
-        )
-        return prompt_cost + completion_cost
-
 
 @dataclass
 class _Answer:
@@ -368,7 +344,7 @@ class _Answer:
             call.name = call.name or function.name or ""
             call.arguments += function.arguments or ""
 
-    def usage(self, cost_usd: float | None, latency_s: float) -> Usage:
+    def usage(self, cost: float | None, latency_s: float) -> Usage:
         """The answer's usage as the provider reported it (zeros where it did not)."""
         def reported(holder: object, name: str) -> int:
             return getattr(holder, name, None) or 0
@@ -378,7 +354,7 @@ class _Answer:
             cached_tokens=reported(getattr(self.raw_usage, "prompt_tokens_details", None), "cached_tokens"),
             cache_write_tokens=reported(self.raw_usage, "cache_creation_input_tokens"),
             completion_tokens=reported(self.raw_usage, "completion_tokens"),
-            cost_usd=cost_usd,
+            cost_usd=cost,
             latency_s=latency_s,
         )
 
