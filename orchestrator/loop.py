@@ -158,7 +158,7 @@ class Agent:
         except ContextOverflow as exc:
             self.emit(ev.Notice(step=step, text=f"the provider said the context is too long ({exc}); compacting"))
             # The provider's window is smaller than we thought: compact relative to what it refused.
-            self.compact(step, request, window=min(self.model.context_window(), self.estimate(request)))
+            self.compact(step, request, window=min(self.model.context_window(), self.counter.estimate(request)))
             try:
                 return self._call(self.prepare(step, allow_compaction=False), tool_choice, step)
             except ContextOverflow as again:
@@ -170,7 +170,8 @@ class Agent:
         note = self.state.critic_note  # made after the last step, or before a stop: shown once
         tail = render_tail(todo, notices, cut, critic.tail_text(note) if note else None)
         request = self._build(tail)
-        if allow_compaction and needs_compaction(self.estimate(request), self.model.context_window(), self.cfg.context):
+        if allow_compaction and needs_compaction(self.counter.estimate(request), self.model.context_window(),
+                                                 self.cfg.context):
             self.compact(step, request)
             request = self._build(tail)
         return request
@@ -179,11 +180,8 @@ class Agent:
         s = self.state
         return build_request(s.system_prompt, s.tools, s.task, s.history, tail)
 
-    def estimate(self, request: Any) -> int:
-        return self.counter.estimate(request)
-
     def _call(self, request: Any, tool_choice: Any, step: int) -> Reply:
-        estimated = self.estimate(request)
+        estimated = self.counter.estimate(request)
         reply = self.model.complete(request.messages, self.state.tools, tool_choice, history_end=request.history_end)
         self.counter.calibrate(reply.usage.prompt_tokens, estimated)
         self.notices = []  # they were shown
@@ -229,10 +227,8 @@ class Agent:
         ending = None
         try:
             args = self.tools.parse_arguments(call.name, call.arguments)
-            if clearance.refused is not None:
-                observation = clearance.refused
-            else:
-                observation = self.run_tool(call, args, step, label)
+            refused = clearance.refused
+            observation = refused if refused is not None else self.run_tool(call, args, step, label)
         except TaskDone as done:
             observation, ending = Observation("task reported done"), Finished("done", "task_done", done.summary)
         except AskUser as ask:
@@ -251,14 +247,12 @@ class Agent:
         return ending
 
     def run_tool(self, call: ToolCall, args: dict[str, Any], step: int, label: str | None) -> Observation:
-        journaled = self.tools.get(call.name).journaled
-        if journaled:
-            self.sandbox.call_key = self.journal_key(step, call)  # its request is journaled under it
+        # A call that reaches the toolbox has its request journaled under its key (store/journal.py).
+        self.sandbox.call_key = self.journal_key(step, call) if self.tools.get(call.name).journaled else None
         try:
             return self.tools.run(call.name, args, self.tool_context(step, call, label))
         finally:
-            if journaled:
-                self.sandbox.call_key = None  # a call that never reached the toolbox leaves none behind
+            self.sandbox.call_key = None  # a call that never reached the toolbox leaves none behind
 
     def tool_context(self, step: int, call: ToolCall, label: str | None, sandbox: Any = None) -> ToolContext:
         return ToolContext(sandbox or self.sandbox, self.cfg.sandbox, obs_path(step, call.name, label), step, call, self)

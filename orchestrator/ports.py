@@ -44,7 +44,6 @@ class ToolSandbox(Protocol):
 
     def call(self, op: str, **args: Any) -> dict[str, Any]:
         """The op's result; raises sandbox.ToolError (one line) when the op fails."""
-        ...
 
 
 class ExecStream(Protocol):
@@ -53,7 +52,6 @@ class ExecStream(Protocol):
 
     def recv(self) -> bytes:
         """The next bytes of its stdout; b"" once it ended. Blocks."""
-        ...
 
     def send(self, data: bytes) -> None: ...
 
@@ -63,13 +61,11 @@ class ExecStream(Protocol):
 
     def note(self, line: bytes) -> None:
         """Keep a line with the stderr (something the process wrote that explains its end)."""
-        ...
 
     def stderr_tail(self, lines: int = 5) -> str: ...
 
     def exit_code(self) -> int | None:
         """Its exit code once it has one (None while it runs, or when the backend lost it)."""
-        ...
 
 
 class Sandbox(ToolSandbox, Protocol):
@@ -85,28 +81,22 @@ class Sandbox(ToolSandbox, Protocol):
 
     def stop(self) -> None:
         """Stop and keep (a run's sandbox) or remove; calling it twice is fine."""
-        ...
 
     def give_back_files(self) -> list[str]:
         """The agent's files in the mounted directories go back to their owners (before a checkpoint)."""
-        ...
 
     def disk_usage(self) -> int | None:
         """Bytes written outside the mounted workspace, when the backend can say."""
-        ...
 
     @property
     def instance(self) -> str | None:
         """Names the running machine: it changes when the sandbox is started again (a crash, a heal)."""
-        ...
 
     def open_exec(self, argv: list[str], env: dict[str, str] | None = None, workdir: str | None = None) -> ExecStream:
         """Start `argv` in the sandbox with stdin attached (MCP stdio servers)."""
-        ...
 
     def has_command(self, name: str) -> bool | None:
         """Whether `name` is a command in the sandbox; None when it cannot be asked."""
-        ...
 
 
 @dataclass
@@ -159,7 +149,6 @@ class Store(Protocol):
     @property
     def stop_path(self) -> Path:
         """`cairn stop`'s request file."""
-        ...
 
     def update_meta(self, **changes: Any) -> dict[str, Any]: ...
 

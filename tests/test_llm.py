@@ -13,8 +13,8 @@ import pytest
 from orchestrator.config import ModelConfig
 from orchestrator.errors import UsageError
 from orchestrator.llm import ContextOverflow, ModelError
-from orchestrator.llm.client import FALLBACK_CONTEXT_WINDOW, LLM, add_cache_breakpoints, stop_scripted_servers
-from orchestrator.llm.scripted import NO_MORE_TURNS, canonical_prompt, load_script
+from orchestrator.llm.client import FALLBACK_CONTEXT_WINDOW, LLM, add_cache_breakpoints
+from orchestrator.llm.scripted import NO_MORE_TURNS, canonical_prompt, load_script, stop_scripted_servers
 from orchestrator.llm.tokenizer import encoding
 
 TOOLS = [

@@ -32,7 +32,6 @@ a live history and a replayed one cannot drift apart.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,7 +39,7 @@ from typing import Any
 from orchestrator.config import ContextConfig
 from orchestrator.context.digest import make_digest, replaced_messages
 from orchestrator.context.history import Entry, History, replaced_message
-from orchestrator.context.offload import CAIRN_DIR, Save, is_big, obs_path
+from orchestrator.context.offload import CAIRN_DIR, Save, call_arguments, is_big, obs_path, with_arguments
 from orchestrator.context.pointers import ARGUMENTS_PATH, TEXT_PATH, argument_pointer, pointer_path, pointer_text, text_pointer
 from orchestrator.context.tokens import TokenCounter, canonical_json
 from orchestrator.errors import CairnError
@@ -120,22 +119,15 @@ def compact(
     # A digest when it reaches the low-water mark, else a summary; a digest still, when no summary can be made.
     span = [] if fits(total) or (digest and fits(total - digest.removed + digest.tokens)) else (
         _oldest_span(turns, protected, tokens, cfg, fits))
+    kind, span_ids, summary, summary_path = "pointers", [], None, None
+    after = "after turning old results into pointers and summarizing old turns"
     if digest is not None and not span:
         for path, text in digest.files:
             save(path, text)
         total += digest.tokens - digest.removed
-        _fail_if_over(estimate(total), window, "after turning old results into pointers and folding old turns")
-        event = Compaction(
-            step=step, kind="digest",
-            replacements={id: content for id, content in replacements.items() if id not in digest.ids},
-            span=digest.ids, summary=digest.message, summary_path=digest.path,
-            tokens_before=estimate(history.tokens()), tokens_after=estimate(total),
-        )
-        history.apply(event)
-        return event
-
-    summary = summary_path = None
-    if span:
+        kind, span_ids, summary, summary_path = "digest", digest.ids, digest.message, digest.path
+        after = "after turning old results into pointers and folding old turns"
+    elif span:
         total -= sum(tokens[entry.id] for entry in span)
         # Hopeless even if the summary were empty: say so before paying for the summary.
         _fail_if_over(estimate(total), window, "even with every older turn summarized away")
@@ -152,13 +144,13 @@ def compact(
         save(summary_path, summary_file(next_summary_number, step, text, span, replaced))
         summary = summary_message(next_summary_number, summary_path, span, text)
         total += counter.message({"role": "user", "content": summary})
+        kind, span_ids = "summary", [entry.id for entry in span]
 
-    _fail_if_over(estimate(total), window, "after turning old results into pointers and summarizing old turns")
-    span_ids = [entry.id for entry in span]
+    _fail_if_over(estimate(total), window, after)
     event = Compaction(
         step=step,
-        kind="summary" if span else "pointers",
-        # A result inside the span disappears into the summary; its pointer lives on in the file.
+        kind=kind,
+        # A message inside the span disappears into the summary or digest; its pointer lives on in the file.
         replacements={id: content for id, content in replacements.items() if id not in span_ids},
         span=span_ids,
         summary=summary,
@@ -190,51 +182,46 @@ def _pointers(
 
     `recent` holds the ids never touched; `keep_arguments`, the assistant messages whose text may
     go but whose calls stay as they are. Returns the replacements by message id in the form
-    `History.apply` reads (see there), and updates `tokens` to match them.
+    `History.apply` reads (see there), and updates `tokens` to match them. A file is saved only for a
+    message that gets shorter, before the event exists, so a recorded pointer never points at nothing.
     """
     total = sum(tokens.values())
     replacements: dict[str, str] = {}
     for entry in entries:
         if fits(total):
             break
-        if entry.id in recent or entry.pointer:
+        if entry.id in recent or entry.pointer or entry.kind not in ("tool", "assistant"):
             continue
         if entry.kind == "tool":
-            found = _result_pointer(entry, counter, save)
-        elif entry.kind == "assistant":
-            found = _assistant_pointers(entry, counter, save, arguments=entry.id not in keep_arguments)
+            message, files = _result_pointer(entry)
         else:
-            continue
-        if found is None:
-            continue
-        replacements[entry.id], tokens[entry.id] = found
-        total += tokens[entry.id] - entry.tokens
+            message, files = _assistant_pointers(entry, counter, arguments=entry.id not in keep_arguments)
+        if message is entry.message:
+            continue  # nothing in it is long
+        pointer_tokens = counter.message(message)
+        if pointer_tokens >= entry.tokens:
+            continue  # a short message is cheaper kept whole than pointed at
+        for path, text in files:
+            save(path, text)
+        replacements[entry.id], tokens[entry.id] = _replacement(entry, message), pointer_tokens
+        total += pointer_tokens - entry.tokens
     return replacements
 
 
-def _result_pointer(entry: Entry, counter: TokenCounter, save: Save) -> tuple[str, int] | None:
-    """The pointer for one tool result and its tokens, or None when it would not be shorter."""
+def _result_pointer(entry: Entry) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """One tool result as its pointer, and the file to save: none when the result is in one already."""
     path = entry.offloaded_to or obs_path(entry.step, entry.tool or "tool", entry.call_id or entry.id)
-    content = pointer_text(entry, path)
-    pointer_tokens = counter.message(_with_content(entry, content))
-    if pointer_tokens >= entry.tokens:
-        return None  # a short result is cheaper kept whole than pointed at
-    if entry.offloaded_to is None:
-        save(path, entry.content)  # so that this pointer, like every pointer, resolves to a file
-    return content, pointer_tokens
+    files = [] if entry.offloaded_to else [(path, entry.content)]  # so that, like every pointer, it resolves
+    return {**entry.message, "content": pointer_text(entry, path)}, files
 
 
 def _assistant_pointers(
-    entry: Entry, counter: TokenCounter, save: Save, *, arguments: bool = True
-) -> tuple[str, int] | None:
+    entry: Entry, counter: TokenCounter, *, arguments: bool
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """One old assistant message with its long text and (if `arguments`) its long call arguments
-    turned into pointers.
-
-    Returns the replacement in the form `History.apply` reads (`replaced_message`) and the message's
-    new tokens, or None when nothing in it is long. Files are saved only when the message gets shorter.
-    """
-    files: list[tuple[str, str]] = []
-    message = entry.message
+    turned into pointers, and the files (path, text) that hold what they replaced. The message is
+    `entry.message` itself when nothing in it is long."""
+    message, files = entry.message, []
     text = entry.content
     if text and is_big(text, TEXT_POINTER_TOKENS, counter.count_text):
         # A call id, when there is one, keeps a parent's and a sub-agent's files apart (as for arguments).
@@ -243,56 +230,44 @@ def _assistant_pointers(
         path = obs_path(entry.step, "assistant", label)
         message = {**message, "content": text_pointer(entry.step, text, path)}
         files.append((path, text))
-    calls = _argument_pointers(entry, counter) if arguments else None
-    if calls is not None:
-        new_calls, call_files = calls
-        message = {**message, "tool_calls": new_calls}
-        files += call_files
-    if not files:
-        return None
-    pointer_tokens = counter.message(message)
-    if pointer_tokens >= entry.tokens:
-        return None
-    for path, raw in files:
-        save(path, raw)
+    if arguments:
+        calls, call_files = _argument_pointers(entry, counter)
+        if call_files:
+            message, files = {**message, "tool_calls": calls}, files + call_files
+    return message, files
+
+
+def _replacement(entry: Entry, message: dict[str, Any]) -> str:
+    """A message turned into pointers, in the form `History.apply` reads (`replaced_message`)."""
+    if entry.kind == "tool":
+        return message["content"]
     if message.get("content") == entry.message.get("content"):
-        return canonical_json(message["tool_calls"]), pointer_tokens  # the form old event logs hold
-    return canonical_json({"content": message.get("content"), "tool_calls": message.get("tool_calls")}), pointer_tokens
+        return canonical_json(message["tool_calls"])  # the form old event logs hold
+    return canonical_json({"content": message.get("content"), "tool_calls": message.get("tool_calls")})
 
 
-def _argument_pointers(entry: Entry, counter: TokenCounter) -> tuple[list[Any], list[tuple[str, str]]] | None:
+def _argument_pointers(entry: Entry, counter: TokenCounter) -> tuple[list[Any], list[tuple[str, str]]]:
     """One assistant message's tool calls with every long argument value turned into a pointer.
 
     Each call so shortened has its arguments, as the history held them, to be saved whole to
     `/cairn/obs/<step>-<tool>-args-<call id>.txt`. Returns the new `tool_calls` and the files to save
-    (path, text), or None when no argument is long. Unparsable arguments stay as the model wrote them.
+    (path, text), none when no argument is long. Unparsable arguments stay as the model wrote them.
     """
-    calls = entry.message.get("tool_calls") or []
-    names = [(call.get("function") or {}).get("name") for call in calls]
     new_calls, files = [], []
-    for call, name in zip(calls, names):
-        function = call.get("function") or {}
-        raw = function.get("arguments")
-        try:
-            arguments = json.loads(raw) if isinstance(raw, str) else None
-        except json.JSONDecodeError:
-            arguments = None
-        long = [
-            key
-            for key, value in (arguments.items() if isinstance(arguments, dict) else ())
-            if isinstance(value, str) and is_big(value, ARGUMENT_POINTER_TOKENS, counter.count_text)
-        ]
+    for call in entry.message.get("tool_calls") or []:
+        arguments = call_arguments(call) or {}
+        long = [key for key, value in arguments.items()
+                if isinstance(value, str) and is_big(value, ARGUMENT_POINTER_TOKENS, counter.count_text)]
         if not long:
             new_calls.append(call)
             continue
-        tool = name if isinstance(name, str) else "tool"
+        name = call["function"].get("name")
         # The call id keeps two runs on one workspace (a parent and its sub-agent) from sharing a file.
-        path = obs_path(entry.step, f"{tool}-args", call.get("id"))
+        path = obs_path(entry.step, f"{name if isinstance(name, str) else 'tool'}-args", call.get("id"))
         shortened = {**arguments, **{key: argument_pointer(arguments[key], path) for key in long}}
-        serialized = json.dumps(shortened, sort_keys=True, ensure_ascii=False)  # as shape_assistant_message does
-        new_calls.append({**call, "function": {**function, "arguments": serialized}})
-        files.append((path, raw))
-    return (new_calls, files) if files else None
+        new_calls.append(with_arguments(call, shortened))
+        files.append((path, call["function"]["arguments"]))
+    return new_calls, files
 
 
 def _turns(entries: list[Entry]) -> list[list[Entry]]:
@@ -341,20 +316,16 @@ def summary_request(
     prefix: Sequence[dict[str, Any]], messages: Sequence[dict[str, Any]], span: Sequence[Entry]
 ) -> list[dict[str, Any]]:
     """The request that asks the model for a summary of `span`: the request's `prefix` and history
-    `messages`, then one user message with the instruction. Given the history as the last request
-    sent it, every byte but that message's is a prefix the provider has cached."""
-    return [*prefix, *messages, {"role": "user", "content": summary_instruction(span)}]
-
-
-def summary_instruction(span: Sequence[Entry]) -> str:
-    """The appended message of a summary request: which steps to summarize, and how."""
-    first, last = span[0].step, span[-1].step
-    return (
-        f"[cairn is compacting your context: the messages of steps {first} to {last} above will be replaced "
-        "by a summary you write now, and saved whole to a file you can read. Summarize those steps for "
-        "yourself: decisions, facts learned, files written, errors met and their state, and every file "
-        "path mentioned. Answer with the summary only, in plain text; call no tool.]"
+    `messages`, then one user message with the instruction (which steps to summarize, and how). Given
+    the history as the last request sent it, every byte but that message's is a prefix the provider
+    has cached."""
+    instruction = (
+        f"[cairn is compacting your context: the messages of steps {span[0].step} to {span[-1].step} above "
+        "will be replaced by a summary you write now, and saved whole to a file you can read. Summarize those "
+        "steps for yourself: decisions, facts learned, files written, errors met and their state, and every "
+        "file path mentioned. Answer with the summary only, in plain text; call no tool.]"
     )
+    return [*prefix, *messages, {"role": "user", "content": instruction}]
 
 
 def summary_message(number: int, path: str, span: list[Entry], text: str) -> str:
@@ -397,10 +368,6 @@ def _saved_paths(entry: Entry, message: dict[str, Any]) -> list[str]:
         text = TEXT_PATH.findall(str(message.get("content") or ""))
         return text + sorted({path for args in arguments for path in ARGUMENTS_PATH.findall(args)})
     return []
-
-
-def _with_content(entry: Entry, content: str) -> dict[str, Any]:
-    return {**entry.message, "content": content}
 
 
 def _fail_if_over(tokens: int, window: int, after: str) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.context.history import Entry, replaced_message
-from orchestrator.context.offload import CAIRN_DIR, count_lines, obs_path
+from orchestrator.context.offload import CAIRN_DIR, call_arguments, count_lines, obs_path
 from orchestrator.context.pointers import error_line, pointer_path
 from orchestrator.context.tokens import TokenCounter
 
@@ -148,12 +148,8 @@ def replaced_messages(span: Sequence[Entry], messages: Sequence[dict[str, Any]])
 
 def _call(call: dict[str, Any]) -> str:
     function = call.get("function") or {}
-    raw = function.get("arguments")
-    try:
-        arguments = json.loads(raw) if isinstance(raw, str) else raw
-    except json.JSONDecodeError:
-        arguments = raw
-    shown = json.dumps(arguments, ensure_ascii=False, sort_keys=True) if isinstance(arguments, dict) else str(raw)
+    arguments = call_arguments(call)  # None: not a JSON object, shown as the model wrote it
+    shown = str(function.get("arguments")) if arguments is None else json.dumps(arguments, ensure_ascii=False, sort_keys=True)
     return f"{function.get('name')} {_cut(shown, MAX_ARGUMENT_CHARS)}"
 
 

@@ -102,15 +102,19 @@ class History:
         go in the one field and old event logs replay unchanged.
         """
         for id, value in sorted(event.replacements.items(), key=lambda item: self._position(item[0])):
-            entry = self._entries[self._position(id)]
-            self._put(self._position(id), replace(entry, message=replaced_message(entry, value), pointer=True))
+            position = self._position(id)
+            entry = self._entries[position]
+            message = replaced_message(entry, value)
+            tokens = self.counter.message(message)
+            self._tokens += tokens - entry.tokens
+            self._entries[position] = replace(entry, message=message, tokens=tokens, pointer=True)
         if event.kind in ("summary", "digest"):
             self._replace_span(event)
 
     def messages(self) -> list[dict[str, Any]]:
         """Copies of the messages, in order: whatever a caller does to them, the history is unchanged.
 
-        Built every step for every message, so it copies only as deep as history messages go
+        Built every step for every message, so it copies dicts and lists by hand and shares strings
         (`_copy_message`): a deepcopy of each made this the one cost that grew with the history.
         """
         return [_copy_message(entry.message) for entry in self._entries]
@@ -150,11 +154,6 @@ class History:
         self._tokens += summary.tokens - sum(entry.tokens for entry in removed)
         self._index = {entry.id: i for i, entry in enumerate(self._entries)}
 
-    def _put(self, position: int, entry: Entry) -> None:
-        tokens = self.counter.message(entry.message)
-        self._tokens += tokens - self._entries[position].tokens
-        self._entries[position] = replace(entry, tokens=tokens)
-
     def _position(self, id: str) -> int:
         try:
             return self._index[id]
@@ -179,32 +178,18 @@ def replaced_message(entry: Entry, value: str) -> dict[str, Any]:
     raise ValueError(f"compaction replaces {entry.id!r}, a {entry.kind} message; only tool results and calls move")
 
 
-def _copy_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A copy that shares no mutable part with `message`: the message and call dicts are copied,
-    strings are shared (immutable), and anything unusual (content as a list of parts) is deepcopied."""
-    copied = dict(message)
-    for key, value in message.items():
-        if type(value) in _ATOMIC:
-            continue
-        if key == "tool_calls" and type(value) is list:
-            copied[key] = [_copy_call(call) for call in value]
-        else:
-            copied[key] = copy.deepcopy(value)
-    return copied
-
-
-def _copy_call(call: Any) -> Any:
-    if type(call) is not dict:
-        return copy.deepcopy(call)
-    copied = dict(call)
-    for key, value in call.items():
-        if type(value) in _ATOMIC:
-            continue
-        if key == "function" and type(value) is dict and all(type(v) in _ATOMIC for v in value.values()):
-            copied[key] = dict(value)
-        else:
-            copied[key] = copy.deepcopy(value)
-    return copied
+def _copy_message(value: Any) -> Any:  # noqa: ANN401 - a message, or any value inside one
+    """A copy that shares no mutable part with `value`: dicts and lists are copied all the way down,
+    strings and numbers are shared (immutable), and anything unusual is deepcopied."""
+    if type(value) is dict:
+        copied = dict(value)  # in C; only the values that are not atomic are copied again
+        for key, item in value.items():
+            if type(item) not in _ATOMIC:
+                copied[key] = _copy_message(item)
+        return copied
+    if type(value) is list:
+        return [_copy_message(item) for item in value]
+    return value if type(value) in _ATOMIC else copy.deepcopy(value)
 
 
 def summary_id(summary_path: str) -> str:

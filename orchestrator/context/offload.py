@@ -159,6 +159,22 @@ def todo_note(content: str) -> str:
     )
 
 
+def call_arguments(call: dict[str, Any]) -> dict[str, Any] | None:
+    """A tool call's arguments as a JSON object, or None when the model wrote anything else."""
+    raw = (call.get("function") or {}).get("arguments")
+    try:
+        arguments = json.loads(raw) if isinstance(raw, str) else None
+    except json.JSONDecodeError:
+        return None
+    return arguments if isinstance(arguments, dict) else None
+
+
+def with_arguments(call: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """`call` with other arguments, serialized with sorted keys, so the bytes are stable."""
+    function = {**(call.get("function") or {}), "arguments": json.dumps(arguments, sort_keys=True, ensure_ascii=False)}
+    return {**call, "function": function}
+
+
 def shape_assistant_message(
     message: dict[str, Any], threshold_tokens: int, count: Callable[[str], int]
 ) -> dict[str, Any]:
@@ -175,24 +191,15 @@ def shape_assistant_message(
         return message
     shaped_calls = []
     for call in calls:
-        function = call.get("function", {})
-        raw = function.get("arguments")
-        try:
-            arguments = json.loads(raw) if isinstance(raw, str) else None
-        except json.JSONDecodeError:
-            arguments = None
-        if not isinstance(arguments, dict):
+        arguments = call_arguments(call)
+        if arguments is None:
             shaped_calls.append(call)
             continue
-        if function.get("name") == TODO_TOOL and isinstance(arguments.get("content"), str):
+        if call["function"].get("name") == TODO_TOOL and isinstance(arguments.get("content"), str):
             shaped = {**arguments, "content": todo_note(arguments["content"])}
         else:
             shaped = shape_write_arguments(arguments, threshold_tokens, count)
-        if shaped is arguments:
-            shaped_calls.append(call)
-            continue
-        function = {**function, "arguments": json.dumps(shaped, sort_keys=True, ensure_ascii=False)}
-        shaped_calls.append({**call, "function": function})
+        shaped_calls.append(call if shaped is arguments else with_arguments(call, shaped))
     return {**message, "tool_calls": shaped_calls}
 
 

@@ -41,9 +41,9 @@ TEXT_PATH = re.compile(r"^\[your text of step \d+ moved out of the context: \d+ 
 
 def pointer_text(entry: Entry, path: str) -> str:
     """The one line that replaces a tool result, and for a failed result its error lines."""
-    stats = stats_from_preview(entry.content) if entry.offloaded_to else None
-    if entry.offloaded_to is None:
-        stats = (count_lines(entry.content), byte_size(entry.content))
+    # An offloaded result's sizes are those of the whole output, which its preview's first line gives.
+    whole = (count_lines(entry.content), byte_size(entry.content))
+    stats = stats_from_preview(entry.content) if entry.offloaded_to else whole
     size = f"{stats[0]} lines, {stats[1]} bytes" if stats else "whole output"
     tool = entry.tool or "tool"
     line = f"[{tool} result of step {entry.step} moved out of the context: {size} in {path}{_POINTER_END}"

@@ -36,13 +36,6 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def default_count() -> Count:
-    """cl100k_base from the shared tokenizer module, loaded on first use (it finds its files lazily)."""
-    from orchestrator.llm.tokenizer import count_tokens
-
-    return count_tokens
-
-
 class TokenCounter:
     """Counts messages once and scales the sum by what the provider last reported."""
 
@@ -59,7 +52,10 @@ class TokenCounter:
     def count_text(self, text: str) -> int:
         """Raw tokens of a string. Tokenizes every time: callers count a given text once."""
         if self._count is None:
-            self._count = default_count()
+            # cl100k_base from the shared tokenizer module, loaded on first use (it finds its files lazily).
+            from orchestrator.llm.tokenizer import count_tokens
+
+            self._count = count_tokens
         return self._count(text)
 
     def message(self, message: dict[str, Any]) -> int:

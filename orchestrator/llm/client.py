@@ -1,14 +1,16 @@
-"""Model calls through litellm: streaming, retries, usage and cost, and prompt-cache breakpoints.
+"""Model calls through litellm: streaming, retries, usage, and prompt-cache breakpoints.
 
 `LLM.complete` sends one request and gives back one `Reply`. Failures that may pass (an endpoint that
 cannot be reached, one that went silent, 5xx, 429) are retried here as retry.py decides, each retry
 told to `on_retry` before its wait; anything else fails at once as a `ModelError` that names the
 endpoint, and a request too long for the model as `ContextOverflow`, so the loop can compact and try
-again. The request runs in a worker thread (inflight.py), so silence and Ctrl-C end it at once. The
-llm modules other than types.py are the only ones that import litellm, and only when it is needed:
-a request to an OpenAI-compatible server of one's own that litellm has no price for goes out through
-openai_compat.py instead, and litellm's facts about a model come from a cache (facts.py), so such a
-run never pays litellm's import (2-3 s of CPU; bench/startup_bench.py).
+again (retry.py sorts the failures and words them). The request runs in a worker thread (inflight.py),
+so silence and Ctrl-C end it at once. The llm modules other than types.py are the only ones that
+import litellm, and only when it is needed: a request to an OpenAI-compatible server of one's own
+that litellm has no price for goes out through openai_compat.py instead, and litellm's facts about a
+model come from a cache (facts.py), so such a run never pays litellm's import (2-3 s of CPU;
+bench/startup_bench.py). The scripted model's loopback servers are scripted.py's; the price of an
+answer is cost.py's.
 """
 
 from __future__ import annotations
@@ -20,40 +22,28 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import functools  # noqa: E402
 import importlib  # noqa: E402
-import re  # noqa: E402
-import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
-from typing import Any  # noqa: E402
 
 import httpx  # noqa: E402
 
 from orchestrator.config import ModelConfig  # noqa: E402
 from orchestrator.llm.endpoint import endpoint_of, is_openai_named, provider_of  # noqa: E402
 from orchestrator.llm.facts import ModelFacts, litellm_module, model_facts  # noqa: E402
-from orchestrator.llm.openai_compat import Endpoint  # noqa: E402
+from orchestrator.llm import openai_compat  # noqa: E402
+from orchestrator.llm.cost import cost_usd  # noqa: E402
 from orchestrator.llm.inflight import interruptible, pause, watched  # noqa: E402
-from orchestrator.llm.retry import Failure, NoAnswer, Retry, classify, is_read_timeout  # noqa: E402
+from orchestrator.llm.retry import NoAnswer, Retry, classify, is_read_timeout, one_line  # noqa: E402
 from orchestrator.llm.scripted import DEFAULT_CONTEXT_WINDOW, ScriptedServer, load_script, script_spec  # noqa: E402
+from orchestrator.llm.scripted import scripted_server  # noqa: E402
 from orchestrator.llm.tokenizer import encoding  # noqa: E402
-from orchestrator.llm.types import ContextOverflow, ModelError, Reply, ToolCall, Usage, assistant_message, connect_hint  # noqa: E402
+from orchestrator.llm.types import ContextOverflow, Reply, ToolCall, Usage, assistant_message  # noqa: E402
 
 FALLBACK_CONTEXT_WINDOW = 128_000
 WATCH_GRACE = 5.0  # seconds the watch on a request allows beyond httpx's own read timeout
 EPHEMERAL = {"type": "ephemeral"}
-# How providers word "your request is longer than the context window" in a plain 400.
-OVERFLOW_WORDING = re.compile(
-    r"context[ _]length|context window|maximum context|prompt is too long|input is too long|too many tokens"
-    r"|exceeds? the (maximum|max) (number of )?tokens",
-    re.IGNORECASE,
-)
-
-LITELLM_PREFIXES = re.compile(r"^((litellm\.)?\w+(Error|Exception)(: | - ))+")
-
-_servers: dict[str, ScriptedServer] = {}
-_servers_lock = threading.Lock()
 
 
 @functools.cache
@@ -82,24 +72,6 @@ def _request_errors() -> tuple[type[BaseException], ...]:
     return openai.APIError, NoAnswer
 
 
-def scripted_server(spec: str) -> ScriptedServer:
-    """The running server for a script (`demo` or a path): started on first use, one per process."""
-    with _servers_lock:
-        if spec not in _servers:
-            server = ScriptedServer(load_script(spec))
-            server.start()
-            _servers[spec] = server
-        return _servers[spec]
-
-
-def stop_scripted_servers() -> None:
-    """Stop every scripted server this process started (tests; the end of a CLI command)."""
-    with _servers_lock:
-        for server in _servers.values():
-            server.stop()
-        _servers.clear()
-
-
 def is_anthropic(model: str) -> bool:
     return "anthropic/" in model or "claude" in model.lower()
 
@@ -126,18 +98,14 @@ def add_cache_breakpoints(messages: list[dict], history_end: int | None) -> list
 
 def _with_breakpoint(message: dict) -> dict:
     marked = dict(message)
-    content = marked.get("content")
-    if marked.get("tool_calls"):
-        # The tool calls come after the text in Anthropic's blocks: mark the last one.
-        calls = [dict(c) for c in marked["tool_calls"]]
-        calls[-1]["cache_control"] = EPHEMERAL
-        marked["tool_calls"] = calls
-    elif isinstance(content, list) and content:
-        blocks = [dict(b) for b in content]
-        blocks[-1]["cache_control"] = EPHEMERAL
-        marked["content"] = blocks
-    else:
-        marked["cache_control"] = EPHEMERAL  # litellm moves it onto the message's text block
+    # The tool calls come after the text in Anthropic's blocks: the last call is marked; else the last
+    # block of a content given as blocks; else the message (litellm moves it onto its text block).
+    for parts in ("tool_calls", "content"):
+        if isinstance(marked.get(parts), list) and marked[parts]:
+            marked[parts] = [dict(part) for part in marked[parts]]
+            marked[parts][-1]["cache_control"] = EPHEMERAL
+            return marked
+    marked["cache_control"] = EPHEMERAL
     return marked
 
 
@@ -175,17 +143,14 @@ class LLM:
     def context_window(self) -> int:
         """Input tokens the model accepts; `context_window_source` says where the figure came from."""
         if self.cfg.context_window:
-            self.context_window_source = "config"
-            return self.cfg.context_window
-        if self._script is not None:
-            self.context_window_source = "script"
-            return int(self._script.get("context_window") or DEFAULT_CONTEXT_WINDOW)
-        window = self._facts.max_input_tokens
-        if window:
-            self.context_window_source = "litellm"
-            return int(window)
-        self.context_window_source = "fallback"
-        return FALLBACK_CONTEXT_WINDOW
+            self.context_window_source, window = "config", self.cfg.context_window
+        elif self._script is not None:
+            self.context_window_source, window = "script", self._script.get("context_window") or DEFAULT_CONTEXT_WINDOW
+        elif self._facts.max_input_tokens:
+            self.context_window_source, window = "litellm", self._facts.max_input_tokens
+        else:
+            self.context_window_source, window = "fallback", FALLBACK_CONTEXT_WINDOW
+        return int(window)
 
     def complete(
         self,
@@ -210,30 +175,23 @@ class LLM:
                     answer = self._send(request, on_text)
                     break
                 except _request_errors() as e:  # litellm's exceptions all derive from openai's
-                    if not isinstance(e, NoAnswer) and _is_overflow(e):
-                        raise ContextOverflow(_one_line(e), status_code=400) from e
                     failure = classify(e)
+                    if failure.kind == "overflow":
+                        raise ContextOverflow(one_line(e), status_code=400) from e
                     limit, done = failure.limit(self.cfg.max_retries), retried.get(failure.kind, 0)
                     if done >= limit:
-                        raise self._failure(failure, done) from e
+                        raise failure.given_up(self.cfg.model, self.endpoint, done, bool(self.cfg.api_base)) from e
                     retried[failure.kind] = done + 1
                     retry = Retry(done + 1, limit, failure.wait(done + 1, self.retry_base_seconds), failure,
                                   self.endpoint)
                     if self.on_retry is not None:
                         self.on_retry(retry)
                     pause(retry.wait, self._cancelled)
-        usage = Usage(
-            prompt_tokens=answer.prompt_tokens,
-            cached_tokens=answer.cached_tokens,
-            cache_write_tokens=answer.cache_write_tokens,
-            completion_tokens=answer.completion_tokens,
-            cost_usd=self._cost(answer.raw_usage),
-            latency_s=time.monotonic() - started,
-        )
+        cost = cost_usd(self.cfg.model, answer.raw_usage, (self._script or {}).get("pricing"), self._facts.priced)
         return Reply(
             message=assistant_message(answer.content, answer.tool_calls),
             tool_calls=answer.tool_calls,
-            usage=usage,
+            usage=answer.usage(cost, latency_s=time.monotonic() - started),
             finish_reason=answer.finish_reason,
             retries=sum(retried.values()),
         )
@@ -288,7 +246,7 @@ class LLM:
             return False
 
     @functools.cached_property
-    def _direct(self) -> Endpoint | None:
+    def _direct(self) -> openai_compat.Endpoint | None:
         """The endpoint, when requests go out through openai_compat.py instead of litellm: an
         OpenAI-compatible server of one's own (`openai/NAME` with an api_base, not the scripted model,
         which CONTRACTS.md sends through litellm) for a model litellm has no price for. For such a
@@ -296,15 +254,7 @@ class LLM:
         price list and cost calculation it needs."""
         if self._script_spec is not None or not self.cfg.api_base or not is_openai_named(self.cfg.model):
             return None
-        if self._facts.priced:
-            return None
-        return Endpoint(self.cfg.api_base, self._api_key())
-
-    def _api_key(self) -> str | None:
-        """The key the openai client would send: the agent.json's, else OPENAI_API_KEY, else a placeholder."""
-        if self.cfg.api_key is not None:
-            return self.cfg.api_key.get_secret_value()
-        return os.environ.get("OPENAI_API_KEY") or "none"
+        return None if self._facts.priced else openai_compat.Endpoint(self.cfg.api_base)
 
     @functools.cached_property
     def _facts(self) -> ModelFacts:
@@ -316,7 +266,7 @@ class LLM:
         request goes out at once when the sandbox is ready."""
         if self._direct is None:
             litellm_module()
-        modules = DIRECT_FIRST_REQUEST_MODULES if self._direct is not None else FIRST_REQUEST_MODULES
+        modules = openai_compat.FIRST_REQUEST_MODULES if self._direct is not None else FIRST_REQUEST_MODULES
         for name in modules:
             try:
                 importlib.import_module(name)
@@ -335,7 +285,7 @@ class LLM:
     def _send(self, request: dict, on_text: Callable[[str], None] | None) -> _Answer:
         def open_answer() -> Iterable[object]:
             if self._direct is not None:
-                return self._direct.complete(_body(request), request["timeout"])
+                return self._direct.complete(request)
             response = litellm_module().completion(**request, **_without_mcp_gateway())
             return response if self.stream else [response]
 
@@ -345,9 +295,7 @@ class LLM:
             # the socket, this one before litellm has even built the request.
             for piece in watched(open_answer, idle=self._idle + WATCH_GRACE, cancelled=self._cancelled):
                 began = True
-                if not self.stream:
-                    return _Answer.from_response(piece)
-                answer.add_chunk(piece, on_text)
+                answer.add(piece, on_text)
         except NoAnswer:
             raise NoAnswer(self._idle, began) from None
         except _request_errors()[0] as e:
@@ -356,65 +304,24 @@ class LLM:
             raise
         return answer
 
-    def _failure(self, failure: Failure, retries: int) -> ModelError:
-        model, status = self.cfg.model, failure.status
-        # The provider's own words, when it answered (litellm words a failed connection as a 500 too).
-        said = _one_line(failure.error) if failure.kind == "fatal" or (failure.kind == "transient" and status) else ""
-        if failure.kind == "fatal":
-            return ModelError(f"{model} refused the request ({failure.what}) at {self.endpoint}: {said}",
-                              status_code=status)
-        gave_up = f"gave up after {retries} {'retry' if retries == 1 else 'retries'}" if retries else "not retried"
-        return ModelError(f"{model}: {failure.at(self.endpoint)}; {gave_up}" + (f": {said}" if said else ""),
-                          status_code=status, hint=_hint(failure, bool(self.cfg.api_base)))
-
-    def _cost(self, raw_usage: object | None) -> float | None:
-        """USD from the script's `pricing` or litellm's price list; None when the price is unknown."""
-        if raw_usage is None:
-            return None
-        custom = self._script_prices()
-        if custom is None and not self._listed_price:
-            return None
-        prompt_cost, completion_cost = litellm_module().cost_per_token(
-            model=self.cfg.model,
-            prompt_tokens=getattr(raw_usage, "prompt_tokens", 0) or 0,
-            completion_tokens=getattr(raw_usage, "completion_tokens", 0) or 0,
-            usage_object=raw_usage,  # carries the cache reads and writes, which are priced apart
-            custom_cost_per_token=custom,
-        )
-        return prompt_cost + completion_cost
-
-    def _script_prices(self) -> dict | None:
-        pricing = (self._script or {}).get("pricing")
-        if not pricing:
-            return None
-        return {
-            "input_cost_per_token": pricing["input"],
-            "output_cost_per_token": pricing["output"],
-            "cache_read_input_token_cost": pricing.get("cached_input", pricing["input"]),
-        }
-
-    @property
-    def _listed_price(self) -> bool:
-        """Whether litellm's price list has a price for the model (facts.ModelFacts.priced)."""
-        return self._facts.priced
-
 
 @dataclass
 class _Answer:
-    """One answer assembled from a stream (or taken whole from a non-streaming response)."""
+    """One answer assembled from a stream's chunks, or from a whole response (one chunk, so to speak)."""
 
     content: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str | None = None
     raw_usage: object | None = None  # litellm's Usage, kept for litellm's cost calculation
 
-    def add_chunk(self, chunk: object, on_text: Callable[[str], None] | None) -> None:
+    def add(self, chunk: object, on_text: Callable[[str], None] | None) -> None:
         usage = getattr(chunk, "usage", None)
         if usage is not None:
             self.raw_usage = usage
         for choice in getattr(chunk, "choices", None) or []:
             self.finish_reason = choice.finish_reason or self.finish_reason
-            delta = choice.delta
+            # A stream's chunk carries a delta; a whole response, the message (its calls without an index).
+            delta = getattr(choice, "delta", None) or choice.message
             if delta.content:
                 self.content += delta.content
                 if on_text is not None:
@@ -423,8 +330,8 @@ class _Answer:
                 self._add_tool_call_piece(piece)
 
     def _add_tool_call_piece(self, piece: object) -> None:
-        index = piece.index
-        if index is None:  # a provider that sends whole calls without an index: one call per id
+        index = getattr(piece, "index", None)
+        if index is None:  # whole calls without an index (a whole response, some providers): one call per id
             known = [c.id for c in self.tool_calls]
             index = known.index(piece.id) if piece.id in known else len(self.tool_calls)
         while len(self.tool_calls) <= index:
@@ -437,36 +344,19 @@ class _Answer:
             call.name = call.name or function.name or ""
             call.arguments += function.arguments or ""
 
-    @classmethod
-    def from_response(cls, response: object) -> _Answer:
-        choice = response.choices[0]
-        calls = [
-            ToolCall(id=c.id, name=c.function.name or "", arguments=c.function.arguments or "")
-            for c in choice.message.tool_calls or []
-        ]
-        return cls(
-            content=choice.message.content or "",
-            tool_calls=calls,
-            finish_reason=choice.finish_reason,
-            raw_usage=getattr(response, "usage", None),
+    def usage(self, cost: float | None, latency_s: float) -> Usage:
+        """The answer's usage as the provider reported it (zeros where it did not)."""
+        def reported(holder: object, name: str) -> int:
+            return getattr(holder, name, None) or 0
+
+        return Usage(
+            prompt_tokens=reported(self.raw_usage, "prompt_tokens"),
+            cached_tokens=reported(getattr(self.raw_usage, "prompt_tokens_details", None), "cached_tokens"),
+            cache_write_tokens=reported(self.raw_usage, "cache_creation_input_tokens"),
+            completion_tokens=reported(self.raw_usage, "completion_tokens"),
+            cost_usd=cost,
+            latency_s=latency_s,
         )
-
-    @property
-    def prompt_tokens(self) -> int:
-        return getattr(self.raw_usage, "prompt_tokens", None) or 0
-
-    @property
-    def completion_tokens(self) -> int:
-        return getattr(self.raw_usage, "completion_tokens", None) or 0
-
-    @property
-    def cached_tokens(self) -> int:
-        details = getattr(self.raw_usage, "prompt_tokens_details", None)
-        return getattr(details, "cached_tokens", None) or 0
-
-    @property
-    def cache_write_tokens(self) -> int:
-        return getattr(self.raw_usage, "cache_creation_input_tokens", None) or 0
 
 
 # What litellm and the openai client import on the first request with tools, not before: about 1 s of
@@ -475,44 +365,3 @@ FIRST_REQUEST_MODULES = ("openai.resources", "litellm.proxy.openai_files_endpoin
                          "litellm._service_logger", "httpcore",
                          "litellm.types.litellm_core_utils.streaming_chunk_builder_utils")
 
-
-# The same for a request sent through openai_compat.py: httpx's transport, imported at the first send.
-DIRECT_FIRST_REQUEST_MODULES = ("httpcore", "h11")
-# What a direct request leaves out of litellm.completion's arguments: litellm's own, and the timeout,
-# which is httpx's.
-LITELLM_ONLY = {"model", "timeout", "num_retries", "max_retries", "api_base", "api_key"}
-
-
-def _body(request: dict) -> dict:
-    """The JSON body of a direct request, as litellm sends it: litellm.completion's arguments with the
-    model's name as the server knows it (what follows `openai/`)."""
-    body = {key: value for key, value in request.items() if key not in LITELLM_ONLY}
-    body["model"] = request["model"].partition("/")[2]
-    # litellm leaves a message's null fields out (an answer of tool calls alone has a null content).
-    body["messages"] = [{k: v for k, v in m.items() if v is not None} for m in request["messages"]]
-    return body
-
-
-def _is_overflow(error: BaseException) -> bool:
-    litellm = sys.modules.get("litellm")  # only litellm's own errors can be its ContextWindowExceededError
-    if litellm is not None and isinstance(error, litellm.ContextWindowExceededError):
-        return True
-    return getattr(error, "status_code", None) == 400 and bool(OVERFLOW_WORDING.search(str(error)))
-
-
-def _hint(failure: Failure, api_base_given: bool) -> str | None:
-    if failure.kind == "connect":
-        return connect_hint(api_base_given)
-    if failure.kind == "silent":
-        return ("a slow model may need more time: raise model.stream_idle_timeout or model.request_timeout "
-                "in the run's settings")
-    return None
-
-
-def _one_line(error: BaseException) -> str:
-    """The provider's message on one line, short enough for a terminal and an event."""
-    text = " ".join(str(getattr(error, "message", None) or error).split())
-    # litellm prefixes its class names ("litellm.BadRequestError: OpenAIException - "): the
-    # person wants the provider's words.
-    text = LITELLM_PREFIXES.sub("", text)
-    return text if len(text) <= 500 else text[:497] + "..."

@@ -4,8 +4,8 @@ For `openai/NAME --api-base URL` litellm does little besides handing the request
 which POSTs it as JSON to `URL/chat/completions` and reads the answer (server-sent events when
 streamed) with httpx. Importing litellm for that costs 2-3 s of CPU at every start, more than the rest
 of a start together (bench/startup_bench.py), so client.py sends such requests here, when litellm has
-nothing else to add (no price for NAME: see client.LLM._direct). The body is the one litellm sends
-for that provider; the answer's chunks are read by attribute like litellm's (`chunk.choices[0].delta`),
+nothing else to add (no price for NAME: see client.LLM._direct). It takes litellm.completion's
+arguments as client.py builds them, and sends the body litellm sends for that provider; the answer's chunks are read by attribute like litellm's (`chunk.choices[0].delta`),
 a field the server left out reading as None; and a failure is raised as the openai client's own
 exception (400 BadRequestError, 429 RateLimitError, 5xx InternalServerError, APIConnectionError,
 APITimeoutError, each from the httpx error behind it), which is what litellm raises too (its errors
@@ -15,12 +15,18 @@ derive from them), so retry.py sorts both paths' failures alike.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 
 # What the openai client raises for each status (openai._client._make_status_error).
+# What a direct request leaves out of litellm.completion's arguments: litellm's own, and the timeout,
+# which is httpx's.
+LITELLM_ONLY = {"model", "timeout", "num_retries", "max_retries", "api_base", "api_key"}
+# What httpx imports at the first send, not before (client.LLM.preload imports them ahead).
+FIRST_REQUEST_MODULES = ("httpcore", "h11")
 STATUS_ERRORS = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
                  404: "NotFoundError", 409: "ConflictError", 422: "UnprocessableEntityError", 429: "RateLimitError"}
 
@@ -51,18 +57,23 @@ def _wrap(value: Any) -> Any:  # noqa: ANN401
 class Endpoint:
     """One OpenAI-compatible endpoint, its connections kept open between requests."""
 
-    def __init__(self, api_base: str, api_key: str | None) -> None:
+    def __init__(self, api_base: str) -> None:
         self.url = api_base.rstrip("/") + "/chat/completions"
-        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if api_key:
-            self.headers["Authorization"] = f"Bearer {api_key}"
         self._client: httpx.Client | None = None
 
-    def complete(self, body: dict[str, Any], timeout: httpx.Timeout) -> Iterator[Fields]:
-        """The answer's chunks (one whole response when not streaming), as the server sends them."""
+    def complete(self, arguments: dict[str, Any]) -> Iterator[Fields]:
+        """The answer's chunks (one whole response when not streaming), as the server sends them, to the
+        request `arguments` (litellm.completion's) describe."""
         if self._client is None:
             self._client = httpx.Client()
-        request = self._client.build_request("POST", self.url, json=body, headers=self.headers, timeout=timeout)
+        body = _body(arguments)
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        # The key the openai client would send: the one given, else OPENAI_API_KEY.
+        api_key = arguments.get("api_key") or os.environ.get("OPENAI_API_KEY")
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        request = self._client.build_request("POST", self.url, json=body, headers=headers,
+                                             timeout=arguments["timeout"])
         try:
             response = self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:
@@ -84,6 +95,16 @@ class Endpoint:
             raise _openai().APIConnectionError(request=request) from exc
         finally:
             response.close()
+
+
+def _body(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The JSON body of a request, as litellm sends it: litellm.completion's arguments with the model's
+    name as the server knows it (what follows `openai/`)."""
+    body = {key: value for key, value in arguments.items() if key not in LITELLM_ONLY}
+    body["model"] = arguments["model"].partition("/")[2]
+    # litellm leaves a message's null fields out (an answer of tool calls alone has a null content).
+    body["messages"] = [{k: v for k, v in m.items() if v is not None} for m in arguments["messages"]]
+    return body
 
 
 def _events(response: httpx.Response) -> Iterator[Fields]:

@@ -1,4 +1,4 @@
-"""Which failed model requests are tried again, how soon, and how a retry is told to a person.
+"""Failed model requests: which are tried again, how soon, and how a retry or a final failure is told.
 
 Failures come in three kinds, each with its own patience:
 - an endpoint that cannot be reached (refused, unknown host, no connection within the connect
@@ -8,7 +8,9 @@ Failures come in three kinds, each with its own patience:
 - a busy or failing provider (429, 5xx, 408, 409, a connection lost mid-answer) is tried up to
   `max_retries` times, with exponential back-off and jitter, honouring Retry-After.
 Each kind counts its own retries within one request. Anything else (a 4xx) is the request's fault
-and fails at once.
+and fails at once; a request too long for the model's window is a failure of its own ("overflow"),
+which the loop answers by compacting the context. `Failure.given_up` words the failure that ends a
+request, naming the endpoint and in the provider's own words where it answered.
 """
 
 from __future__ import annotations
@@ -16,17 +18,30 @@ from __future__ import annotations
 import email.utils
 import errno
 import random
+import re
 import socket
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import httpx
 
+from orchestrator.llm.types import ModelError, connect_hint
+
 CONNECT_RETRIES = 2
 CONNECT_WAIT = 0.5  # doubled for the second try
 SILENT_RETRIES = 1
 MAX_RETRY_WAIT = 60.0
+# How providers word "your request is longer than the context window" in a plain 400.
+OVERFLOW_WORDING = re.compile(
+    r"context[ _]length|context window|maximum context|prompt is too long|input is too long|too many tokens"
+    r"|exceeds? the (maximum|max) (number of )?tokens",
+    re.IGNORECASE,
+)
+SILENT_HINT = ("a slow model may need more time: raise model.stream_idle_timeout or model.request_timeout "
+               "in the run's settings")
+LITELLM_PREFIXES = re.compile(r"^((litellm\.)?\w+(Error|Exception)(: | - ))+")
 
 
 class NoAnswer(Exception):
@@ -54,7 +69,7 @@ def is_read_timeout(error: BaseException) -> bool:
 class Failure:
     """One failed attempt, sorted into its kind, with the words a person reads about it."""
 
-    kind: str  # "connect", "silent", "transient" or "fatal"
+    kind: str  # "connect", "silent", "transient", "overflow" or "fatal"
     what: str  # "503", "connection refused", "no answer within 60 s", ...
     status: int | None = None
     error: BaseException | None = None
@@ -82,6 +97,18 @@ class Failure:
         # Jitter keeps many runs that failed together (cairn batch) from retrying together.
         return min(MAX_RETRY_WAIT, base * 2 ** (retry - 1)) * random.uniform(0.5, 1.0)
 
+    def given_up(self, model: str, endpoint: str, retries: int, api_base_given: bool) -> ModelError:
+        """The error that ends the request after `retries` retries, for the person and the event log."""
+        said = ""  # the provider's own words, when it answered (litellm words a failed connection as a 500 too)
+        if self.error is not None and (self.kind == "fatal" or (self.kind == "transient" and self.status)):
+            said = one_line(self.error)
+        if self.kind == "fatal":
+            return ModelError(f"{model} refused the request ({self.what}) at {endpoint}: {said}", status_code=self.status)
+        gave_up = f"gave up after {retries} {'retry' if retries == 1 else 'retries'}" if retries else "not retried"
+        hint = {"connect": connect_hint(api_base_given), "silent": SILENT_HINT}.get(self.kind)
+        return ModelError(f"{model}: {self.at(endpoint)}; {gave_up}" + (f": {said}" if said else ""),
+                          status_code=self.status, hint=hint)
+
 
 @dataclass
 class Retry:
@@ -102,6 +129,8 @@ def classify(error: BaseException) -> Failure:
     that failed as a 500 ("Connection error."): the chain of causes tells what really happened."""
     if isinstance(error, NoAnswer):
         return Failure("silent", error.what, error=error)
+    if _is_overflow(error):
+        return Failure("overflow", "the request is too long for the model", status=400, error=error)
     import openai
 
     reason = _connect_reason(error)
@@ -115,6 +144,22 @@ def classify(error: BaseException) -> Failure:
     if isinstance(error, openai.RateLimitError) or status in (408, 409, 429) or (status is not None and status >= 500):
         return Failure("transient", str(status or 429), status=status or 429, error=error)
     return Failure("fatal", str(status) if status else type(error).__name__, status=status, error=error)
+
+
+def _is_overflow(error: BaseException) -> bool:
+    litellm = sys.modules.get("litellm")  # only litellm's own errors can be its ContextWindowExceededError
+    if litellm is not None and isinstance(error, litellm.ContextWindowExceededError):
+        return True
+    return getattr(error, "status_code", None) == 400 and bool(OVERFLOW_WORDING.search(str(error)))
+
+
+def one_line(error: BaseException) -> str:
+    """The provider's message on one line, short enough for a terminal and an event."""
+    text = " ".join(str(getattr(error, "message", None) or error).split())
+    # litellm prefixes its class names ("litellm.BadRequestError: OpenAIException - "): the
+    # person wants the provider's words.
+    text = LITELLM_PREFIXES.sub("", text)
+    return text if len(text) <= 500 else text[:497] + "..."
 
 
 def _causes(error: BaseException) -> list[BaseException]:

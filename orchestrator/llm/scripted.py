@@ -196,6 +196,28 @@ class ScriptedServer:
         return Response(chunks=chunks)
 
 
+_servers: dict[str, ScriptedServer] = {}
+_servers_lock = threading.Lock()
+
+
+def scripted_server(spec: str) -> ScriptedServer:
+    """The running server for a script (`demo` or a path): started on first use, one per process."""
+    with _servers_lock:
+        if spec not in _servers:
+            server = ScriptedServer(load_script(spec))
+            server.start()
+            _servers[spec] = server
+        return _servers[spec]
+
+
+def stop_scripted_servers() -> None:
+    """Stop every scripted server this process started (tests; the end of a CLI command)."""
+    with _servers_lock:
+        for server in _servers.values():
+            server.stop()
+        _servers.clear()
+
+
 def _log_request(body: dict) -> None:
     """Tests that run `cairn` in a subprocess read the requests from this file."""
     log = os.environ.get("CAIRN_SCRIPTED_LOG")

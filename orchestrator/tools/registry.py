@@ -19,7 +19,7 @@ so that a group can be forced or masked through `tool_choice` without ever chang
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from orchestrator.ports import ToolContext
@@ -53,10 +53,11 @@ class Tool:
     # An MCP tool's annotations as its server listed them (readOnlyHint, ...; {} when it gave none), read
     # by approvals.py; None for cairn's own tools.
     annotations: dict[str, Any] | None = None
-    journaled: bool = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.journaled = self.op is not None
+    @property
+    def journaled(self) -> bool:
+        """Whether its calls are journaled in the sandbox: those of a tool with a toolbox op."""
+        return self.op is not None
 
     @property
     def name(self) -> str:
