@@ -36,6 +36,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,12 +45,14 @@ import ray
 from orchestrator.batch import STOP_SIGNALS, Batch, Row
 from orchestrator.disk import parse_size
 from orchestrator.errors import UsageError
-from orchestrator.node_session import SANDBOX_RESOURCE, Hub, run_on_node, start_runners
+from orchestrator.node_session import Hub, start_runners
+from orchestrator.ray_task import SANDBOX_RESOURCE, run_on_node, runner_name
 from orchestrator.runner import create_run, load_config
 from orchestrator.store.runs import RunDir
 
 STORAGE = ("auto", "shared", "local")
 MAX_RETRIES = 3  # a run whose node dies is taken up again, up to this many times
+REFRESH_S = 1.0  # the live table's rows are brought up to date from the Hub at most this often
 
 
 class Cluster:
@@ -91,6 +94,11 @@ def _loopback_only() -> None:
     from ray._private import ray_constants
 
     ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def _starts_a_cluster(address: str) -> bool:
+    """Whether Cluster(address) would start a local cluster (nothing connected, none found)."""
+    return not ray.is_initialized() and _existing_cluster(address) is None
 
 
 def _existing_cluster(address: str) -> str | None:
@@ -159,18 +167,24 @@ class RayBatch(Batch):
         work = self.plan()
         if not work:
             return self.rows
-        self.preflight(work)
         needs = [self._needs(index, run) for index, run in work]
+        # Each line's model is checked before any run is made. A cluster started for the batch is started
+        # after the check (a bad key is said at once); on a running one, the check (which imports the
+        # model library here) overlaps the nodes' runners warming up.
+        check_first = _starts_a_cluster(self.address)
+        if check_first:
+            self.preflight(work)
         self.cluster = Cluster(self.address, self.cap or 4, max(need["cpus"] for need in needs))
         main = threading.current_thread() is threading.main_thread()
         previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS} if main else {}
         try:
             nodes = self._check_feasible(needs)
             self.hub = Hub.options(scheduling_strategy=_here()).remote(str(self.runs_dir))
-            # The runners start (and import the model library) while the new runs are made here.
-            self.runners = start_runners(self.manifest.id, nodes)
-            specs = [{**need, **self._prepare(index, run)} for need, (index, run) in zip(needs, work)]
-            self._dispatch(specs)
+            self.runners = start_runners({node: runner_name(self.manifest.id, node) for node in nodes},
+                                         any(need["default_image"] for need in needs))
+            if not check_first:
+                self.preflight(work)
+            self._dispatch(list(zip(needs, work)))
         finally:
             for actor in self.runners:
                 ray.kill(actor)
@@ -183,9 +197,10 @@ class RayBatch(Batch):
         return self.rows
 
     def _needs(self, index: int, run: RunDir | None) -> dict[str, Any]:
-        """What a line's run asks of a node: its sandbox's CPUs and memory."""
+        """What a line's run asks of a node: its sandbox's CPUs and memory, and whether it uses cairn's image."""
         cfg = self.todo[index].cfg if run is None else load_config(run)
-        return {"line": self.todo[index].line, "cpus": cfg.sandbox.cpus, "memory": parse_size(cfg.sandbox.memory)}
+        return {"line": self.todo[index].line, "cpus": cfg.sandbox.cpus, "memory": parse_size(cfg.sandbox.memory),
+                "default_image": cfg.sandbox.image is None}
 
     def _prepare(self, index: int, run: RunDir | None) -> dict[str, Any]:
         """What the node needs of one line: the run (made here for a new line) and where it is."""
@@ -227,18 +242,26 @@ class RayBatch(Batch):
                                    max_retries=MAX_RETRIES, retry_exceptions=False)
         self.refs[task.remote(spec, self.hub)] = spec["index"]
 
-    def _dispatch(self, specs: list[dict[str, Any]]) -> None:
-        """Submits the runs (at most `--jobs` at once when it was given) and follows them to their end."""
-        waiting = list(specs)
+    def _dispatch(self, work: list[tuple[dict[str, Any], tuple[int, RunDir | None]]]) -> None:
+        """Makes and submits the runs (at most `--jobs` at once when it was given) and follows them to their
+        end. A run is made as it is submitted, as a local batch makes it as a thread takes it up: the
+        first runs start while the later ones wait, and a stopped batch leaves the lines it never began."""
+        waiting = list(work)
+        refreshed = 0.0
         while waiting or self.refs:
             while waiting and not self.stopping.is_set() and (self.cap is None or len(self.refs) < self.cap):
-                self._submit(waiting.pop(0))
+                need, (index, run) = waiting.pop(0)
+                self._submit({**need, **self._prepare(index, run)})
             if self.stopping.is_set():
                 waiting.clear()
             if not self.refs:
                 break
-            ready, _ = ray.wait(list(self.refs), num_returns=1, timeout=0.25)
-            self._refresh()
+            ready, _ = ray.wait(list(self.refs), num_returns=1, timeout=REFRESH_S)
+            if ready:  # and any other that ended meanwhile: one refresh for them all
+                ready, _ = ray.wait(list(self.refs), num_returns=len(self.refs), timeout=0)
+            if ready or time.monotonic() - refreshed >= REFRESH_S:
+                self._refresh()
+                refreshed = time.monotonic()
             for ref in ready:
                 self._ended(self.refs.pop(ref), ref)
 
@@ -258,7 +281,6 @@ class RayBatch(Batch):
             result = {"error": None}
         except ray.exceptions.RayError as exc:  # its node died more often than it is retried, or Ray failed
             result = {"error": f"the run's Ray task failed: {_why(exc)}"}
-        self._refresh()
         if result.get("error"):
             row.error = result["error"]
         if result.get("seconds") is not None:

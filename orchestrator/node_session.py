@@ -1,7 +1,7 @@
 """A batch run on a Ray node (the node's side of orchestrator/batch_ray.py), and the driver's Hub actor.
 
-`run_on_node` is the Ray task of one run: it holds the run's resources and hands the run to the node's
-`NodeRunner`, an actor the driver starts on each node for the batch, that runs the runs in threads of one process, exactly as
+`run_on_node` (ray_task.py) is the Ray task of one run: it holds the run's resources and hands the run to
+the node's `NodeRunner`, an actor the driver starts on each node for the batch, that runs the runs in threads of one process, exactly as
 `cairn run`/`cairn resume` would, with this node's Docker engine and model settings; a second thread
 of each run carries a Ctrl-C of the driver to it. Where the run lives:
 - shared storage: the driver's run directory, written directly;
@@ -26,10 +26,12 @@ from typing import Any
 import ray
 
 from orchestrator.store import events as ev
+from orchestrator.store.events import EventLog
 from orchestrator.store.runs import RunDir
 
-SANDBOX_RESOURCE = "cairn_sandbox"  # the custom resource of nodes that run sandboxes: how many at once
 LOCAL_RUNS_ENV = "CAIRN_RAY_RUNS_DIR"  # a node's own runs directory, where it does not share the driver's
+PROGRESS_S = 0.5  # a run's step and tokens go to the Hub at most this often (a new status, at once)
+STOP_POLL_S = 1.0  # how often a run asks the Hub whether the driver was stopped (Ctrl-C)
 
 
 # -- the driver's side: the Hub ---------------------------------------------------------------------
@@ -152,6 +154,7 @@ class NodeDisplay:
 
     def __init__(self, hub: Any, run: RunDir, node: str, number: int, brings_back: bool) -> None:
         self.hub, self.run, self.node, self.number, self.brings_back = hub, run, node, number, brings_back
+        self.sent = 0.0  # when progress last went to the Hub
 
     def event(self, event: ev.Event, state: Any) -> None:
         t = state.totals
@@ -164,22 +167,13 @@ class NodeDisplay:
             fields["status"] = f"running: {event.name}"
         elif isinstance(event, ev.ToolFinished):
             fields["status"] = "running"
-        if isinstance(event, ev.ToolStarted):
-            self.fence()
-        self.hub.progress.remote(self.run.id, fields)
+        # A new status goes at once; the rest (step, tokens) at most every PROGRESS_S, each report whole,
+        # so the next one carries what a skipped one had (the live table reads the Hub once a second).
+        if "status" in fields or time.monotonic() - self.sent >= PROGRESS_S:
+            self.hub.progress.remote(self.run.id, fields)
+            self.sent = time.monotonic()
         if self.brings_back and isinstance(event, ev.Checkpoint) and event.step > 0:
             self.bring_back()
-
-    def fence(self) -> None:
-        """Before a tool call runs: is this still the run's current attempt? A process Ray gave up on
-        (its node thought dead, the run taken up elsewhere) ends at once, writing nothing more: else the
-        call would run twice, here and on the node that took the run up."""
-        try:
-            current = ray.get(self.hub.current.remote(self.run.id, self.number), timeout=30)
-        except ray.exceptions.RayError:
-            current = False
-        if not current:
-            os._exit(1)
 
     def bring_back(self) -> None:
         if not ray.get(self.hub.bring_back.remote(self.run.id, self.number, _export_bytes(self.run))):
@@ -187,6 +181,28 @@ class NodeDisplay:
 
     def close(self) -> None:
         pass
+
+
+class FencedLog(EventLog):
+    """A run's event log on a node, fenced: before it writes a tool_started (after which the call runs),
+    it asks the Hub whether this attempt still holds the run. A process Ray gave up on (its node thought
+    dead, the run taken up on another node) ends there, having written nothing of the call and run
+    nothing: else the call would run twice, here and on the node that took the run up."""
+
+    def __init__(self, path: Path, hub: Any, run_id: str, number: int) -> None:
+        super().__init__(path)
+        self.hub, self.run_id, self.number = hub, run_id, number
+
+    def append(self, event: ev._Event) -> None:
+        if isinstance(event, ev.ToolStarted) and not self.holds_the_run():
+            os._exit(1)  # at once: no unwinding, which would write the log and stop the run's container
+        super().append(event)
+
+    def holds_the_run(self) -> bool:
+        try:
+            return bool(ray.get(self.hub.current.remote(self.run_id, self.number), timeout=30))
+        except ray.exceptions.RayError:  # the Hub cannot say (the driver gone): hold back, as if taken
+            return False
 
 
 def node_runs_dir(node_id: str) -> Path:
@@ -211,30 +227,14 @@ def _started_before(run: RunDir) -> bool:
     return any(isinstance(e, ev.StatusChanged) for e in events)
 
 
-@ray.remote
-def run_on_node(spec: dict[str, Any], hub: Any) -> dict[str, Any]:
-    """One run of the batch on this node, holding its resources (cairn_sandbox, CPUs, memory) while the
-    node's runner carries it out; returns {"error", "seconds"}. The run's own record (run.json, the log)
-    is what the driver reads for the row."""
-    node_id = ray.get_runtime_context().get_node_id()
-    try:
-        runner = ray.get_actor(runner_name(spec["batch"], node_id))
-    except ValueError:  # a node that joined after the batch began has no runner: the run goes on here
-        return _run(spec, hub, node_id)
-    return ray.get(runner.run.remote(spec, hub, node_id))
-
-
-def runner_name(batch: str, node_id: str) -> str:
-    return f"cairn-runner-{batch}-{node_id}"
-
-
-def start_runners(batch: str, node_ids: list[str]) -> list[Any]:
-    """A NodeRunner on each node, owned by the driver (an actor lives as long as its owner holds it)."""
+def start_runners(names: dict[str, str], default_image: bool) -> list[Any]:
+    """A NodeRunner on each node (`names`: node id → the runner's name, by which the node's tasks find
+    it), owned by the driver (an actor lives as long as its owner holds it). They warm up at once, while
+    the driver makes the runs; a run's call waits for its runner's warm-up."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return [NodeRunner.options(name=runner_name(batch, node_id),
-                               scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)).remote()
-            for node_id in node_ids]
+    return [NodeRunner.options(name=name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False))
+            .remote(default_image) for node_id, name in names.items()]
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000)
@@ -243,12 +243,35 @@ class NodeRunner:
     on the model and on the sandbox, and one process imports the model library (3-4 s of CPU) once a node
     instead of once a run at a time. Its tasks (`run_on_node`) hold the runs' resources."""
 
-    def __init__(self) -> None:
+    def __init__(self, default_image: bool) -> None:
         end_with_the_raylet()
-        from orchestrator.llm import client  # noqa: F401 - litellm imported once, here, not in N threads
+        self.unready = warm_up(default_image)
 
     def run(self, spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
+        if self.unready is not None:
+            return {"error": f"node {node_id[:8]}: {self.unready}", "seconds": None}
         return _run(spec, hub, node_id)
+
+
+def warm_up(default_image: bool) -> str | None:
+    """What every run on this node does first, done once as the node's runner starts: the model library
+    and the runner's modules imported, the Docker engine asked, the sandbox image found (or built: once a
+    node, not by its first runs at once) when a run uses it. Returns why this node cannot run sandboxes."""
+    from orchestrator.errors import CairnError
+    from orchestrator.llm.client import litellm_module
+    from orchestrator.runner import Session  # noqa: F401 - with it, what a run's start imports
+    from orchestrator.sandbox.engine import connect
+    from orchestrator.sandbox.image import ensure_image
+
+    litellm_module()
+    try:
+        if default_image:
+            ensure_image()
+        else:
+            connect().close()
+    except CairnError as exc:
+        return exc.message
+    return None
 
 
 _watching = threading.Lock()
@@ -271,21 +294,29 @@ def end_with_the_raylet() -> None:
 
 
 def _run(spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
+    """Takes the run up (a new attempt, at the Hub) and carries it out."""
+    end_with_the_raylet()
+    shared = sees_driver_runs(spec)
+    if spec["storage"] == "shared" and not shared:
+        return {"error": f"node {node_id[:8]} does not see the runs directory {spec['runs_dir']} "
+                         "(--ray-storage shared)", "seconds": None}
+    taken = ray.get(hub.take_up.remote(spec["run_id"], node_id[:8], not shared))
+    return carry_out(spec, hub, node_id, taken, shared)
+
+
+def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any], shared: bool) -> dict[str, Any]:
+    """Attempt `taken["number"]` of the run, here, as `cairn run`/`cairn resume` would carry it out; its
+    tool calls fenced (FencedLog), so that it runs none once another attempt holds the run."""
     from orchestrator.errors import CairnError, SandboxError
     from orchestrator.runner import Session, load_config, mark_failed
 
-    end_with_the_raylet()
     began = time.monotonic()
     node = node_id[:8]
-    shared = sees_driver_runs(spec)
-    if spec["storage"] == "shared" and not shared:
-        return {"error": f"node {node} does not see the runs directory {spec['runs_dir']} (--ray-storage shared)",
-                "seconds": None}
-    taken = ray.get(hub.take_up.remote(spec["run_id"], node, not shared))
     if shared:
         run = RunDir(Path(spec["runs_dir"]) / spec["run_id"])
     else:
         run = replace_with_archive(node_runs_dir(node_id), spec["run_id"], taken["archive"])
+    run.events = FencedLog(run.events.path, hub, run.id, taken["number"])
     display = NodeDisplay(hub, run, node, taken["number"], brings_back=not shared)
     outcome: dict[str, Any] = {"error": None}
     live: dict[str, Any] = {}
@@ -313,12 +344,14 @@ def _run(spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
     thread.start()
     stopped = False
     while thread.is_alive():
-        thread.join(0.5)
-        if not stopped and live.get("session") is not None and ray.get(hub.stopping.remote()):
-            agent = live["session"].agent
-            agent.stop_requested, agent.stopped_by = True, ray.get(hub.stopping.remote())
-            agent.model.cancel()
-            stopped = True
+        thread.join(STOP_POLL_S)  # returns as soon as the run ends; meanwhile, a Ctrl-C of the driver?
+        if not stopped and live.get("session") is not None:
+            by = ray.get(hub.stopping.remote())
+            if by is not None:
+                agent = live["session"].agent
+                agent.stop_requested, agent.stopped_by = True, by
+                agent.model.cancel()
+                stopped = True
     if not shared:
         display.bring_back()  # the run as it ended (pid file gone, run.json final)
     return {"error": outcome["error"], "seconds": round(time.monotonic() - began, 2)}
