@@ -1,7 +1,7 @@
 """A batch run on a Ray node (the node's side of orchestrator/batch_ray.py), and the driver's Hub actor.
 
-`run_on_node` (ray_task.py) is the Ray task of one run: it holds the run's resources and hands the run to
-the node's `NodeRunner`, an actor the driver starts on each node for the batch, that runs the runs in threads of one process, exactly as
+A run's resources are held by its placement group (ray_placement.py); the run is a call to the node's
+`NodeRunner`, an actor the driver starts on each node for the batch, that runs the runs in threads of one process, exactly as
 `cairn run`/`cairn resume` would, with this node's Docker engine and model settings; a second thread
 of each run carries a Ctrl-C of the driver to it. Where the run lives:
 - shared storage: the driver's run directory, written directly;
@@ -227,21 +227,20 @@ def _started_before(run: RunDir) -> bool:
     return any(isinstance(e, ev.StatusChanged) for e in events)
 
 
-def start_runners(names: dict[str, str], default_image: bool) -> list[Any]:
-    """A NodeRunner on each node (`names`: node id → the runner's name, by which the node's tasks find
-    it), owned by the driver (an actor lives as long as its owner holds it). They warm up at once, while
-    the driver makes the runs; a run's call waits for its runner's warm-up."""
+def start_runner(node_id: str, default_image: bool) -> Any:
+    """The NodeRunner of a node, owned by the driver (an actor lives as long as its owner holds it). It
+    warms up at once; a run's call waits for its warm-up."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return [NodeRunner.options(name=name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False))
-            .remote(default_image) for node_id, name in names.items()]
+    return NodeRunner.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+                              ).remote(default_image)
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000)
 class NodeRunner:
     """The runs of a batch on one node, in threads of one process, as a local batch runs them: they wait
     on the model and on the sandbox, and one process imports the model library (3-4 s of CPU) once a node
-    instead of once a run at a time. Its tasks (`run_on_node`) hold the runs' resources."""
+    instead of once a run at a time. The runs' placement groups hold their resources."""
 
     def __init__(self, default_image: bool) -> None:
         end_with_the_raylet()
