@@ -27,8 +27,8 @@ the batch says so). `Session`'s resume
 uses the toolbox journal (store/journal.py): a call that started is never run again from a durable state.
 
 A small actor on the driver's node (`Hub`) collects each run's node, status, step, tokens and cost for
-the live table, hands a node the run it takes up (local storage) and takes the run back, and carries
-Ctrl-C to the nodes (each run stops after its current action).
+the live table, and hands a node the run it takes up (local storage) and takes the run back. A Ctrl-C
+is told to the nodes' runners (each run stops after its current action).
 """
 
 from __future__ import annotations
@@ -284,8 +284,8 @@ class RayBatch(Batch):
         self._sigints += 1
         self.interrupted = True
         self.stopping.set()
-        if self._sigints == 1 and self.hub is not None:
-            self.hub.stop.remote(name)
+        if self._sigints == 1 and self.placements is not None:
+            self.placements.stop(name)
             sys.stderr.write(f"cairn: {name}: stopping every run after its current action "
                              f"({name} again to stop at once)\n")
             return

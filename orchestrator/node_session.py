@@ -3,7 +3,7 @@
 A run's resources are held by its placement group (ray_placement.py); the run is a call to the node's
 `NodeRunner`, an actor the driver starts on each node for the batch, that runs the runs in threads of one process, exactly as
 `cairn run`/`cairn resume` would, with this node's Docker engine and model settings; a second thread
-of each run carries a Ctrl-C of the driver to it. Where the run lives:
+of each run carries a Ctrl-C of the driver (told to the runner) to it. Where the run lives:
 - shared storage: the driver's run directory, written directly;
 - local: a copy in this node's runs directory, from the archive the Hub hands over, brought back to the
   driver (a `cairn export` archive, imported by the Hub) after every step's checkpoint and at the end.
@@ -31,7 +31,7 @@ from orchestrator.store.runs import RunDir
 
 LOCAL_RUNS_ENV = "CAIRN_RAY_RUNS_DIR"  # a node's own runs directory, where it does not share the driver's
 PROGRESS_S = 0.5  # a run's step and tokens go to the Hub at most this often (a new status, at once)
-STOP_POLL_S = 1.0  # how often a run asks the Hub whether the driver was stopped (Ctrl-C)
+STOP_POLL_S = 0.2  # how often a run looks whether its runner was told to stop (the driver's Ctrl-C)
 
 
 # -- the driver's side: the Hub ---------------------------------------------------------------------
@@ -46,7 +46,6 @@ class Hub:
         self.runs_dir = Path(runs_dir)
         self.rows: dict[str, dict[str, Any]] = {}
         self.attempts: dict[str, dict[str, Any]] = {}  # run id → the current attempt: node, number, steps
-        self.stopped_by: str | None = None
         self.lock = threading.Lock()
 
     def progress(self, run_id: str, fields: dict[str, Any]) -> None:
@@ -59,12 +58,6 @@ class Hub:
     def snapshot(self) -> dict[str, dict[str, Any]]:
         with self.lock:
             return {run_id: dict(fields, notes=list(fields.get("notes", []))) for run_id, fields in self.rows.items()}
-
-    def stop(self, by: str) -> None:
-        self.stopped_by = by
-
-    def stopping(self) -> str | None:
-        return self.stopped_by
 
     def take_up(self, run_id: str, node: str, local: bool) -> dict[str, Any]:
         """A node begins a run, or begins it again after the node of the last attempt died. Returns the
@@ -245,11 +238,17 @@ class NodeRunner:
     def __init__(self, default_image: bool) -> None:
         end_with_the_raylet()
         self.unready = warm_up(default_image)
+        # Its own, not the module's: Ray copies the class, with the module globals its methods name.
+        self.stopped_by: list[str] = []
+
+    def stop(self, by: str) -> None:
+        """The driver's Ctrl-C (`by`): every run of this runner stops after its current action."""
+        self.stopped_by.append(by)
 
     def run(self, spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
         if self.unready is not None:
             return {"error": f"node {node_id[:8]}: {self.unready}", "seconds": None}
-        return _run(spec, hub, node_id)
+        return _run(spec, hub, node_id, self.stopped_by)
 
 
 def warm_up(default_image: bool) -> str | None:
@@ -292,7 +291,7 @@ def end_with_the_raylet() -> None:
     threading.Thread(target=watch, name="cairn-raylet-watch", daemon=True).start()
 
 
-def _run(spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
+def _run(spec: dict[str, Any], hub: Any, node_id: str, stopped_by: list[str]) -> dict[str, Any]:
     """Takes the run up (a new attempt, at the Hub) and carries it out."""
     end_with_the_raylet()
     shared = sees_driver_runs(spec)
@@ -300,12 +299,14 @@ def _run(spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
         return {"error": f"node {node_id[:8]} does not see the runs directory {spec['runs_dir']} "
                          "(--ray-storage shared)", "seconds": None}
     taken = ray.get(hub.take_up.remote(spec["run_id"], node_id[:8], not shared))
-    return carry_out(spec, hub, node_id, taken, shared)
+    return carry_out(spec, hub, node_id, taken, shared, stopped_by)
 
 
-def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any], shared: bool) -> dict[str, Any]:
+def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any], shared: bool,
+              stopped_by: list[str]) -> dict[str, Any]:
     """Attempt `taken["number"]` of the run, here, as `cairn run`/`cairn resume` would carry it out; its
-    tool calls fenced (FencedLog), so that it runs none once another attempt holds the run."""
+    tool calls fenced (FencedLog), so that it runs none once another attempt holds the run. It stops
+    after its current action once `stopped_by` names the driver's Ctrl-C."""
     from orchestrator.errors import CairnError, SandboxError
     from orchestrator.runner import Session, load_config, mark_failed
 
@@ -344,13 +345,11 @@ def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any
     stopped = False
     while thread.is_alive():
         thread.join(STOP_POLL_S)  # returns as soon as the run ends; meanwhile, a Ctrl-C of the driver?
-        if not stopped and live.get("session") is not None:
-            by = ray.get(hub.stopping.remote())
-            if by is not None:
-                agent = live["session"].agent
-                agent.stop_requested, agent.stopped_by = True, by
-                agent.model.cancel()
-                stopped = True
+        if not stopped and live.get("session") is not None and stopped_by:
+            agent = live["session"].agent
+            agent.stop_requested, agent.stopped_by = True, stopped_by[0]
+            agent.model.cancel()
+            stopped = True
     if not shared:
         display.bring_back()  # the run as it ended (pid file gone, run.json final)
     return {"error": outcome["error"], "seconds": round(time.monotonic() - began, 2)}

@@ -52,6 +52,7 @@ class Placements:
         self.runners: dict[str, Any] = {}  # node id → its runner
         self.dead: set[str] = set()  # nodes known lost
         self.slots: list[Slot] = []
+        self.stopped_by: str | None = None  # the driver's Ctrl-C, told to every runner (one started later too)
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -61,6 +62,12 @@ class Placements:
         A node that joins later gets its runner when a run is placed on it."""
         for node in node_ids:
             self.runners[node] = start_runner(node, self.default_image)
+
+    def stop(self, by: str) -> None:
+        """Every run stops after its current action."""
+        self.stopped_by = by
+        for runner in self.runners.values():
+            runner.stop.remote(by)
 
     def submit(self, index: int, spec: dict[str, Any]) -> None:
         bundle = {SANDBOX_RESOURCE: 1, "CPU": spec["cpus"], "memory": spec["memory"]}
@@ -96,6 +103,8 @@ class Placements:
         runner = self.runners.get(node)
         if runner is None:
             runner = self.runners[node] = start_runner(node, self.default_image)
+            if self.stopped_by is not None:
+                runner.stop.remote(self.stopped_by)
         slot.node, slot.call = node, runner.run.remote(slot.spec, self.hub, node)
 
     def _result(self, slot: Slot) -> dict[str, Any] | None:

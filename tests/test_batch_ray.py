@@ -110,13 +110,35 @@ def test_without_shared_storage_each_run_is_brought_back_to_the_driver_as_its_ow
         assert cairn("report", row.id, "-o", str(tmp_path / f"{row.id}.html"), runs_dir=runs_dir).returncode == 0
 
 
+def test_ctrl_c_stops_each_run_on_its_node_after_its_current_action(tmp_path, runs_dir, cluster):
+    import signal
+
+    settings = small_settings(tmp_path)
+    write_script(tmp_path / "s.json", tool("shell_exec", command="sleep 4"), tool("task_done", summary="ok"))
+    batch = RayBatch(write_batch(tmp_path / "b.jsonl", {"task": "a sleep", "model": "scripted:s.json",
+                                                        "settings": settings}), runs_dir)
+    runner = threading.Thread(target=batch.run)
+    runner.start()
+    row = batch.rows[0]
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and row.status != "running: shell_exec":  # inside its `sleep 4`
+        time.sleep(0.1)
+    batch._on_stop_signal(signal.SIGINT, None)  # what the driver's Ctrl-C handler gets
+    runner.join(120)
+    assert not runner.is_alive()
+    assert (row.status, row.step) == ("interrupted", 1)  # the sleep finished: stopped between actions
+    ends = [e for e in map(json.loads, (runs_dir / row.id / "state" / "events.jsonl").read_text().splitlines())
+            if e["type"] == "status"]
+    assert ends[-1]["reason"] == "stopped by Ctrl-C"
+
+
 @ray.remote(max_retries=0, num_cpus=0, resources={"cairn_sandbox": 1})
 def superseded_attempt(spec: dict, hub) -> dict:
     """Attempt 1 of a run, carried out on a worker node as its runner would, once attempt 2 holds it."""
     from orchestrator.node_session import carry_out
 
     node_id = ray.get_runtime_context().get_node_id()
-    return carry_out(spec, hub, node_id, {"number": 1, "archive": None}, shared=True)
+    return carry_out(spec, hub, node_id, {"number": 1, "archive": None}, shared=True, stopped_by=[])
 
 
 def test_an_attempt_another_node_took_over_writes_no_tool_started_and_runs_no_call(tmp_path, runs_dir, cluster):
