@@ -14,10 +14,11 @@ second and the median time of one sandbox start, and the process's RSS after imp
 With `--ray`: the same tasks, N at a time (one N, default 4), through local threads and through Ray
 (orchestrator/batch_ray.py) on a local cluster of this machine that the batch starts (N cairn_sandbox
 resources), each in a fresh process. The cluster is started before Ray's clock starts (as a cluster
-`ray start` made is already up; its start time is reported beside), but the clock includes Ray's worker
-processes, the hub and the node's runner, which imports the model library, as a batch on a running
-cluster pays them; so here the threads' clock includes their one import of the model library too (both
-start from the same line: image found, model library not imported). The last line: `runs_per_min_local=<n> runs_per_min_ray=<n> ray_overhead=<ratio>` (Ray's wall time
+`ray start` made is already up; its start time is reported beside), but the clock includes what a batch
+on a running cluster pays: the worker processes of the hub and of the node's runner, the runner's
+warm-up (it imports the model library), each run's placement group and call; so here the threads' clock
+includes their one import of the model library too (both start from the same line: the batch file read,
+the image found, the model library not imported). The last line: `runs_per_min_local=<n> runs_per_min_ray=<n> ray_overhead=<ratio>` (Ray's wall time
 over the threads').
 """
 

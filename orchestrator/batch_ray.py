@@ -1,10 +1,12 @@
-"""`cairn batch FILE.jsonl --ray [ADDRESS]`: the lines of a batch as Ray tasks, spread over a cluster.
+"""`cairn batch FILE.jsonl --ray [ADDRESS]`: the lines of a batch spread over a Ray cluster.
 
 The driver (this process) parses the file, plans the work and makes the new runs exactly as a local
-batch does (orchestrator/batch.py); then each run becomes one Ray task, asking for one `cairn_sandbox`
-(the custom resource a node declares: how many sandboxes it takes) and for the run's sandbox CPUs and
-memory. The task runs on its node as `cairn run` would: the node's Docker engine (its DOCKER_HOST), the
-model called from the node. The driver only schedules and watches (node_session.py is the node's side).
+batch does (orchestrator/batch.py); then each run is placed by Ray on a node, with a placement group
+that reserves one `cairn_sandbox` (the custom resource a node declares: how many sandboxes it takes) and
+the run's sandbox CPUs and memory, and carried out there by the node's runner, an actor the batch starts
+on each node (ray_placement.py says why a reservation and a call rather than a task per run). The run
+goes as `cairn run` would: the node's Docker engine (its DOCKER_HOST), the model called from the node.
+The driver only schedules and watches (node_session.py is the node's side).
 
 Run directories (`--ray-storage`):
 - shared: every node mounts the driver's runs directory at the same path, and runs write there directly.
@@ -18,14 +20,15 @@ A run brought back is not marked imported (untrusted, store/trust.py): it was ma
 the user's own batch file, and only nodes of the user's own cluster, which already run the user's code,
 wrote to it. Untrusting it would make `cairn resume` refuse the user's own settings.
 
-Faults: a task is retried by Ray when its worker or its node dies (`max_retries`). The retry takes the
-run up from its last durable state: shared, the run directory as the log left it; local, the last state
-brought back (so at most the step that was under way is lost, and the batch says so). `Session`'s resume
+Faults: when a node dies, Ray places its runs' groups again on other nodes, and the runs are called
+there (ray_placement.py), each taken up from its last durable state: shared, the run directory as the
+log left it; local, the last state brought back (so at most the step that was under way is lost, and
+the batch says so). `Session`'s resume
 uses the toolbox journal (store/journal.py): a call that started is never run again from a durable state.
 
 A small actor on the driver's node (`Hub`) collects each run's node, status, step, tokens and cost for
-the live table, hands a node the run it takes up (local storage) and takes the run back, and carries
-Ctrl-C to the nodes (each run stops after its current action).
+the live table, and hands a node the run it takes up (local storage) and takes the run back. A Ctrl-C
+is told to the nodes' runners (each run stops after its current action).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,12 +48,13 @@ import ray
 from orchestrator.batch import STOP_SIGNALS, Batch, Row
 from orchestrator.disk import parse_size
 from orchestrator.errors import UsageError
-from orchestrator.node_session import SANDBOX_RESOURCE, Hub, run_on_node, start_runners
+from orchestrator.node_session import Hub
+from orchestrator.ray_placement import SANDBOX_RESOURCE, Placements
 from orchestrator.runner import create_run, load_config
 from orchestrator.store.runs import RunDir
 
 STORAGE = ("auto", "shared", "local")
-MAX_RETRIES = 3  # a run whose node dies is taken up again, up to this many times
+REFRESH_S = 1.0  # the live table's rows are brought up to date from the Hub at most this often
 
 
 class Cluster:
@@ -91,6 +96,11 @@ def _loopback_only() -> None:
     from ray._private import ray_constants
 
     ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def _starts_a_cluster(address: str) -> bool:
+    """Whether Cluster(address) would start a local cluster (nothing connected, none found)."""
+    return not ray.is_initialized() and _existing_cluster(address) is None
 
 
 def _existing_cluster(address: str) -> str | None:
@@ -138,7 +148,7 @@ def ray_batch(address: str, storage: str, jobs: int | None) -> Callable[..., Ray
 
 
 class RayBatch(Batch):
-    """A Batch whose runs go to Ray tasks instead of threads: the same file, manifest, plan and rows."""
+    """A Batch whose runs go to Ray's nodes instead of threads: the same file, manifest, plan and rows."""
 
     def __init__(self, batch_file: Path, runs_dir: Path, address: str = "auto", jobs: int | None = None,
                  storage: str = "auto", on_end: Callable[[Row], None] | None = None,
@@ -150,8 +160,7 @@ class RayBatch(Batch):
         self.address, self.storage, self.cap = address, storage, jobs  # cap: at most this many at once
         self.cluster: Cluster | None = None
         self.hub: Any = None
-        self.runners: list[Any] = []
-        self.refs: dict[Any, int] = {}  # in-flight task → row index
+        self.placements: Placements | None = None
         for row in self.rows:
             row.ray = True
 
@@ -159,21 +168,27 @@ class RayBatch(Batch):
         work = self.plan()
         if not work:
             return self.rows
-        self.preflight(work)
         needs = [self._needs(index, run) for index, run in work]
+        # Each line's model is checked before any run is made. A cluster started for the batch is started
+        # after the check (a bad key is said at once); on a running one, the check (which imports the
+        # model library here) overlaps the nodes' runners warming up.
+        check_first = _starts_a_cluster(self.address)
+        if check_first:
+            self.preflight(work)
         self.cluster = Cluster(self.address, self.cap or 4, max(need["cpus"] for need in needs))
         main = threading.current_thread() is threading.main_thread()
         previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS} if main else {}
         try:
             nodes = self._check_feasible(needs)
-            self.hub = Hub.options(scheduling_strategy=_here()).remote(str(self.runs_dir))
-            # The runners start (and import the model library) while the new runs are made here.
-            self.runners = start_runners(self.manifest.id, nodes)
-            specs = [{**need, **self._prepare(index, run)} for need, (index, run) in zip(needs, work)]
-            self._dispatch(specs)
+            self.placements = Placements(any(need["default_image"] for need in needs))
+            self.placements.start_runners(nodes)  # first: they warm up while the hub starts and the runs are made
+            self.hub = self.placements.hub = Hub.options(scheduling_strategy=_here()).remote(str(self.runs_dir))
+            if not check_first:
+                self.preflight(work)
+            self._dispatch(list(zip(needs, work)))
         finally:
-            for actor in self.runners:
-                ray.kill(actor)
+            if self.placements is not None:
+                self.placements.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             if self.hub is not None:
@@ -183,9 +198,10 @@ class RayBatch(Batch):
         return self.rows
 
     def _needs(self, index: int, run: RunDir | None) -> dict[str, Any]:
-        """What a line's run asks of a node: its sandbox's CPUs and memory."""
+        """What a line's run asks of a node: its sandbox's CPUs and memory, and whether it uses cairn's image."""
         cfg = self.todo[index].cfg if run is None else load_config(run)
-        return {"line": self.todo[index].line, "cpus": cfg.sandbox.cpus, "memory": parse_size(cfg.sandbox.memory)}
+        return {"line": self.todo[index].line, "cpus": cfg.sandbox.cpus, "memory": parse_size(cfg.sandbox.memory),
+                "default_image": cfg.sandbox.image is None}
 
     def _prepare(self, index: int, run: RunDir | None) -> dict[str, Any]:
         """What the node needs of one line: the run (made here for a new line) and where it is."""
@@ -222,25 +238,27 @@ class RayBatch(Batch):
                                       "or add a bigger node")
         return [n["NodeID"] for n in alive]
 
-    def _submit(self, spec: dict[str, Any]) -> None:
-        task = run_on_node.options(resources={SANDBOX_RESOURCE: 1}, num_cpus=spec["cpus"], memory=spec["memory"],
-                                   max_retries=MAX_RETRIES, retry_exceptions=False)
-        self.refs[task.remote(spec, self.hub)] = spec["index"]
-
-    def _dispatch(self, specs: list[dict[str, Any]]) -> None:
-        """Submits the runs (at most `--jobs` at once when it was given) and follows them to their end."""
-        waiting = list(specs)
-        while waiting or self.refs:
-            while waiting and not self.stopping.is_set() and (self.cap is None or len(self.refs) < self.cap):
-                self._submit(waiting.pop(0))
+    def _dispatch(self, work: list[tuple[dict[str, Any], tuple[int, RunDir | None]]]) -> None:
+        """Makes and submits the runs (at most `--jobs` at once when it was given) and follows them to their
+        end. A run is made as it is submitted, as a local batch makes it as a thread takes it up: the
+        first runs start while the later ones wait, and a stopped batch leaves the lines it never began."""
+        placements = self.placements
+        waiting = list(work)
+        refreshed = 0.0
+        while waiting or len(placements):
+            while waiting and not self.stopping.is_set() and (self.cap is None or len(placements) < self.cap):
+                need, (index, run) = waiting.pop(0)
+                placements.submit(index, {**need, **self._prepare(index, run)})
             if self.stopping.is_set():
                 waiting.clear()
-            if not self.refs:
+            if not len(placements):
                 break
-            ready, _ = ray.wait(list(self.refs), num_returns=1, timeout=0.25)
-            self._refresh()
-            for ref in ready:
-                self._ended(self.refs.pop(ref), ref)
+            ended = placements.wait(REFRESH_S)
+            if ended or time.monotonic() - refreshed >= REFRESH_S:
+                self._refresh()
+                refreshed = time.monotonic()
+            for index, result in ended:
+                self._ended(index, result)
 
     def _refresh(self) -> None:
         """The rows from what the nodes reported (the live table reads them)."""
@@ -250,15 +268,8 @@ class RayBatch(Batch):
                 for name, value in fields.items():
                     setattr(row, name, value)
 
-    def _ended(self, index: int, ref: Any) -> None:
+    def _ended(self, index: int, result: dict[str, Any]) -> None:
         row = self.rows[index]
-        try:
-            result = ray.get(ref)
-        except ray.exceptions.TaskCancelledError:
-            result = {"error": None}
-        except ray.exceptions.RayError as exc:  # its node died more often than it is retried, or Ray failed
-            result = {"error": f"the run's Ray task failed: {_why(exc)}"}
-        self._refresh()
         if result.get("error"):
             row.error = result["error"]
         if result.get("seconds") is not None:
@@ -273,13 +284,13 @@ class RayBatch(Batch):
         self._sigints += 1
         self.interrupted = True
         self.stopping.set()
-        if self._sigints == 1 and self.hub is not None:
-            self.hub.stop.remote(name)
+        if self._sigints == 1 and self.placements is not None:
+            self.placements.stop(name)
             sys.stderr.write(f"cairn: {name}: stopping every run after its current action "
                              f"({name} again to stop at once)\n")
             return
-        for ref in list(self.refs):  # at once: the runs are left crashed (resumable)
-            ray.cancel(ref, force=True)
+        if self.placements is not None:  # at once: the runs are left crashed (resumable)
+            self.placements.close()
         raise KeyboardInterrupt
 
 
@@ -288,9 +299,3 @@ def _here() -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     return NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
-
-
-def _why(exc: Exception) -> str:
-    """The line of a Ray error that says what went wrong (its first names the task, its last the cause)."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    return (lines[-1] if lines else type(exc).__name__)[:300]

@@ -1,9 +1,9 @@
 """A batch run on a Ray node (the node's side of orchestrator/batch_ray.py), and the driver's Hub actor.
 
-`run_on_node` is the Ray task of one run: it holds the run's resources and hands the run to the node's
+A run's resources are held by its placement group (ray_placement.py); the run is a call to the node's
 `NodeRunner`, an actor the driver starts on each node for the batch, that runs the runs in threads of one process, exactly as
 `cairn run`/`cairn resume` would, with this node's Docker engine and model settings; a second thread
-of each run carries a Ctrl-C of the driver to it. Where the run lives:
+of each run carries a Ctrl-C of the driver (told to the runner) to it. Where the run lives:
 - shared storage: the driver's run directory, written directly;
 - local: a copy in this node's runs directory, from the archive the Hub hands over, brought back to the
   driver (a `cairn export` archive, imported by the Hub) after every step's checkpoint and at the end.
@@ -26,10 +26,12 @@ from typing import Any
 import ray
 
 from orchestrator.store import events as ev
+from orchestrator.store.events import EventLog
 from orchestrator.store.runs import RunDir
 
-SANDBOX_RESOURCE = "cairn_sandbox"  # the custom resource of nodes that run sandboxes: how many at once
 LOCAL_RUNS_ENV = "CAIRN_RAY_RUNS_DIR"  # a node's own runs directory, where it does not share the driver's
+PROGRESS_S = 0.5  # a run's step and tokens go to the Hub at most this often (a new status, at once)
+STOP_POLL_S = 0.2  # how often a run looks whether its runner was told to stop (the driver's Ctrl-C)
 
 
 # -- the driver's side: the Hub ---------------------------------------------------------------------
@@ -44,7 +46,6 @@ class Hub:
         self.runs_dir = Path(runs_dir)
         self.rows: dict[str, dict[str, Any]] = {}
         self.attempts: dict[str, dict[str, Any]] = {}  # run id → the current attempt: node, number, steps
-        self.stopped_by: str | None = None
         self.lock = threading.Lock()
 
     def progress(self, run_id: str, fields: dict[str, Any]) -> None:
@@ -57,12 +58,6 @@ class Hub:
     def snapshot(self) -> dict[str, dict[str, Any]]:
         with self.lock:
             return {run_id: dict(fields, notes=list(fields.get("notes", []))) for run_id, fields in self.rows.items()}
-
-    def stop(self, by: str) -> None:
-        self.stopped_by = by
-
-    def stopping(self) -> str | None:
-        return self.stopped_by
 
     def take_up(self, run_id: str, node: str, local: bool) -> dict[str, Any]:
         """A node begins a run, or begins it again after the node of the last attempt died. Returns the
@@ -152,6 +147,7 @@ class NodeDisplay:
 
     def __init__(self, hub: Any, run: RunDir, node: str, number: int, brings_back: bool) -> None:
         self.hub, self.run, self.node, self.number, self.brings_back = hub, run, node, number, brings_back
+        self.sent = 0.0  # when progress last went to the Hub
 
     def event(self, event: ev.Event, state: Any) -> None:
         t = state.totals
@@ -164,22 +160,13 @@ class NodeDisplay:
             fields["status"] = f"running: {event.name}"
         elif isinstance(event, ev.ToolFinished):
             fields["status"] = "running"
-        if isinstance(event, ev.ToolStarted):
-            self.fence()
-        self.hub.progress.remote(self.run.id, fields)
+        # A new status goes at once; the rest (step, tokens) at most every PROGRESS_S, each report whole,
+        # so the next one carries what a skipped one had (the live table reads the Hub once a second).
+        if "status" in fields or time.monotonic() - self.sent >= PROGRESS_S:
+            self.hub.progress.remote(self.run.id, fields)
+            self.sent = time.monotonic()
         if self.brings_back and isinstance(event, ev.Checkpoint) and event.step > 0:
             self.bring_back()
-
-    def fence(self) -> None:
-        """Before a tool call runs: is this still the run's current attempt? A process Ray gave up on
-        (its node thought dead, the run taken up elsewhere) ends at once, writing nothing more: else the
-        call would run twice, here and on the node that took the run up."""
-        try:
-            current = ray.get(self.hub.current.remote(self.run.id, self.number), timeout=30)
-        except ray.exceptions.RayError:
-            current = False
-        if not current:
-            os._exit(1)
 
     def bring_back(self) -> None:
         if not ray.get(self.hub.bring_back.remote(self.run.id, self.number, _export_bytes(self.run))):
@@ -187,6 +174,28 @@ class NodeDisplay:
 
     def close(self) -> None:
         pass
+
+
+class FencedLog(EventLog):
+    """A run's event log on a node, fenced: before it writes a tool_started (after which the call runs),
+    it asks the Hub whether this attempt still holds the run. A process Ray gave up on (its node thought
+    dead, the run taken up on another node) ends there, having written nothing of the call and run
+    nothing: else the call would run twice, here and on the node that took the run up."""
+
+    def __init__(self, path: Path, hub: Any, run_id: str, number: int) -> None:
+        super().__init__(path)
+        self.hub, self.run_id, self.number = hub, run_id, number
+
+    def append(self, event: ev._Event) -> None:
+        if isinstance(event, ev.ToolStarted) and not self.holds_the_run():
+            os._exit(1)  # at once: no unwinding, which would write the log and stop the run's container
+        super().append(event)
+
+    def holds_the_run(self) -> bool:
+        try:
+            return bool(ray.get(self.hub.current.remote(self.run_id, self.number), timeout=30))
+        except ray.exceptions.RayError:  # the Hub cannot say (the driver gone): hold back, as if taken
+            return False
 
 
 def node_runs_dir(node_id: str) -> Path:
@@ -211,44 +220,56 @@ def _started_before(run: RunDir) -> bool:
     return any(isinstance(e, ev.StatusChanged) for e in events)
 
 
-@ray.remote
-def run_on_node(spec: dict[str, Any], hub: Any) -> dict[str, Any]:
-    """One run of the batch on this node, holding its resources (cairn_sandbox, CPUs, memory) while the
-    node's runner carries it out; returns {"error", "seconds"}. The run's own record (run.json, the log)
-    is what the driver reads for the row."""
-    node_id = ray.get_runtime_context().get_node_id()
-    try:
-        runner = ray.get_actor(runner_name(spec["batch"], node_id))
-    except ValueError:  # a node that joined after the batch began has no runner: the run goes on here
-        return _run(spec, hub, node_id)
-    return ray.get(runner.run.remote(spec, hub, node_id))
-
-
-def runner_name(batch: str, node_id: str) -> str:
-    return f"cairn-runner-{batch}-{node_id}"
-
-
-def start_runners(batch: str, node_ids: list[str]) -> list[Any]:
-    """A NodeRunner on each node, owned by the driver (an actor lives as long as its owner holds it)."""
+def start_runner(node_id: str, default_image: bool) -> Any:
+    """The NodeRunner of a node, owned by the driver (an actor lives as long as its owner holds it). It
+    warms up at once; a run's call waits for its warm-up."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return [NodeRunner.options(name=runner_name(batch, node_id),
-                               scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)).remote()
-            for node_id in node_ids]
+    return NodeRunner.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+                              ).remote(default_image)
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000)
 class NodeRunner:
     """The runs of a batch on one node, in threads of one process, as a local batch runs them: they wait
     on the model and on the sandbox, and one process imports the model library (3-4 s of CPU) once a node
-    instead of once a run at a time. Its tasks (`run_on_node`) hold the runs' resources."""
+    instead of once a run at a time. The runs' placement groups hold their resources."""
 
-    def __init__(self) -> None:
+    def __init__(self, default_image: bool) -> None:
         end_with_the_raylet()
-        from orchestrator.llm import client  # noqa: F401 - litellm imported once, here, not in N threads
+        self.unready = warm_up(default_image)
+        # Its own, not the module's: Ray copies the class, with the module globals its methods name.
+        self.stopped_by: list[str] = []
+
+    def stop(self, by: str) -> None:
+        """The driver's Ctrl-C (`by`): every run of this runner stops after its current action."""
+        self.stopped_by.append(by)
 
     def run(self, spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
-        return _run(spec, hub, node_id)
+        if self.unready is not None:
+            return {"error": f"node {node_id[:8]}: {self.unready}", "seconds": None}
+        return _run(spec, hub, node_id, self.stopped_by)
+
+
+def warm_up(default_image: bool) -> str | None:
+    """What every run on this node does first, done once as the node's runner starts: the model library
+    and the runner's modules imported, the Docker engine asked, the sandbox image found (or built: once a
+    node, not by its first runs at once) when a run uses it. Returns why this node cannot run sandboxes."""
+    from orchestrator.errors import CairnError
+    from orchestrator.llm.client import litellm_module
+    from orchestrator.runner import Session  # noqa: F401 - with it, what a run's start imports
+    from orchestrator.sandbox.engine import connect
+    from orchestrator.sandbox.image import ensure_image
+
+    litellm_module()
+    try:
+        if default_image:
+            ensure_image()
+        else:
+            connect().close()
+    except CairnError as exc:
+        return exc.message
+    return None
 
 
 _watching = threading.Lock()
@@ -270,22 +291,32 @@ def end_with_the_raylet() -> None:
     threading.Thread(target=watch, name="cairn-raylet-watch", daemon=True).start()
 
 
-def _run(spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
+def _run(spec: dict[str, Any], hub: Any, node_id: str, stopped_by: list[str]) -> dict[str, Any]:
+    """Takes the run up (a new attempt, at the Hub) and carries it out."""
+    end_with_the_raylet()
+    shared = sees_driver_runs(spec)
+    if spec["storage"] == "shared" and not shared:
+        return {"error": f"node {node_id[:8]} does not see the runs directory {spec['runs_dir']} "
+                         "(--ray-storage shared)", "seconds": None}
+    taken = ray.get(hub.take_up.remote(spec["run_id"], node_id[:8], not shared))
+    return carry_out(spec, hub, node_id, taken, shared, stopped_by)
+
+
+def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any], shared: bool,
+              stopped_by: list[str]) -> dict[str, Any]:
+    """Attempt `taken["number"]` of the run, here, as `cairn run`/`cairn resume` would carry it out; its
+    tool calls fenced (FencedLog), so that it runs none once another attempt holds the run. It stops
+    after its current action once `stopped_by` names the driver's Ctrl-C."""
     from orchestrator.errors import CairnError, SandboxError
     from orchestrator.runner import Session, load_config, mark_failed
 
-    end_with_the_raylet()
     began = time.monotonic()
     node = node_id[:8]
-    shared = sees_driver_runs(spec)
-    if spec["storage"] == "shared" and not shared:
-        return {"error": f"node {node} does not see the runs directory {spec['runs_dir']} (--ray-storage shared)",
-                "seconds": None}
-    taken = ray.get(hub.take_up.remote(spec["run_id"], node, not shared))
     if shared:
         run = RunDir(Path(spec["runs_dir"]) / spec["run_id"])
     else:
         run = replace_with_archive(node_runs_dir(node_id), spec["run_id"], taken["archive"])
+    run.events = FencedLog(run.events.path, hub, run.id, taken["number"])
     display = NodeDisplay(hub, run, node, taken["number"], brings_back=not shared)
     outcome: dict[str, Any] = {"error": None}
     live: dict[str, Any] = {}
@@ -313,10 +344,10 @@ def _run(spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
     thread.start()
     stopped = False
     while thread.is_alive():
-        thread.join(0.5)
-        if not stopped and live.get("session") is not None and ray.get(hub.stopping.remote()):
+        thread.join(STOP_POLL_S)  # returns as soon as the run ends; meanwhile, a Ctrl-C of the driver?
+        if not stopped and live.get("session") is not None and stopped_by:
             agent = live["session"].agent
-            agent.stop_requested, agent.stopped_by = True, ray.get(hub.stopping.remote())
+            agent.stop_requested, agent.stopped_by = True, stopped_by[0]
             agent.model.cancel()
             stopped = True
     if not shared:

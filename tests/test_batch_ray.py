@@ -110,6 +110,66 @@ def test_without_shared_storage_each_run_is_brought_back_to_the_driver_as_its_ow
         assert cairn("report", row.id, "-o", str(tmp_path / f"{row.id}.html"), runs_dir=runs_dir).returncode == 0
 
 
+def test_ctrl_c_stops_each_run_on_its_node_after_its_current_action(tmp_path, runs_dir, cluster):
+    import signal
+
+    settings = small_settings(tmp_path)
+    write_script(tmp_path / "s.json", tool("shell_exec", command="sleep 4"), tool("task_done", summary="ok"))
+    batch = RayBatch(write_batch(tmp_path / "b.jsonl", {"task": "a sleep", "model": "scripted:s.json",
+                                                        "settings": settings}), runs_dir)
+    runner = threading.Thread(target=batch.run)
+    runner.start()
+    row = batch.rows[0]
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and row.status != "running: shell_exec":  # inside its `sleep 4`
+        time.sleep(0.1)
+    batch._on_stop_signal(signal.SIGINT, None)  # what the driver's Ctrl-C handler gets
+    runner.join(120)
+    assert not runner.is_alive()
+    assert (row.status, row.step) == ("interrupted", 1)  # the sleep finished: stopped between actions
+    ends = [e for e in map(json.loads, (runs_dir / row.id / "state" / "events.jsonl").read_text().splitlines())
+            if e["type"] == "status"]
+    assert ends[-1]["reason"] == "stopped by Ctrl-C"
+
+
+@ray.remote(max_retries=0, num_cpus=0, resources={"cairn_sandbox": 1})
+def superseded_attempt(spec: dict, hub) -> dict:
+    """Attempt 1 of a run, carried out on a worker node as its runner would, once attempt 2 holds it."""
+    from orchestrator.node_session import carry_out
+
+    node_id = ray.get_runtime_context().get_node_id()
+    return carry_out(spec, hub, node_id, {"number": 1, "archive": None}, shared=True, stopped_by=[])
+
+
+def test_an_attempt_another_node_took_over_writes_no_tool_started_and_runs_no_call(tmp_path, runs_dir, cluster):
+    """The fence: the Hub gave the run to attempt 2 (as when Ray took it up elsewhere while its first
+    node was thought dead) before attempt 1 reaches its first call. Attempt 1's process ends there: the
+    log has no tool_started and the call never ran. No timing: attempt 2 holds the run from the start."""
+    from orchestrator.batch import parse_file
+    from orchestrator.node_session import Hub
+    from orchestrator.runner import create_run
+    from orchestrator.store import events as ev
+
+    settings = small_settings(tmp_path)
+    ledger_script(tmp_path / "s.json", "echo ran >> ledger.txt")
+    [job] = parse_file(write_batch(tmp_path / "b.jsonl", {"task": "a ledger", "model": "scripted:s.json",
+                                                           "settings": settings}))
+    run = create_run(runs_dir, job.task, job.cfg)
+    hub = Hub.remote(str(runs_dir))
+    assert ray.get(hub.take_up.remote(run.id, "old", False))["number"] == 1
+    assert ray.get(hub.take_up.remote(run.id, "new", False))["number"] == 2  # the other node holds it now
+    spec = {"run_id": run.id, "runs_dir": str(runs_dir), "resumed": False}
+    try:
+        with pytest.raises(ray.exceptions.WorkerCrashedError):  # it ended itself at the fence
+            ray.get(superseded_attempt.remote(spec, hub), timeout=180)
+    finally:
+        ray.kill(hub)
+    events, _torn = run.events.read()
+    assert any(isinstance(e, ev.StatusChanged) for e in events)  # it did start: the fence stopped it
+    assert not any(isinstance(e, ev.ToolStarted) for e in events)
+    assert not (run.workspace / "ledger.txt").exists()
+
+
 @pytest.mark.parametrize("storage", ["shared", "local"])
 def test_a_node_killed_mid_run_and_its_run_finishes_on_the_other_with_no_call_run_twice(
         tmp_path, runs_dir, cluster, storage):
