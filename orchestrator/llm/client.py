@@ -6,9 +6,9 @@ told to `on_retry` before its wait; anything else fails at once as a `ModelError
 endpoint, and a request too long for the model as `ContextOverflow`, so the loop can compact and try
 again. The request runs in a worker thread (inflight.py), so silence and Ctrl-C end it at once. The
 llm modules other than types.py are the only ones that import litellm, and only when it is needed:
-a request to an OpenAI-compatible server of one's own that litellm has no price for goes out through
-openai_compat.py instead, and litellm's facts about a model come from a cache (facts.py), so such a
-run never pays litellm's import (2-3 s of CPU; bench/startup_bench.py).
+a request to an OpenAI chat model that litellm would pass on unchanged goes out through
+openai_compat.py instead (direct.py says which), and litellm's facts about a model come from a cache
+(facts.py), so such a run never pays litellm's import (2-3 s of CPU; bench/startup_bench.py).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any  # noqa: E402
 import httpx  # noqa: E402
 
 from orchestrator.config import ModelConfig  # noqa: E402
+from orchestrator.llm.direct import direct_endpoint, usage_cost  # noqa: E402
 from orchestrator.llm.endpoint import endpoint_of, is_openai_named, provider_of  # noqa: E402
 from orchestrator.llm.facts import ModelFacts, litellm_module, model_facts  # noqa: E402
 from orchestrator.llm.openai_compat import Endpoint  # noqa: E402
@@ -165,6 +166,8 @@ class LLM:
         """Where requests go, for messages: the URL, or the provider's name when it cannot be told."""
         if self._script_spec is not None:
             return self.scripted.url
+        if self._direct is not None:
+            return self._direct.base
         return endpoint_of(self.cfg.model, self.cfg.api_base) or f"the provider of {self.cfg.model}"
 
     @property
@@ -289,22 +292,11 @@ class LLM:
 
     @functools.cached_property
     def _direct(self) -> Endpoint | None:
-        """The endpoint, when requests go out through openai_compat.py instead of litellm: an
-        OpenAI-compatible server of one's own (`openai/NAME` with an api_base, not the scripted model,
-        which CONTRACTS.md sends through litellm) for a model litellm has no price for. For such a
-        request litellm only hands the body to the openai client; a priced model keeps litellm, whose
-        price list and cost calculation it needs."""
-        if self._script_spec is not None or not self.cfg.api_base or not is_openai_named(self.cfg.model):
+        """The endpoint, when requests go out through openai_compat.py instead of litellm (direct.py
+        says which models may); never for the scripted model, which CONTRACTS.md sends through litellm."""
+        if self._script_spec is not None:
             return None
-        if self._facts.priced:
-            return None
-        return Endpoint(self.cfg.api_base, self._api_key())
-
-    def _api_key(self) -> str | None:
-        """The key the openai client would send: the agent.json's, else OPENAI_API_KEY, else a placeholder."""
-        if self.cfg.api_key is not None:
-            return self.cfg.api_key.get_secret_value()
-        return os.environ.get("OPENAI_API_KEY") or "none"
+        return direct_endpoint(self.cfg, self._facts)
 
     @functools.cached_property
     def _facts(self) -> ModelFacts:
@@ -371,6 +363,8 @@ class LLM:
         """USD from the script's `pricing` or litellm's price list; None when the price is unknown."""
         if raw_usage is None:
             return None
+        if self._direct is not None and self._facts.prices is not None:
+            return usage_cost(self._facts.prices, raw_usage)  # litellm's prices, without litellm
         custom = self._script_prices()
         if custom is None and not self._listed_price:
             return None
@@ -490,6 +484,8 @@ def _body(request: dict) -> dict:
     body["model"] = request["model"].partition("/")[2]
     # litellm leaves a message's null fields out (an answer of tool calls alone has a null content).
     body["messages"] = [{k: v for k, v in m.items() if v is not None} for m in request["messages"]]
+    if not body.get("stream"):
+        body.pop("stream", None)  # litellm sends no `stream` for an answer taken whole
     return body
 
 

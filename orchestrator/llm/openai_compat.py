@@ -1,10 +1,10 @@
-"""A chat request to an OpenAI-compatible server of one's own, sent with httpx alone (no litellm).
+"""A chat request to an OpenAI-compatible endpoint, sent with httpx alone (no litellm).
 
-For `openai/NAME --api-base URL` litellm does little besides handing the request to the openai client,
-which POSTs it as JSON to `URL/chat/completions` and reads the answer (server-sent events when
-streamed) with httpx. Importing litellm for that costs 2-3 s of CPU at every start, more than the rest
-of a start together (bench/startup_bench.py), so client.py sends such requests here, when litellm has
-nothing else to add (no price for NAME: see client.LLM._direct). The body is the one litellm sends
+For an OpenAI chat model (`openai/NAME` at --api-base URL or at api.openai.com) litellm does little
+besides handing the request to the openai client, which POSTs it as JSON to `URL/chat/completions`
+and reads the answer (server-sent events when streamed) with httpx. Importing litellm for that costs
+2-3 s of CPU at every start, more than the rest of a start together (bench/startup_bench.py), so
+client.py sends such requests here, when litellm has nothing else to add (direct.py says when). The body is the one litellm sends
 for that provider; the answer's chunks are read by attribute like litellm's (`chunk.choices[0].delta`),
 a field the server left out reading as None; and a failure is raised as the openai client's own
 exception (400 BadRequestError, 429 RateLimitError, 5xx InternalServerError, APIConnectionError,
@@ -51,8 +51,11 @@ def _wrap(value: Any) -> Any:  # noqa: ANN401
 class Endpoint:
     """One OpenAI-compatible endpoint, its connections kept open between requests."""
 
-    def __init__(self, api_base: str, api_key: str | None) -> None:
+    def __init__(self, api_base: str, api_key: str | None, model: str | None = None) -> None:
+        """`model`: the model's name as the server knows it, put in every body (None: the body's own)."""
+        self.base = api_base
         self.url = api_base.rstrip("/") + "/chat/completions"
+        self.model = model
         self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
@@ -62,6 +65,8 @@ class Endpoint:
         """The answer's chunks (one whole response when not streaming), as the server sends them."""
         if self._client is None:
             self._client = httpx.Client()
+        if self.model is not None:
+            body = {**body, "model": self.model}
         request = self._client.build_request("POST", self.url, json=body, headers=self.headers, timeout=timeout)
         try:
             response = self._client.send(request, stream=True)
