@@ -146,3 +146,18 @@ def test_a_known_openai_model_is_checked_and_asked_without_importing_litellm(ser
     again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert first.stdout.split() == ["True", "128000", "True"]  # litellm asked once, for the facts
     assert again.stdout.split() == ["True", "128000", "False"]
+
+
+def test_the_facts_of_another_installed_litellm_are_kept_and_those_of_a_replaced_one_dropped(tmp_path):
+    model_facts("openai/gpt-4o")
+    kept = json.loads(cache_file().read_text())
+    [(key, entry)] = kept.items()
+    _model, package, stamps, local = json.loads(key)
+    elsewhere = tmp_path / "other-venv" / "litellm"  # another virtualenv's litellm, still installed
+    elsewhere.mkdir(parents=True)
+    other = json.dumps(["openai/gpt-4o", str(elsewhere), stamps, local])
+    replaced = json.dumps(["openai/gpt-4o", package, ["1:1", "1:1"], local])  # this litellm before an upgrade
+    gone = json.dumps(["openai/gpt-4o", str(tmp_path / "removed" / "litellm"), stamps, local])
+    cache_file().write_text(json.dumps({other: entry, replaced: entry, gone: entry}))
+    model_facts("gpt-4o-mini")
+    assert set(json.loads(cache_file().read_text())) == {other, json.dumps(["gpt-4o-mini", package, stamps, local])}

@@ -193,8 +193,9 @@ def _read() -> dict:
 def _remember(key: str, facts: ModelFacts) -> None:
     path = cache_file()
     current = json.loads(key)[1:]
-    # Answers of a litellm since replaced are dropped: the file holds one version's answers.
-    data = {k: v for k, v in _read().items() if _same_litellm(k, current)}
+    # Answers of a litellm since replaced are dropped; those of another installed litellm (another
+    # virtualenv on the machine shares this file) are kept, or each install would evict the other's.
+    data = {k: v for k, v in _read().items() if _still_valid(k, current)}
     data[key] = {"version": VERSION, **dataclasses.asdict(facts)}
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # a batch's runs are threads
     try:
@@ -205,11 +206,15 @@ def _remember(key: str, facts: ModelFacts) -> None:
         tmp.unlink(missing_ok=True)  # a read-only home: the next start asks litellm again
 
 
-def _same_litellm(key: str, current: list) -> bool:
+def _still_valid(key: str, current: list) -> bool:
+    """Whether a kept answer's litellm is still installed as it was (the current one, or another)."""
     try:
-        return json.loads(key)[1:] == current
+        _model, package, stamps, _local = json.loads(key)
     except (ValueError, TypeError):
         return False
+    if package == current[0]:
+        return stamps == current[1]
+    return Path(package).is_dir()
 
 
 def litellm_module() -> Any:  # noqa: ANN401 - the litellm module
