@@ -1,6 +1,6 @@
 """Cold start: how long `cairn run` takes to send its first model request, and to finish a one-step run.
 
-    python bench/startup_bench.py [--starts 5] [--scripted] [--short]
+    python bench/startup_bench.py [--starts 5] [--scripted | --name NAME] [--short]
 
 Each start is a fresh `python -m orchestrator.cli run TASK` in a new runs dir, with the sandbox image
 built and the engine running, against a model whose first answer is `task_done`. Timed from just before
@@ -12,7 +12,9 @@ The model is, by default, an OpenAI-compatible endpoint served on loopback by th
 model's server, run here so it stamps each request's arrival): cairn reaches it as `openai/scripted
 --api-base URL`, the path of a server of one's own, preflight included, which goes without litellm
 once litellm's facts about the model are in cairn's cache (llm/facts.py: the first start fills it;
-run with an empty XDG_CACHE_HOME to time that start). With `--scripted`, cairn serves the script
+run with an empty XDG_CACHE_HOME to time that start). `--name gpt-4o` asks for `openai/gpt-4o` there
+instead: a model litellm prices, as a hosted OpenAI model is, which goes without litellm as well once
+its facts (its prices among them) are cached (llm/direct.py). With `--scripted`, cairn serves the script
 itself (`--model scripted:PATH`), reached through litellm like every other provider, and the request's
 arrival is read from CAIRN_SCRIPTED_LOG. Beside them, litellm_import_s: `import litellm` alone in a
 fresh interpreter (LITELLM_LOCAL_MODEL_COST_MAP=True), the floor of a start that goes through litellm.
@@ -59,7 +61,7 @@ class StampedServer(ScriptedServer):
         return super().respond(body)
 
 
-def one_start(runs_dir: Path, scripted: bool, image: str | None) -> dict[str, float]:
+def one_start(runs_dir: Path, scripted: bool, image: str | None, name: str = "scripted") -> dict[str, float]:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "NO_COLOR": "1"}
     server = None
     with tempfile.TemporaryDirectory(prefix="cairn-startup-") as scratch:
@@ -71,7 +73,7 @@ def one_start(runs_dir: Path, scripted: bool, image: str | None) -> dict[str, fl
             env["CAIRN_SCRIPTED_LOG"] = str(log)
         else:
             server = StampedServer({"turns": [DONE]})
-            model = ["--model", "openai/scripted", "--api-base", server.start()]
+            model = ["--model", f"openai/{name}", "--api-base", server.start()]
         command = [sys.executable, "-m", "orchestrator.cli", "run", TASK, *model, "--runs-dir", str(runs_dir)]
         if image:
             command += ["--image", image]
@@ -126,6 +128,8 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=5, help="starts to take the median of (default 5)")
     parser.add_argument("--short", action="store_true", help="one start, for CI: checks the output, not the timings")
     parser.add_argument("--scripted", action="store_true", help="cairn serves the script itself (scripted:PATH)")
+    parser.add_argument("--name", default="scripted",
+                        help="the model's name at the loopback endpoint, asked as openai/NAME (default scripted)")
     parser.add_argument("--image", help="the sandbox image (default: the one cairn builds)")
     args = parser.parse_args()
     starts = 1 if args.short else args.starts
@@ -137,7 +141,7 @@ def main() -> None:
     cpu: list[float] = []
     with tempfile.TemporaryDirectory(prefix="cairn-startup-runs-") as runs:
         for n in range(starts):
-            got = one_start(Path(runs), args.scripted, args.image)
+            got = one_start(Path(runs), args.scripted, args.image, args.name)
             print(f"start {n + 1}: " + " ".join(f"{k}={v:.2f}" for k, v in got.items()), flush=True)
             cpu.append(got.pop("cpu_s"))
             for key, value in got.items():

@@ -92,12 +92,14 @@ class Session:
         """The loop's Agent with its ports: this sandbox, the model's client (which imports litellm: only
         commands that call a model come here), the display, and the registry of the run's tools."""
         from orchestrator.critic import critic_model_config
+        from orchestrator.llm import warmup
         from orchestrator.llm.client import LLM
         from orchestrator.loop import Agent
         from orchestrator.tools.builtin import builtin_tools
         from orchestrator.tools.registry import Registry
 
         llm = LLM(self.cfg.model)
+        warmup.wait()  # the load `run` and `resume` began (llm/warmup.py): then preload finds it done
         llm.preload()  # litellm, unless the model goes without it (llm/client.py)
         tools = Registry([*builtin_tools(Agent), *self.own_tools])  # MCP tools join once their servers run
         agent = Agent(self.run, self.cfg, self.sandbox, llm, display, tools)

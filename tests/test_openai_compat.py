@@ -89,13 +89,15 @@ def test_the_server_receives_the_body_litellm_sends(server):
     assert direct["model"] == "my-model"
 
 
-def test_a_priced_model_and_the_scripted_model_keep_litellm(server, tmp_path):
-    assert own_server(server.url, model="openai/gpt-4o")._direct is None  # litellm prices it
+def test_the_scripted_model_and_a_model_litellm_rewrites_keep_litellm(server, tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": [TURN]}))
     assert LLM(ModelConfig(model=f"scripted:{script}"))._direct is None  # CONTRACTS.md: through litellm
-    assert LLM(ModelConfig(model="openai/my-model"))._direct is None  # no api_base: api.openai.com
+    assert LLM(ModelConfig(model="openai/my-model"))._direct is None  # api.openai.com without a key
+    assert own_server(server.url, model="openai/o3-mini")._direct is None  # litellm renames max_tokens
     assert own_server(server.url)._direct is not None
+    assert own_server(server.url, model="openai/gpt-4o")._direct is not None  # priced: see test_direct.py
 
 
 def test_an_overflow_from_the_server_is_a_context_overflow():

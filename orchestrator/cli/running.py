@@ -49,6 +49,7 @@ def run(
     """Start a run. Settings: built-in defaults < the template's cairn.json < an agent folder's cairn.json
     < the --settings file < the options given here."""
     from orchestrator.critic import preflight_critic
+    from orchestrator.llm import warmup
     from orchestrator.llm.preflight import preflight
     from orchestrator.runner import agent_folder_settings, create_run, resolve_config, settings_file
 
@@ -77,6 +78,7 @@ def run(
         from orchestrator.agent_folder import load_config as load_agent_config
 
         cfg = load_agent_config(config, cfg, cli_model=model, cli_api_base=api_base)
+    warmup.begin(cfg.model)  # the model library loads from now on, while the run is made (llm/warmup.py)
     preflight(cfg.model)  # a wrong model, key or endpoint: said now, before a run or a sandbox exists
     preflight_critic(cfg)
 
@@ -127,6 +129,7 @@ def resume(
     """Continue a stopped, interrupted or crashed run (or, with --from-step, a fork of it). An imported run
     is untrusted: its settings that reach this machine need --trust, --safe-defaults or your own values."""
     from orchestrator.critic import preflight_critic
+    from orchestrator.llm import warmup
     from orchestrator.llm.preflight import preflight
     from orchestrator.runner import run_is_live
     from orchestrator.store.trust import settle
@@ -183,6 +186,8 @@ def resume(
         cfg.critic.model = critic_model
     if mode is not None:
         cfg.approvals.mode = mode
+    if not cfg.mcp.api_key_in_file:  # else the key read at the start may send it without litellm
+        warmup.begin(cfg.model)  # the model library loads from now on (llm/warmup.py)
     preflight(cfg.model, key_elsewhere=cfg.mcp.api_key_in_file)  # before the sandbox starts
     preflight_critic(cfg)
     meta["config"] = cfg.model_dump(mode="json")

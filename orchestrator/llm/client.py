@@ -6,9 +6,9 @@ told to `on_retry` before its wait; anything else fails at once as a `ModelError
 endpoint, and a request too long for the model as `ContextOverflow`, so the loop can compact and try
 again (retry.py sorts the failures and words them). The request runs in a worker thread (inflight.py),
 so silence and Ctrl-C end it at once. The llm modules other than types.py are the only ones that
-import litellm, and only when it is needed: a request to an OpenAI-compatible server of one's own
-that litellm has no price for goes out through openai_compat.py instead, and litellm's facts about a
-model come from a cache (facts.py), so such a run never pays litellm's import (2-3 s of CPU;
+import litellm, and only when it is needed: a request to an OpenAI chat model that litellm would pass
+on unchanged goes out through openai_compat.py instead (direct.py says which), and litellm's facts
+about a model come from a cache (facts.py), so such a run never pays litellm's import (2-3 s of CPU;
 bench/startup_bench.py). The scripted model's loopback servers are scripted.py's; the price of an
 answer is cost.py's.
 """
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field  # noqa: E402
 import httpx  # noqa: E402
 
 from orchestrator.config import ModelConfig  # noqa: E402
+from orchestrator.llm.direct import direct_endpoint  # noqa: E402
 from orchestrator.llm.endpoint import endpoint_of, is_openai_named, provider_of  # noqa: E402
 from orchestrator.llm.facts import ModelFacts, litellm_module, model_facts  # noqa: E402
 from orchestrator.llm import openai_compat  # noqa: E402
@@ -133,6 +134,8 @@ class LLM:
         """Where requests go, for messages: the URL, or the provider's name when it cannot be told."""
         if self._script_spec is not None:
             return self.scripted.url
+        if self._direct is not None:
+            return self._direct.base
         return endpoint_of(self.cfg.model, self.cfg.api_base) or f"the provider of {self.cfg.model}"
 
     @property
@@ -187,7 +190,8 @@ class LLM:
                     if self.on_retry is not None:
                         self.on_retry(retry)
                     pause(retry.wait, self._cancelled)
-        cost = cost_usd(self.cfg.model, answer.raw_usage, (self._script or {}).get("pricing"), self._facts.priced)
+        cost = cost_usd(self.cfg.model, answer.raw_usage, (self._script or {}).get("pricing"), self._facts,
+                        direct=self._direct is not None)
         return Reply(
             message=assistant_message(answer.content, answer.tool_calls),
             tool_calls=answer.tool_calls,
@@ -247,14 +251,11 @@ class LLM:
 
     @functools.cached_property
     def _direct(self) -> openai_compat.Endpoint | None:
-        """The endpoint, when requests go out through openai_compat.py instead of litellm: an
-        OpenAI-compatible server of one's own (`openai/NAME` with an api_base, not the scripted model,
-        which CONTRACTS.md sends through litellm) for a model litellm has no price for. For such a
-        request litellm only hands the body to the openai client; a priced model keeps litellm, whose
-        price list and cost calculation it needs."""
-        if self._script_spec is not None or not self.cfg.api_base or not is_openai_named(self.cfg.model):
+        """The endpoint, when requests go out through openai_compat.py instead of litellm (direct.py
+        says which models may); never for the scripted model, which CONTRACTS.md sends through litellm."""
+        if self._script_spec is not None:
             return None
-        return None if self._facts.priced else openai_compat.Endpoint(self.cfg.api_base)
+        return direct_endpoint(self.cfg, self._facts)
 
     @functools.cached_property
     def _facts(self) -> ModelFacts:

@@ -9,14 +9,19 @@ tokens times a price.
 
 from __future__ import annotations
 
-from orchestrator.llm.facts import litellm_module
+from orchestrator.llm.direct import usage_cost
+from orchestrator.llm.facts import ModelFacts, litellm_module
 
 
-def cost_usd(model: str, raw_usage: object | None, pricing: dict | None, listed: bool) -> float | None:
+def cost_usd(model: str, raw_usage: object | None, pricing: dict | None, facts: ModelFacts,
+             direct: bool = False) -> float | None:
     """USD for one answer's `raw_usage`. `pricing` is a script's (`input`, `output` and optionally
-    `cached_input`, per token); `listed`, whether litellm's list prices `model` (facts.ModelFacts.priced)."""
-    if raw_usage is None or not (pricing or listed):
+    `cached_input`, per token); `facts` say whether litellm's list prices `model`, and at what linear
+    prices, which an answer that came `direct` (without litellm: direct.py) is billed at."""
+    if raw_usage is None or not (pricing or facts.priced):
         return None
+    if direct and facts.prices is not None:
+        return usage_cost(facts.prices, raw_usage)  # litellm's prices, without litellm
     custom = None
     if pricing:
         custom = {

@@ -1,11 +1,11 @@
-"""A chat request to an OpenAI-compatible server of one's own, sent with httpx alone (no litellm).
+"""A chat request to an OpenAI-compatible endpoint, sent with httpx alone (no litellm).
 
-For `openai/NAME --api-base URL` litellm does little besides handing the request to the openai client,
-which POSTs it as JSON to `URL/chat/completions` and reads the answer (server-sent events when
-streamed) with httpx. Importing litellm for that costs 2-3 s of CPU at every start, more than the rest
-of a start together (bench/startup_bench.py), so client.py sends such requests here, when litellm has
-nothing else to add (no price for NAME: see client.LLM._direct). It takes litellm.completion's
-arguments as client.py builds them, and sends the body litellm sends for that provider; the answer's chunks are read by attribute like litellm's (`chunk.choices[0].delta`),
+For an OpenAI chat model (`openai/NAME` at --api-base URL or at api.openai.com) litellm does little
+besides handing the request to the openai client, which POSTs it as JSON to `URL/chat/completions`
+and reads the answer (server-sent events when streamed) with httpx. Importing litellm for that costs
+2-3 s of CPU at every start, more than the rest of a start together (bench/startup_bench.py), so
+client.py sends such requests here, when litellm has nothing else to add (direct.py says when). The body is the one litellm sends
+for that provider; the answer's chunks are read by attribute like litellm's (`chunk.choices[0].delta`),
 a field the server left out reading as None; and a failure is raised as the openai client's own
 exception (400 BadRequestError, 429 RateLimitError, 5xx InternalServerError, APIConnectionError,
 APITimeoutError, each from the httpx error behind it), which is what litellm raises too (its errors
@@ -15,7 +15,6 @@ derive from them), so retry.py sorts both paths' failures alike.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,8 +56,14 @@ def _wrap(value: Any) -> Any:  # noqa: ANN401
 class Endpoint:
     """One OpenAI-compatible endpoint, its connections kept open between requests."""
 
-    def __init__(self, api_base: str) -> None:
+    def __init__(self, api_base: str, api_key: str | None, model: str | None = None) -> None:
+        """`model`: the model's name as the server knows it, put in every body (None: the body's own)."""
+        self.base = api_base
         self.url = api_base.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
         self._client: httpx.Client | None = None
 
     def complete(self, arguments: dict[str, Any]) -> Iterator[Fields]:
@@ -66,13 +71,8 @@ class Endpoint:
         request `arguments` (litellm.completion's) describe."""
         if self._client is None:
             self._client = httpx.Client()
-        body = _body(arguments)
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        # The key the openai client would send: the one given, else OPENAI_API_KEY.
-        api_key = arguments.get("api_key") or os.environ.get("OPENAI_API_KEY")
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        request = self._client.build_request("POST", self.url, json=body, headers=headers,
+        body = _body(arguments, self.model)
+        request = self._client.build_request("POST", self.url, json=body, headers=self.headers,
                                              timeout=arguments["timeout"])
         try:
             response = self._client.send(request, stream=True)
@@ -97,13 +97,15 @@ class Endpoint:
             response.close()
 
 
-def _body(arguments: dict[str, Any]) -> dict[str, Any]:
+def _body(arguments: dict[str, Any], model: str | None) -> dict[str, Any]:
     """The JSON body of a request, as litellm sends it: litellm.completion's arguments with the model's
-    name as the server knows it (what follows `openai/`)."""
+    name as the server knows it (`model`, else what follows `openai/`)."""
     body = {key: value for key, value in arguments.items() if key not in LITELLM_ONLY}
-    body["model"] = arguments["model"].partition("/")[2]
+    body["model"] = model or arguments["model"].partition("/")[2]
     # litellm leaves a message's null fields out (an answer of tool calls alone has a null content).
     body["messages"] = [{k: v for k, v in m.items() if v is not None} for m in arguments["messages"]]
+    if not body.get("stream"):
+        body.pop("stream", None)  # litellm sends no `stream` for an answer taken whole
     return body
 
 

@@ -7,9 +7,10 @@ Three checks, in `cairn run`, `cairn resume` and for each line of a batch:
 None of them sends a chat request: a provider would bill it, and the scripted model would take it as
 a turn. A failure is a UsageError, so the run is never made. The connection is opened while litellm
 imports (when the endpoint is given), so the checks add little to a start that imports it anyway. For
-`openai/NAME` with an endpoint given (a server of one's own) the connection is the only check, and
-litellm is not imported here at all: the run's start loads it while its container starts, if the
-model needs it at all (client.LLM._direct).
+`openai/NAME` with an endpoint given (a server of one's own), and for a model asked without litellm
+whose facts an earlier start kept (llm/direct.py), the connection is the only check, and litellm is
+not imported here at all: the run's start loads it while its container starts, if the model needs
+it at all (client.LLM._direct).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import socket
 import ssl
 import threading
 import urllib.request
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from orchestrator.config import ModelConfig
@@ -25,6 +27,9 @@ from orchestrator.errors import UsageError
 from orchestrator.llm.endpoint import is_openai_named
 from orchestrator.llm.types import connect_hint
 from orchestrator.llm.scripted import check_model, script_spec
+
+if TYPE_CHECKING:
+    from orchestrator.llm.openai_compat import Endpoint
 
 # Providers whose credentials come from a chain (profiles, metadata servers, tokens), not one
 # variable: their keys cannot be checked in the environment alone.
@@ -44,6 +49,12 @@ def preflight(cfg: ModelConfig, key_elsewhere: bool = False) -> None:
         # the container starts, instead of before the run exists (bench/startup_bench.py).
         _Connection(cfg.api_base, cfg.connect_timeout, given=True).start().result()
         return
+    direct = _direct_endpoint(cfg)
+    if direct is not None:
+        # A model asked without litellm (llm/direct.py), whose facts an earlier start kept: litellm knew
+        # it then, and the key is there (direct.py asks for one), so the connection is what is left.
+        _Connection(direct.base, cfg.connect_timeout, given=bool(cfg.api_base)).start().result()
+        return
     early = _Connection(cfg.api_base, cfg.connect_timeout, given=True).start() if cfg.api_base else None
     from orchestrator.llm.client import litellm_module  # quiet (no banners), with its local price list
     from orchestrator.llm.endpoint import endpoint_of, provider_of
@@ -62,6 +73,14 @@ def preflight(cfg: ModelConfig, key_elsewhere: bool = False) -> None:
     connection = early or _Connection(endpoint_of(cfg.model, cfg.api_base), cfg.connect_timeout,
                                        given=bool(cfg.api_base)).start()
     connection.result()
+
+
+def _direct_endpoint(cfg: ModelConfig) -> "Endpoint | None":
+    from orchestrator.llm.direct import direct_endpoint
+    from orchestrator.llm.facts import cached_facts
+
+    facts = cached_facts(cfg.model)
+    return direct_endpoint(cfg, facts) if facts is not None else None
 
 
 def _check_key(cfg: ModelConfig, provider: str) -> None:
