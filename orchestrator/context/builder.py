@@ -11,7 +11,6 @@ in the history forever.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.context.history import History

@@ -32,7 +32,6 @@ a live history and a replayed one cannot drift apart.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from orchestrator.errors import UsageError
 from orchestrator.inspect.held import States, container_states, held_by
-from orchestrator.inspect.timeline import end_error, one_line, timeline
+from orchestrator.inspect.timeline import end_error, timeline
 from orchestrator.runner import run_is_live
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir

@@ -316,9 +316,7 @@ class _Answer:
     raw_usage: object | None = None  # litellm's Usage, kept for litellm's cost calculation
 
     def add(self, chunk: object, on_text: Callable[[str], None] | None) -> None:
-        usage = getattr(chunk, "usage", None)
-        if usage is not None:
-            self.raw_usage = usage
+        self.raw_usage = getattr(chunk, "usage", None) or self.raw_usage  # the last chunk's, in a stream
         for choice in getattr(chunk, "choices", None) or []:
             self.finish_reason = choice.finish_reason or self.finish_reason
             # A stream's chunk carries a delta; a whole response, the message (its calls without an index).
