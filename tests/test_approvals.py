@@ -158,7 +158,7 @@ def test_the_prompt_shows_the_call_whole_and_reads_each_answer(monkeypatch):
     assert ask(QUESTION, answers("maybe"), io.StringIO()) is None  # then the input ended: no answer
 
 
-# -- end to end, with the sandbox ----------------------------------------------------------------
+# -- end to end: a waiting run and how it goes on -------------------------------------------------
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
