@@ -19,7 +19,9 @@ from orchestrator.approval_prompt import ask
 from orchestrator.approvals import Question, decide
 from orchestrator.config import ApprovalsConfig, RunConfig
 from orchestrator.store.runs import RunDir
-from tests.loop_helpers import call, done, play, resume, tool_messages, turn
+from tests import fake_loop
+from tests.in_process import cairn_in_process
+from tests.loop_helpers import call, done, play, tool_messages, turn
 
 NETWORK = {"sandbox": {"network": "bridge"}}
 
@@ -156,7 +158,7 @@ def test_the_prompt_shows_the_call_whole_and_reads_each_answer(monkeypatch):
     assert ask(QUESTION, answers("maybe"), io.StringIO()) is None  # then the input ended: no answer
 
 
-# -- end to end, with the sandbox ----------------------------------------------------------------
+# -- end to end: a waiting run and how it goes on -------------------------------------------------
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -167,27 +169,38 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return done
 
 
+def approve(*args: str) -> subprocess.CompletedProcess:
+    """`cairn approve ARGS` in this process (tests/in_process.py): it only writes the answer to the run."""
+    done = cairn_in_process("approve", *args)
+    done.output = done.stdout + done.stderr
+    return done
+
+
 DEPLOY = {"approvals": {"shell_patterns": [r"^echo deploy"]}, **NETWORK}
 
+# Which calls wait, and how a waiting run goes on, are the loop's: these run on the in-memory ports
+# (tests/fake_loop.py). Those that go through the real `cairn resume`/`batch`, a terminal or an MCP
+# server in the container keep the Docker sandbox.
 
-@pytest.mark.docker
-def test_a_headless_run_waits_and_cairn_approve_lets_the_call_and_the_rest_of_its_step_run(tmp_path, sandbox_image, runs_dir):
-    out = play(tmp_path, [turn(call("shell_exec", command="echo before"), call("shell_exec", command="echo deploy now"),
-                               call("shell_exec", command="echo after")), done()], settings=DEPLOY)
+
+def test_a_headless_run_waits_and_cairn_approve_lets_the_call_and_the_rest_of_its_step_run(tmp_path, runs_dir):
+    out = fake_loop.play(tmp_path, [turn(call("shell_exec", command="echo before"),
+                                         call("shell_exec", command="echo deploy now"),
+                                         call("shell_exec", command="echo after")), done()], settings=DEPLOY)
     assert out.status == "waiting"
     assert out.doc["error"]["reason"] == "waits for approval: shell_exec echo deploy now"
     (asked,) = out.events("approval_asked")
     assert asked.grant == "shell_exec:^echo deploy" and "^echo deploy" in asked.why
     assert [e.name for e in out.events("tool_finished")] == ["shell_exec"]  # only the call before it ran
 
-    refused = cli("resume", out.run.id, "--runs-dir", str(runs_dir))
-    assert refused.returncode == 2 and "waits for approval of shell_exec echo deploy now" in refused.output
-    approved = cli("approve", out.run.id, "--runs-dir", str(runs_dir))
+    refused = cairn_in_process("resume", out.run.id, "--runs-dir", str(runs_dir))
+    assert refused.returncode == 2 and "waits for approval of shell_exec echo deploy now" in refused.stderr
+    approved = approve(out.run.id, "--runs-dir", str(runs_dir))
     assert approved.returncode == 0 and "approved" in approved.output
-    again = cli("approve", out.run.id, "--runs-dir", str(runs_dir))
+    again = approve(out.run.id, "--runs-dir", str(runs_dir))
     assert again.returncode == 2 and "answered already" in again.output
 
-    after = resume(out)
+    after = fake_loop.resume(out, turns=[done()])
     assert after.status == "done"
     results = [e.content.splitlines()[0] for e in after.events("tool_finished")]
     assert results == ["before", "deploy now", "after", "task reported done"]  # each once, in order
@@ -199,11 +212,10 @@ def test_a_headless_run_waits_and_cairn_approve_lets_the_call_and_the_rest_of_it
     assert "approval" not in calls[0]
 
 
-@pytest.mark.docker
-def test_a_denied_call_is_an_error_result_the_model_sees(tmp_path, sandbox_image, runs_dir):
-    out = play(tmp_path, [turn(call("shell_exec", command="echo deploy now")), done()], settings=DEPLOY)
-    assert cli("approve", out.run.id, "--deny", "not on a Friday", "--runs-dir", str(runs_dir)).returncode == 0
-    after = resume(out)
+def test_a_denied_call_is_an_error_result_the_model_sees(tmp_path, runs_dir):
+    out = fake_loop.play(tmp_path, [turn(call("shell_exec", command="echo deploy now")), done()], settings=DEPLOY)
+    assert approve(out.run.id, "--deny", "not on a Friday", "--runs-dir", str(runs_dir)).returncode == 0
+    after = fake_loop.resume(out, turns=[done()])
     assert after.status == "done"
     (denied,) = tool_messages(after.requests[0])
     assert denied["content"] == "denied by the user: not on a Friday"
@@ -211,30 +223,28 @@ def test_a_denied_call_is_an_error_result_the_model_sees(tmp_path, sandbox_image
     assert finished.error and not any("deploy now\n" in (e.output or "") for e in after.events("tool_finished"))
 
 
-@pytest.mark.docker
-def test_approve_always_holds_for_later_calls_of_that_pattern(tmp_path, sandbox_image, runs_dir):
-    out = play(tmp_path, [turn(call("shell_exec", command="echo deploy 1")),
-                          turn(call("shell_exec", command="echo deploy 2")), done()], settings=DEPLOY)
-    assert cli("approve", out.run.id, "--always", "--runs-dir", str(runs_dir)).returncode == 0
-    after = resume(out)
+def test_approve_always_holds_for_later_calls_of_that_pattern(tmp_path, runs_dir):
+    out = fake_loop.play(tmp_path, [turn(call("shell_exec", command="echo deploy 1")),
+                                    turn(call("shell_exec", command="echo deploy 2")), done()], settings=DEPLOY)
+    assert approve(out.run.id, "--always", "--runs-dir", str(runs_dir)).returncode == 0
+    after = fake_loop.resume(out, turns=[turn(call("shell_exec", command="echo deploy 2")), done()])
     assert after.status == "done"
     assert [e.by for e in after.events("approval_answered")] == ["cairn approve", "always"]
     assert len(after.events("approval_asked")) == 1
 
 
-@pytest.mark.docker
-def test_approve_on_a_run_that_waits_for_no_approval_is_a_usage_error(tmp_path, sandbox_image, runs_dir):
-    out = play(tmp_path, [done()])
-    refused = cli("approve", out.run.id, "--runs-dir", str(runs_dir))
+def test_approve_on_a_run_that_waits_for_no_approval_is_a_usage_error(tmp_path, runs_dir):
+    out = fake_loop.play(tmp_path, [done()])
+    refused = approve(out.run.id, "--runs-dir", str(runs_dir))
     assert refused.returncode == 2 and "waits for no approval (its status is done)" in refused.output
 
 
-@pytest.mark.docker
-def test_a_rule_answers_without_asking(tmp_path, sandbox_image):
+def test_a_rule_answers_without_asking(tmp_path):
     rules = {"rules": [{"tool": "shell_exec", "match": "echo deploy ok*", "action": "allow"},
                        {"tool": "shell_exec", "match": "echo deploy*", "action": "deny", "reason": "staging only"}]}
-    out = play(tmp_path, [turn(call("shell_exec", command="echo deploy ok"), call("shell_exec", command="echo deploy prod")),
-                          done()], settings={**NETWORK, "approvals": {**DEPLOY["approvals"], **rules}})
+    out = fake_loop.play(tmp_path, [turn(call("shell_exec", command="echo deploy ok"),
+                                         call("shell_exec", command="echo deploy prod")), done()],
+                         settings={**NETWORK, "approvals": {**DEPLOY["approvals"], **rules}})
     assert out.status == "done" and not out.events("approval_asked")
     ok, prod = tool_messages(out.requests[1])
     assert ok["content"].startswith("deploy ok")
@@ -242,20 +252,19 @@ def test_a_rule_answers_without_asking(tmp_path, sandbox_image):
                                "staging only")
 
 
-@pytest.mark.docker
-def test_mode_always_asks_for_a_file_read_and_never_asks_nothing(tmp_path, sandbox_image):
-    out = play(tmp_path, [turn(call("file_read", path="todo.md")), done()], settings={"approvals": {"mode": "always"}})
+def test_mode_always_asks_for_a_file_read_and_never_asks_nothing(tmp_path):
+    out = fake_loop.play(tmp_path, [turn(call("file_read", path="todo.md")), done()],
+                         settings={"approvals": {"mode": "always"}})
     assert out.status == "waiting" and out.events("approval_asked")[0].name == "file_read"
-    quiet = play(tmp_path, [turn(call("web_fetch", url="http://192.0.2.1/")), done()],
-                 settings={"approvals": {"mode": "never"}, **NETWORK})
+    quiet = fake_loop.play(tmp_path, [turn(call("web_fetch", url="http://192.0.2.1/")), done()],
+                           settings={"approvals": {"mode": "never"}, **NETWORK})
     assert quiet.status == "done" and not quiet.events("approval_asked") and not quiet.events("approval_answered")
 
 
-@pytest.mark.docker
-def test_outside_asks_for_web_fetch_and_git_push_only_with_the_network_on(tmp_path, sandbox_image):
-    offline = play(tmp_path, [turn(call("shell_exec", command="git push origin main")), done()])
+def test_outside_asks_for_web_fetch_and_git_push_only_with_the_network_on(tmp_path):
+    offline = fake_loop.play(tmp_path, [turn(call("shell_exec", command="git push origin main")), done()])
     assert offline.status == "done" and not offline.events("approval_asked")
-    online = play(tmp_path, [turn(call("web_fetch", url="http://192.0.2.1/")), done()], settings=NETWORK)
+    online = fake_loop.play(tmp_path, [turn(call("web_fetch", url="http://192.0.2.1/")), done()], settings=NETWORK)
     assert online.status == "waiting" and online.doc["error"]["reason"] == "waits for approval: web_fetch http://192.0.2.1/"
 
 
@@ -294,7 +303,7 @@ def test_mcp_annotations_from_a_real_stdio_server_decide_what_is_asked(tmp_path,
     assert asked.why == ("the MCP tool does not declare itself read-only (destructiveHint=true, openWorldHint=true, "
                          "readOnlyHint=false)")
     assert [e.content for e in out.events("tool_finished")] == ["look done"]
-    assert cli("approve", out.run.id, "--runs-dir", str(runs_dir)).returncode == 0
+    assert approve(out.run.id, "--runs-dir", str(runs_dir)).returncode == 0
     from orchestrator.runner import load_config
 
     again = play_config(tmp_path, load_config(out.run), [done()], resumed_run=out.run, approve="outside")
@@ -448,25 +457,23 @@ def test_resume_takes_the_critic_options(tmp_path, sandbox_image, runs_dir):
     assert out.run.read_meta()["config"]["critic"] == {"every": 1, "model": critic, "api_base": None}
 
 
-@pytest.mark.docker
-def test_the_report_shows_each_question_and_answer(tmp_path, sandbox_image, runs_dir):
+def test_the_report_shows_each_question_and_answer(tmp_path, runs_dir):
     from orchestrator.inspect.report import render_report
 
-    out = play(tmp_path, [shell("echo deploy now"), done()], settings=DEPLOY)
-    assert cli("approve", out.run.id, "--deny", "not now", "--runs-dir", str(runs_dir)).returncode == 0
-    page = render_report(resume(out).run)
+    out = fake_loop.play(tmp_path, [shell("echo deploy now"), done()], settings=DEPLOY)
+    assert approve(out.run.id, "--deny", "not now", "--runs-dir", str(runs_dir)).returncode == 0
+    page = render_report(fake_loop.resume(out, turns=[done()]).run)
     assert ('<p class="approval meta">? asked: the network is on and the command matches the shell pattern '
             '&#x27;^echo deploy&#x27; · ✗ denied by cairn approve: not now</p>') in page
 
 
-@pytest.mark.docker
-def test_a_sub_agent_never_waits_a_call_it_would_ask_for_is_refused_unless_always_allowed(tmp_path, sandbox_image,
-                                                                                           runs_dir):
+def test_a_sub_agent_never_waits_a_call_it_would_ask_for_is_refused_unless_always_allowed(tmp_path, runs_dir):
     from orchestrator.delegate import open_child
 
-    out = play(tmp_path, [turn(call("agent_delegate", task="deploy it")), shell("echo deploy from the child"),
-                          done("could not deploy"), shell("echo deploy 1"), turn(call("agent_delegate", task="again")),
-                          shell("echo deploy 2"), done("deployed"), done()], settings=DEPLOY)
+    out = fake_loop.play(tmp_path, [turn(call("agent_delegate", task="deploy it")), shell("echo deploy from the child"),
+                                    done("could not deploy"), shell("echo deploy 1"),
+                                    turn(call("agent_delegate", task="again")), shell("echo deploy 2"),
+                                    done("deployed"), done()], settings=DEPLOY)
     refused = [e for e in out.events("tool_finished") if e.name == "agent_delegate"][0]
     child = open_child(out.run, refused.call_id, refused.child)
     (answer,) = [e for e in child.events.read()[0] if e.type == "approval_answered"]
@@ -474,8 +481,9 @@ def test_a_sub_agent_never_waits_a_call_it_would_ask_for_is_refused_unless_alway
     (result,) = [e.content for e in child.events.read()[0] if e.type == "tool_finished" and e.name == "shell_exec"]
     assert result.startswith("denied by the user: a sub-agent cannot wait for a person's approval")
     assert out.status == "waiting"  # then the parent's own `echo deploy 1` waits
-    assert cli("approve", out.run.id, "--always", "--runs-dir", str(runs_dir)).returncode == 0
-    after = resume(out)
+    assert approve(out.run.id, "--always", "--runs-dir", str(runs_dir)).returncode == 0
+    after = fake_loop.resume(out, turns=[turn(call("agent_delegate", task="again")), shell("echo deploy 2"),
+                                         done("deployed"), done()])
     assert after.status == "done"
     allowed = [e for e in after.events("tool_finished") if e.name == "agent_delegate"][1]
     child = open_child(after.run, allowed.call_id, allowed.child)
@@ -498,11 +506,11 @@ def test_a_batch_run_that_must_ask_is_left_waiting_with_its_reason(tmp_path, san
 def test_a_message_given_with_the_resume_survives_another_wait_in_the_same_step(tmp_path, sandbox_image, runs_dir):
     out = play(tmp_path, [turn(call("shell_exec", command="echo deploy 1"), call("shell_exec", command="echo deploy 2")),
                           done()], settings=DEPLOY)
-    assert cli("approve", out.run.id, "--runs-dir", str(runs_dir)).returncode == 0
+    assert approve(out.run.id, "--runs-dir", str(runs_dir)).returncode == 0
     rest = script(tmp_path, "rest.json", [done()])
     first = cli("resume", out.run.id, "--message", "then tag the release", "--model", rest, "--runs-dir", str(runs_dir))
     assert first.returncode == 1 and "waiting" in first.output  # `echo deploy 2` asks in its turn
-    assert cli("approve", out.run.id, "--runs-dir", str(runs_dir)).returncode == 0
+    assert approve(out.run.id, "--runs-dir", str(runs_dir)).returncode == 0
     second = cli("resume", out.run.id, "--model", rest, "--json", "--runs-dir", str(runs_dir))
     assert second.returncode == 0, second.output
     messages = json.loads(second.stdout)["messages"]

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.store.checkpoints import Checkpoints, make_git
+from tests import fake_loop
 from tests.loop_helpers import call, done, play, turn
 
 docker = pytest.mark.docker
@@ -103,10 +104,10 @@ def test_the_workspaces_own_git_is_untouched(tmp_path):
     assert cp.git_dir.resolve() != (ws / ".git").resolve() and not str(cp.git_dir).startswith(str(ws))
 
 
-# -- end to end: a scripted model in the real sandbox ---------------------------------------------------
+# -- end to end: a scripted model on the in-memory ports, and in the real sandbox for a fork --------
 
 
-def _three_steps(tmp_path):
+def _three_steps(tmp_path, play=play):
     return play(tmp_path, [
         turn(call("file_write", path="a.txt", content="one\n")),
         turn(call("file_write", path="b.txt", content="bee\n")),
@@ -115,9 +116,9 @@ def _three_steps(tmp_path):
     ])
 
 
-@docker
-def test_files_shows_the_step_that_last_changed_a_file(tmp_path, sandbox_image):
-    out = _three_steps(tmp_path)
+# `files` and `diff` read the checkpoints, which the host makes after each step: the in-memory ports do.
+def test_files_shows_the_step_that_last_changed_a_file(tmp_path):
+    out = _three_steps(tmp_path, fake_loop.play)
     assert out.status == "done"
     doc = json.loads(_cli("files", out.run.id, "--json", "--runs-dir", str(out.run.root.parent)))
     steps = {row["path"]: row["step"] for row in doc["files"]}
@@ -125,9 +126,8 @@ def test_files_shows_the_step_that_last_changed_a_file(tmp_path, sandbox_image):
     assert {row["path"]: row["size"] for row in doc["files"]}["a.txt"] == 4
 
 
-@docker
-def test_diff_of_a_step_shows_exactly_that_steps_change(tmp_path, sandbox_image):
-    out = _three_steps(tmp_path)
+def test_diff_of_a_step_shows_exactly_that_steps_change(tmp_path):
+    out = _three_steps(tmp_path, fake_loop.play)
     text = _cli("diff", out.run.id, "--step", "3", "--runs-dir", str(out.run.root.parent))
     assert "diff --git a/a.txt b/a.txt" in text and "-one\n+two" in text
     assert "b.txt" not in text and "todo.md" not in text

@@ -288,8 +288,11 @@ def test_the_crash_bench_model_reruns_what_did_not_run_and_checks_what_was_kille
 
 @pytest.mark.docker
 def test_the_crash_bench_prints_its_figures_in_a_short_run(sandbox_image):
-    done = subprocess.run([sys.executable, str(BENCH), "--trials", "3", "--image", sandbox_image],
+    # One trial shows the bench plays, kills, resumes and scores (three took 70 s); its figures are
+    # measured with its default of 50 (bench/crash_bench.py), not here.
+    done = subprocess.run([sys.executable, str(BENCH), "--trials", "1", "--image", sandbox_image],
                           capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr
+    assert re.search(r"^trial 1: kills=\d+ lines=\d+ duplicates=\d+ lost=\d+ status=\w+", done.stdout, re.M), done.stdout
     last = done.stdout.rstrip("\n").splitlines()[-1]
-    assert re.fullmatch(r"trials=3 duplicates=\d+ lost=\d+ resumed_ok=[0-3]", last), done.stdout
+    assert re.fullmatch(r"trials=1 duplicates=\d+ lost=\d+ resumed_ok=[01]", last), done.stdout

@@ -16,10 +16,12 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import docker
 import pytest
 
+from orchestrator import disk
 from orchestrator.disk import DiskLimit, format_size, parse_size, tree_usage
 from orchestrator.sandbox import DEFAULT_OP_SECONDS
 from orchestrator.store import events as ev
@@ -299,13 +301,17 @@ def test_tree_usage_counts_allocated_blocks_so_a_sparse_file_counts_little(tmp_p
     assert 2**20 <= used < 2**20 + 256 * 1024
 
 
-def test_the_disk_limit_measures_less_often_when_measuring_is_slow():
+def test_the_disk_limit_measures_less_often_when_measuring_is_slow(monkeypatch):
     now = [0.0]
     measured = []
+    # The limit times a measurement with perf_counter: here that reads the same made-up clock, so a
+    # loaded machine cannot stretch the 10 ms (a real 10 ms sleep once took over 22 ms under load, and
+    # the limit then rightly measured only once in the ten steps).
+    monkeypatch.setattr(disk, "time", SimpleNamespace(perf_counter=lambda: now[0]))
 
     def measure() -> tuple[int, int | None]:
         measured.append(now[0])
-        time.sleep(0.01)  # a measurement that costs 10 ms: the next waits at least 20 times that
+        now[0] += 0.01  # a measurement that costs 10 ms: the next waits at least 20 times that
         return 100, None
 
     limit = DiskLimit("1k", measure, clock=lambda: now[0])

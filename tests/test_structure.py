@@ -5,6 +5,7 @@ nothing is imported and no engine is needed."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "orchestrator"
@@ -21,6 +22,12 @@ def modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """The module's syntax tree, read once per session: every test here walks the whole package."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def imported_names(path: Path, name: str, known: frozenset[str] = frozenset()) -> set[str]:
     """Every module named by an import anywhere in the file (top level, in functions, under TYPE_CHECKING
     alike). `from a import b` names `a.b` when that is a module of the package (a submodule import, as
@@ -28,7 +35,7 @@ def imported_names(path: Path, name: str, known: frozenset[str] = frozenset()) -
     is_package = path.name == "__init__.py"
     package = name if is_package else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -129,7 +136,7 @@ def test_only_the_sandbox_package_touches_the_engine_objects() -> None:
     for name, path in modules().items():
         if name.startswith("orchestrator.sandbox"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
                     and (node.value.attr, node.attr) in (("client", "api"), ("container", "id"))):
                 offenders.append(f"{name}:{node.lineno} .{node.value.attr}.{node.attr}")
