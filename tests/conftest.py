@@ -51,13 +51,15 @@ def remove_the_containers_test_runs_kept(tmp_path_factory: pytest.TempPathFactor
     if any(run_dir and run_dir.startswith(base) for _, run_dir in container_states() or {}):
         import docker
 
-        client = docker.from_env()
-        ours = [container for container in client.containers.list(all=True, filters={"label": "cairn.run_dir"})
-                if container.labels["cairn.run_dir"].startswith(base)]
+        api = docker.from_env().api
+        # The list endpoint's own labels: docker-py's containers.list() inspects each container after
+        # listing it, and fails on one that another test session removed in between.
+        ours = [found["Id"] for found in api.containers(all=True, filters={"label": "cairn.run_dir"})
+                if (found.get("Labels") or {}).get("cairn.run_dir", "").startswith(base)]
 
-        def remove(container) -> None:  # noqa: ANN001 - a docker-py Container
+        def remove(container_id: str) -> None:
             try:
-                container.remove(force=True)
+                api.remove_container(container_id, force=True)
             except docker.errors.APIError:
                 pass
 

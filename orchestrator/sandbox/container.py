@@ -429,7 +429,8 @@ def gc(client: docker.DockerClient, live_run_ids: set[str] | list[str],
     """
     live, known = set(live_run_ids), set(known_run_ids)
     removed = []
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"}):
+    # ignore_removed: a container another process removes while the list is read is simply not there.
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"}, ignore_removed=True):
         run = container.labels.get(LABEL_RUN)
         if run in live:
             continue
