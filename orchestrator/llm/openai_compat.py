@@ -4,12 +4,12 @@ For an OpenAI chat model (`openai/NAME` at --api-base URL or at api.openai.com) 
 besides handing the request to the openai client, which POSTs it as JSON to `URL/chat/completions`
 and reads the answer (server-sent events when streamed) with httpx. Importing litellm for that costs
 2-3 s of CPU at every start, more than the rest of a start together (bench/startup_bench.py), so
-client.py sends such requests here, when litellm has nothing else to add (direct.py says when). The body is the one litellm sends
-for that provider; the answer's chunks are read by attribute like litellm's (`chunk.choices[0].delta`),
-a field the server left out reading as None; and a failure is raised as the openai client's own
-exception (400 BadRequestError, 429 RateLimitError, 5xx InternalServerError, APIConnectionError,
-APITimeoutError, each from the httpx error behind it), which is what litellm raises too (its errors
-derive from them), so retry.py sorts both paths' failures alike.
+client.py sends such requests here, when litellm has nothing else to add (direct.py says when). The
+body is the one litellm sends for that provider; the answer's chunks are read by attribute like
+litellm's (`chunk.choices[0].delta`), a field the server left out reading as None; and a failure is
+raised as the openai client's own exception (400 BadRequestError, 429 RateLimitError, 5xx
+InternalServerError, APIConnectionError, APITimeoutError, each from the httpx error behind it), which
+is what litellm raises too (its errors derive from them), so retry.py sorts both paths' failures alike.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from typing import Any
 
 import httpx
 
-# What the openai client raises for each status (openai._client._make_status_error).
 # What a direct request leaves out of litellm.completion's arguments: litellm's own, and the timeout,
 # which is httpx's.
 LITELLM_ONLY = {"model", "timeout", "num_retries", "max_retries", "api_base", "api_key"}
 # What httpx imports at the first send, not before (client.LLM.preload imports them ahead).
 FIRST_REQUEST_MODULES = ("httpcore", "h11")
+# What the openai client raises for each status (openai._client._make_status_error).
 STATUS_ERRORS = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
                  404: "NotFoundError", 409: "ConflictError", 422: "UnprocessableEntityError", 429: "RateLimitError"}
 
