@@ -251,6 +251,7 @@ class RayBatch(Batch):
                 placements.submit(index, {**need, **self._prepare(index, run)})
             if self.stopping.is_set():
                 waiting.clear()
+            placements.give_back_spares()  # the groups of ended runs that no line took up
             if not len(placements):
                 break
             ended = placements.wait(REFRESH_S)

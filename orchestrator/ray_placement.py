@@ -8,6 +8,11 @@ per run would hold the same resources, but a task needs a Ray worker process of 
 and each costs ~0.6 s of CPU to start: four runs at a time paid ~3 s of CPU that a batch of short runs
 on a busy machine felt (bench/batch_bench.py --ray). A reservation costs no process.
 
+A run that ends leaves its group to the next run that asks for the same: placed already, its run
+starts at once, where a new group would wait for the old one's removal and for Ray's next pass over the
+groups that wait (0.2-0.7 s a run here, bench/batch_bench.py --ray). A group no run takes is given
+back to the cluster at once (RayBatch._dispatch), so a batch never holds more than its runs use.
+
 When a node dies, Ray places its groups again on nodes that have room, as it would retry a task, and
 each of its runs is called there, taken up from its last durable state (the Hub counts the attempts and
 says what was lost), up to MAX_RETRIES times. A runner whose process ended on a node that lives (the OOM
@@ -52,6 +57,8 @@ class Placements:
         self.runners: dict[str, Any] = {}  # node id → its runner
         self.dead: set[str] = set()  # nodes known lost
         self.slots: list[Slot] = []
+        self.spare: list[tuple[Any, dict[str, float]]] = []  # (group, its bundle) of runs that ended
+        self.made = 0  # groups made, for their names
         self.stopped_by: str | None = None  # the driver's Ctrl-C, told to every runner (one started later too)
 
     def __len__(self) -> int:
@@ -70,9 +77,28 @@ class Placements:
             runner.stop.remote(by)
 
     def submit(self, index: int, spec: dict[str, Any]) -> None:
-        bundle = {SANDBOX_RESOURCE: 1, "CPU": spec["cpus"], "memory": spec["memory"]}
-        group = placement_group([bundle], name=f"cairn-{spec['run_id']}")
-        self.slots.append(Slot(index, spec, group, ready=group.ready()))
+        """The run's reservation: a spare group with the same bundle (the run is called at once), or a
+        new group, which Ray places."""
+        bundle = _bundle(spec)
+        slot = Slot(index, spec, group=None)
+        self.slots.append(slot)
+        for group, kept in [spare for spare in self.spare if spare[1] == bundle]:
+            self.spare.remove((group, kept))
+            node = self._placed_on(group)
+            if node is not None:
+                slot.group = group
+                self._call(slot, node)
+                return
+            remove_placement_group(group)  # re-placed after a node was lost: a group of its own instead
+        self.made += 1
+        slot.group = placement_group([bundle], name=f"cairn-{spec['batch']}-{self.made}")
+        slot.ready = slot.group.ready()
+
+    def give_back_spares(self) -> None:
+        """The spare groups no run took, given back to the cluster."""
+        for group, _bundle_kept in self.spare:
+            remove_placement_group(group)
+        self.spare.clear()
 
     def wait(self, timeout: float) -> list[tuple[int, dict[str, Any]]]:
         """Calls the runs whose groups were placed, and waits up to `timeout` for any to end. Returns
@@ -91,6 +117,8 @@ class Placements:
         for ref in ready:
             if ref in waiting:
                 slot = waiting[ref]
+                if slot.ready is not ref:
+                    continue  # meanwhile given the group of a run that ended (_pass_on), and called
                 slot.ready = None
                 self._call(slot, _node_of(slot.group))
             else:
@@ -118,7 +146,9 @@ class Placements:
             result = {"error": f"the run's node was lost {slot.retries} times ({'; '.join(slot.lost)})"}
         except ray.exceptions.RayError as exc:  # Ray itself failed the call
             result = {"error": f"the run's Ray call failed: {_why(exc)}"}
-        self._release(slot)
+            self._release(slot)
+            return result
+        self._pass_on(slot)
         return result
 
     def _lost(self, slot: Slot, exc: Exception) -> None:
@@ -134,10 +164,28 @@ class Placements:
         """Runs whose node or runner was lost: called again once their group is placed on a live node."""
         for slot in self.slots:
             if slot.call is None and slot.ready is None and slot.retries <= MAX_RETRIES:
-                table = placement_group_table(slot.group)
-                node = (table.get("bundles_to_node_id") or {}).get(0)
-                if table.get("state") == "CREATED" and node and node not in self.dead:
+                node = self._placed_on(slot.group)
+                if node is not None:
                     self._call(slot, node)
+
+    def _placed_on(self, group: Any) -> str | None:
+        """The node that holds the group now, if it is placed on one not known lost."""
+        table = placement_group_table(group)
+        node = (table.get("bundles_to_node_id") or {}).get(0)
+        return node if table.get("state") == "CREATED" and node and node not in self.dead else None
+
+    def _pass_on(self, slot: Slot) -> None:
+        """The group of a run that ended: to the first run that waits for Ray to place the same bundle
+        (its own group is removed), else kept spare for the next run submitted."""
+        self.slots.remove(slot)
+        bundle = _bundle(slot.spec)
+        waiting = next((s for s in self.slots if s.ready is not None and _bundle(s.spec) == bundle), None)
+        if waiting is None:
+            self.spare.append((slot.group, bundle))
+            return
+        remove_placement_group(waiting.group)
+        waiting.group, waiting.ready = slot.group, None
+        self._call(waiting, slot.node)
 
     def _release(self, slot: Slot) -> None:
         remove_placement_group(slot.group)
@@ -151,6 +199,12 @@ class Placements:
         self.runners.clear()
         for slot in list(self.slots):
             self._release(slot)
+        self.give_back_spares()
+
+
+def _bundle(spec: dict[str, Any]) -> dict[str, float]:
+    """What a run asks of a node: one sandbox, and its sandbox's CPUs and memory."""
+    return {SANDBOX_RESOURCE: 1, "CPU": spec["cpus"], "memory": spec["memory"]}
 
 
 def _node_of(group: Any) -> str:

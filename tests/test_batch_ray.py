@@ -89,6 +89,38 @@ def test_a_batch_spreads_over_both_nodes_and_every_run_is_inspectable_on_the_dri
     assert [r["action"] for r in json.loads(again.stdout)["runs"]] == ["skipped"] * 4
 
 
+def test_a_run_that_ends_hands_its_reservation_to_the_next_and_the_batch_gives_every_one_back(
+        tmp_path, runs_dir, cluster):
+    settings = small_settings(tmp_path)
+    for i in range(4):
+        ledger_script(tmp_path / f"s{i}.json", f"echo run-{i} >> ledger.txt")
+    batch = RayBatch(write_batch(tmp_path / "b.jsonl", *({"task": f"append {i}", "model": f"scripted:s{i}.json",
+                                                         "settings": settings} for i in range(4))), runs_dir, jobs=2)
+    rows = batch.run()
+    assert [r.status for r in rows] == ["done"] * 4, [r.error for r in rows]
+    from ray.util.placement_group import placement_group_table
+
+    groups = [g for g in placement_group_table().values() if g["name"].startswith(f"cairn-{batch.manifest.id}-")]
+    assert len(groups) == 2  # two runs at a time: the later two took the groups of the first two
+    assert {g["state"] for g in groups} == {"REMOVED"}
+
+
+def test_runs_beyond_the_clusters_room_wait_for_a_reservation_and_take_those_of_runs_that_end(
+        tmp_path, runs_dir, cluster):
+    settings = small_settings(tmp_path)
+    for i in range(6):  # the two nodes take four sandboxes
+        ledger_script(tmp_path / f"s{i}.json", f"echo run-{i} >> ledger.txt")
+    batch = RayBatch(write_batch(tmp_path / "b.jsonl", *({"task": f"append {i}", "model": f"scripted:s{i}.json",
+                                                         "settings": settings} for i in range(6))), runs_dir)
+    rows = batch.run()
+    assert [r.status for r in rows] == ["done"] * 6, [r.error for r in rows]
+    assert all((runs_dir / r.id / "workspace" / "ledger.txt").read_text() == f"run-{i}\n" for i, r in enumerate(rows))
+    from ray.util.placement_group import placement_group_table
+
+    groups = [g for g in placement_group_table().values() if g["name"].startswith(f"cairn-{batch.manifest.id}-")]
+    assert len(groups) == 6 and {g["state"] for g in groups} == {"REMOVED"}
+
+
 def test_without_shared_storage_each_run_is_brought_back_to_the_driver_as_its_own(tmp_path, runs_dir, cluster):
     _c, workers = cluster
     settings = small_settings(tmp_path)
