@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import ray
 
@@ -237,7 +237,10 @@ class NodeRunner:
 
     def __init__(self, default_image: bool) -> None:
         end_with_the_raylet()
-        self.unready = warm_up(default_image)
+        # The warm-up goes on in a thread: the first runs' calls come in meanwhile and wait only for its
+        # first part (cairn's modules, the engine, the image), so their containers start while the model
+        # library still loads, as `cairn run`'s does.
+        self.engine = Background(warm_up, default_image)
         # Its own, not the module's: Ray copies the class, with the module globals its methods name.
         self.stopped_by: list[str] = []
 
@@ -246,30 +249,67 @@ class NodeRunner:
         self.stopped_by.append(by)
 
     def run(self, spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
-        if self.unready is not None:
-            return {"error": f"node {node_id[:8]}: {self.unready}", "seconds": None}
+        unready = self.engine.result()
+        if unready is not None:
+            return {"error": f"node {node_id[:8]}: {unready}", "seconds": None}
         return _run(spec, hub, node_id, self.stopped_by)
 
 
-def warm_up(default_image: bool) -> str | None:
-    """What every run on this node does first, done once as the node's runner starts: the model library
-    and the runner's modules imported, the Docker engine asked, the sandbox image found (or built: once a
-    node, not by its first runs at once) when a run uses it. Returns why this node cannot run sandboxes."""
+class Background:
+    """The runner's warm-up in a thread of its own: what it says of the engine, once it has said it."""
+
+    def __init__(self, warm: Callable[[bool, Callable[[str | None], None]], None], default_image: bool) -> None:
+        self.said = threading.Event()
+        self.unready: str | None = None
+
+        def say(unready: str | None) -> None:
+            self.unready = unready
+            self.said.set()
+
+        def go() -> None:
+            try:
+                warm(default_image, say)
+            except Exception as exc:  # noqa: BLE001 - each run's result says it, rather than a lost thread
+                if not self.said.is_set():
+                    say(f"the runner's warm-up failed: {type(exc).__name__}: {exc}")
+            finally:
+                self.said.set()  # whatever happened, no run waits for ever
+
+        threading.Thread(target=go, name="cairn-warm-up", daemon=True).start()
+
+    def result(self) -> str | None:
+        self.said.wait()
+        return self.unready
+
+
+def warm_up(default_image: bool, say: Callable[[str | None], None]) -> None:
+    """What every run on this node does first, done once as the node's runner starts, in two parts. First
+    cairn's modules a run's start imports, the Docker engine asked and the sandbox image found (or built:
+    once a node, not by its first runs at once) when a run uses it; `say` then tells the runs waiting
+    for it why this node cannot run sandboxes, or None. Then the model library: a run that needs it
+    meanwhile waits for this import (Python's lock on the module), holding no other module's lock, as
+    every module it imports itself was imported in the first part."""
+    from orchestrator.critic import critic_model_config  # noqa: F401 - with these, what a run's start imports
     from orchestrator.errors import CairnError
-    from orchestrator.llm.client import litellm_module
-    from orchestrator.runner import Session  # noqa: F401 - with it, what a run's start imports
+    from orchestrator.llm.client import LLM  # noqa: F401
+    from orchestrator.loop import Agent  # noqa: F401
+    from orchestrator.runner import Session  # noqa: F401
     from orchestrator.sandbox.engine import connect
     from orchestrator.sandbox.image import ensure_image
+    from orchestrator.tools.builtin import builtin_tools  # noqa: F401
 
-    litellm_module()
     try:
         if default_image:
             ensure_image()
         else:
             connect().close()
     except CairnError as exc:
-        return exc.message
-    return None
+        say(exc.message)
+    else:
+        say(None)
+    from orchestrator.llm.client import litellm_module
+
+    litellm_module()
 
 
 _watching = threading.Lock()

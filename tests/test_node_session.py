@@ -1,0 +1,36 @@
+"""The node's side of `cairn batch --ray` that needs no cluster: the runner's warm-up (node_session.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+pytest.importorskip("ray", reason="Ray is not installed: pip install 'cairn-agent[ray]'")
+
+from orchestrator.node_session import Background  # noqa: E402
+
+
+def test_runs_wait_for_the_engine_part_of_the_warm_up_not_for_the_model_library():
+    library_loaded = threading.Event()
+
+    def warm(default_image: bool, say) -> None:
+        say(None)  # the engine answered and the image is there
+        library_loaded.wait(30)  # the model library, still loading
+
+    warm_up = Background(warm, True)
+    assert warm_up.result() is None
+    assert not library_loaded.is_set()
+    library_loaded.set()
+
+
+def test_why_a_node_cannot_run_sandboxes_is_what_each_run_is_told():
+    warm_up = Background(lambda default_image, say: say("no Docker engine answers"), True)
+    assert warm_up.result() == "no Docker engine answers"
+
+
+def test_a_warm_up_that_fails_before_it_says_anything_is_each_runs_error_not_a_wait_for_ever():
+    def warm(default_image: bool, say) -> None:
+        raise OSError("the disk is full")
+
+    assert Background(warm, True).result() == "the runner's warm-up failed: OSError: the disk is full"
