@@ -16,10 +16,14 @@ With `--ray`: the same tasks, N at a time (one N, default 4), through local thre
 resources), each in a fresh process. The cluster is started before Ray's clock starts (as a cluster
 `ray start` made is already up; its start time is reported beside), but the clock includes what a batch
 on a running cluster pays: the worker processes of the hub and of the node's runner, the runner's
-warm-up (it imports the model library), each run's placement group and call; so here the threads' clock
-includes their one import of the model library too (both start from the same line: the batch file read,
-the image found, the model library not imported). The last line: `runs_per_min_local=<n> runs_per_min_ray=<n> ray_overhead=<ratio>` (Ray's wall time
-over the threads').
+warm-up (it imports the model library), each run's placement group and call. Both clocks start from the
+same line: the batch file read, the image found, the model library not imported (each side loads it as
+it does: the local batch before its threads start, the runner while its first containers start), and
+the machine quiet. Each setting reports its wall time and the CPU time the whole machine spent in it.
+The settings run in `--rounds` rounds (default 3), in turn, and are compared by their median wall
+times: this machine's speed drifts by a third within minutes, so one pair is not enough. The last line:
+`runs_per_min_local=<n> runs_per_min_ray=<n> ray_overhead=<ratio>` (Ray's median wall time over the
+threads').
 """
 
 from __future__ import annotations
@@ -60,9 +64,41 @@ def rss_mb() -> float:
     return 0.0
 
 
+def busy_s() -> float:
+    """CPU seconds the whole machine has been busy (every process, the kernel included)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
+def settle(limit_s: float = 15.0) -> float:
+    """Waits until the machine is quiet (under a tenth of a core busy for half a second), so that a clock
+    starts on no one's leftover work (a cluster just started, the containers of the setting before being
+    removed). Returns the seconds waited."""
+    began = time.perf_counter()
+    while time.perf_counter() - began < limit_s:
+        before = busy_s()
+        time.sleep(0.5)
+        if busy_s() - before < 0.05:
+            break
+    return round(time.perf_counter() - began, 2)
+
+
+def forget_containers(rows: list) -> None:
+    """The runs' kept containers removed: the runs directory goes with the temporary directory, and an
+    engine that piles up a thousand stopped containers gets slower at everything."""
+    from orchestrator.sandbox.container import remove
+    from orchestrator.sandbox.engine import connect
+
+    client = connect()
+    for row in rows:
+        if row.id:
+            remove(client, f"cairn-{row.id}")
+
+
 def one_setting(jobs: int, tasks: int, on_ray: bool = False, same_start: bool = False) -> dict:
-    """Runs in its own process: `tasks` runs, `jobs` at a time (in threads, or as Ray tasks). `same_start`
-    (threads against Ray): litellm is imported within the clock, as Ray's runners import it within theirs."""
+    """Runs in its own process: `tasks` runs, `jobs` at a time (in threads, or on Ray). `same_start`
+    (threads against Ray): litellm is not imported before the clock, as Ray's runners import it within
+    theirs; each batch loads it as it does (a local one before its threads start)."""
     from orchestrator.batch import Batch
     from orchestrator.sandbox import Sandbox
     from orchestrator.sandbox.image import ensure_image
@@ -101,13 +137,14 @@ def one_setting(jobs: int, tasks: int, on_ray: bool = False, same_start: bool = 
             batch = RayBatch(batch_file, Path(tmp, "runs"), address="local", jobs=jobs)
         else:
             batch = Batch(batch_file, Path(tmp, "runs"), jobs=jobs)
-        began = time.perf_counter()
-        if same_start and not on_ray:
-            from orchestrator.llm import client  # noqa: F401,F811 - within the clock, as on Ray
+        settled_s = settle()
+        began, busy_before = time.perf_counter(), busy_s()
         rows = batch.run()
         wall = time.perf_counter() - began
+        cpu = busy_s() - busy_before
         if on_ray:
             cluster.close()
+        forget_containers(rows)
     statuses = [r.status for r in rows]
     return {
         "jobs": jobs, "tasks": tasks, "done": statuses.count("done"), "wall_s": round(wall, 2),
@@ -116,7 +153,7 @@ def one_setting(jobs: int, tasks: int, on_ray: bool = False, same_start: bool = 
         "rss_after_imports_mb": round(baseline, 1),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "steps_per_run": round(statistics.mean(r.step for r in rows), 1),
-        "cluster_start_s": cluster_start_s if on_ray else None,
+        "cluster_start_s": cluster_start_s if on_ray else None, "settled_s": settled_s, "cpu_s": round(cpu, 1),
     }
 
 
@@ -131,17 +168,28 @@ def run_child(jobs: int, tasks: int, on_ray: bool, compare: bool = True) -> dict
 
 
 def threads_against_ray(options: argparse.Namespace) -> None:
+    """Rounds of the two settings, in turn (the first of each round alternates), compared by their median
+    wall times: on a machine whose speed drifts (a shared VM's does: the same CPU work took 0.8-1.5 s
+    here minutes apart), one pair alone says as much about the drift as about Ray."""
     jobs = int(options.jobs) if options.jobs != "1,4,16" else 4
-    print(f"{os.cpu_count()} cores; {options.tasks} tasks of 4 tool calls each, {jobs} at a time", flush=True)
-    print(f"{'through':>8} {'wall s':>8} {'runs/min':>9} {'done':>5}  cluster start s", flush=True)
-    results = {}
-    for name, on_ray in (("threads", False), ("ray", True)):
-        r = results[name] = run_child(jobs, options.tasks, on_ray)
-        print(f"{name:>8} {r['wall_s']:>8} {r['runs_per_min']:>9} {r['done']:>3}/{r['tasks']}  "
-              f"{r['cluster_start_s'] if on_ray else '-'}", flush=True)
-    overhead = round(results["ray"]["wall_s"] / results["threads"]["wall_s"], 2)
-    print(f"runs_per_min_local={results['threads']['runs_per_min']} runs_per_min_ray={results['ray']['runs_per_min']} "
-          f"ray_overhead={overhead}")
+    print(f"{os.cpu_count()} cores; {options.tasks} tasks of 4 tool calls each, {jobs} at a time, "
+          f"{options.rounds} rounds", flush=True)
+    print(f"{'round':>5} {'through':>8} {'wall s':>8} {'runs/min':>9} {'CPU s':>6} {'done':>5}  "
+          "cluster start s, then quiet after s", flush=True)
+    walls: dict[str, list[float]] = {"threads": [], "ray": []}
+    ratios = []
+    for n in range(1, options.rounds + 1):
+        order = (("threads", False), ("ray", True)) if n % 2 else (("ray", True), ("threads", False))
+        for name, on_ray in order:
+            r = run_child(jobs, options.tasks, on_ray)
+            walls[name].append(r["wall_s"])
+            print(f"{n:>5} {name:>8} {r['wall_s']:>8} {r['runs_per_min']:>9} {r['cpu_s']:>6} {r['done']:>3}/{r['tasks']}  "
+                  f"{r['cluster_start_s'] if on_ray else '-'}, {r['settled_s']}", flush=True)
+        ratios.append(round(walls["ray"][-1] / walls["threads"][-1], 2))
+    print(f"each round's ray_overhead: {', '.join(map(str, ratios))}", flush=True)
+    local, ray = statistics.median(walls["threads"]), statistics.median(walls["ray"])
+    print(f"runs_per_min_local={round(options.tasks / local * 60, 1)} runs_per_min_ray={round(options.tasks / ray * 60, 1)} "
+          f"ray_overhead={round(ray / local, 2)}")
 
 
 def main() -> None:
@@ -150,10 +198,12 @@ def main() -> None:
     parser.add_argument("--jobs", default="1,4,16", help="the settings of N, comma-separated")
     parser.add_argument("--ray", nargs="?", const="compare", help="threads against Ray on a local cluster, N at a time "
                         "(one N: default 4)")
+    parser.add_argument("--rounds", type=int, default=3, help="with --ray: rounds of the two settings, compared "
+                        "by their medians (default 3)")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the child process of one setting
     options = parser.parse_args()
     if options.one:
-        print(json.dumps(one_setting(options.one, options.tasks, options.ray == "ray", options.ray == "threads")))
+        print(json.dumps(one_setting(options.one, options.tasks, options.ray == "ray", options.ray is not None)))
         return
     if options.ray:
         return threads_against_ray(options)
