@@ -221,9 +221,9 @@ class RayBatch(Batch):
                 "resumed": row.action == "resumed", "storage": self.storage, "marker": str(marker),
                 "token": marker.read_text()}
 
-    def _check_feasible(self, specs: list[dict[str, Any]]) -> list[str]:
+    def _check_feasible(self, specs: list[dict[str, Any]]) -> dict[str, int]:
         """A run no node could ever take would wait forever in Ray's queue: a usage error instead.
-        Returns the ids of the nodes that take sandboxes."""
+        Returns the nodes that take sandboxes: node id → how many at once."""
         alive = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get(SANDBOX_RESOURCE)]
         nodes = [n["Resources"] for n in alive]
         if not nodes:
@@ -236,7 +236,7 @@ class RayBatch(Batch):
                                  f"{spec['memory'] / 2**30:.1f} GiB of memory for its sandbox",
                                  hint="lower sandbox.cpus or sandbox.memory in the line's settings file, "
                                       "or add a bigger node")
-        return [n["NodeID"] for n in alive]
+        return {n["NodeID"]: int(n["Resources"][SANDBOX_RESOURCE]) for n in alive}
 
     def _dispatch(self, work: list[tuple[dict[str, Any], tuple[int, RunDir | None]]]) -> None:
         """Makes and submits the runs (at most `--jobs` at once when it was given) and follows them to their

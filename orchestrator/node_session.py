@@ -30,7 +30,7 @@ from orchestrator.store.events import EventLog
 from orchestrator.store.runs import RunDir
 
 LOCAL_RUNS_ENV = "CAIRN_RAY_RUNS_DIR"  # a node's own runs directory, where it does not share the driver's
-PROGRESS_S = 0.5  # a run's step and tokens go to the Hub at most this often (a new status, at once)
+REPORT_S = 0.25  # a node's runs' progress goes to the Hub in one call at most this often
 STOP_POLL_S = 0.2  # how often a run looks whether its runner was told to stop (the driver's Ctrl-C)
 
 
@@ -48,12 +48,14 @@ class Hub:
         self.attempts: dict[str, dict[str, Any]] = {}  # run id → the current attempt: node, number, steps
         self.lock = threading.Lock()
 
-    def progress(self, run_id: str, fields: dict[str, Any]) -> None:
+    def progress(self, reports: dict[str, dict[str, Any]]) -> None:
+        """The latest progress of a node's runs (Reporter): run id → its fields."""
         with self.lock:
-            self.rows.setdefault(run_id, {}).update(fields)
-            attempt = self.attempts.get(run_id)
-            if attempt is not None and fields.get("step") is not None:
-                attempt["step"] = max(attempt["step"], fields["step"])
+            for run_id, fields in reports.items():
+                self.rows.setdefault(run_id, {}).update(fields)
+                attempt = self.attempts.get(run_id)
+                if attempt is not None and fields.get("step") is not None:
+                    attempt["step"] = max(attempt["step"], fields["step"])
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
         with self.lock:
@@ -141,13 +143,39 @@ def replace_with_archive(runs_dir: Path, run_id: str, data: bytes) -> RunDir:
 # -- the node's side --------------------------------------------------------------------------------
 
 
-class NodeDisplay:
-    """The Display of a run on a node: its progress to the Hub; without shared storage, the run brought
-    back to the driver after each checkpoint (synchronously: the next step starts once it is there)."""
+class Reporter:
+    """The progress of a node's runs, gathered and sent to the Hub in one call at most every REPORT_S
+    (the live table reads the Hub once a second). A call for each event cost the Hub's process and the
+    runner's CPU beside the runs: a dozen calls a run, where this makes a few a second for all of them."""
 
-    def __init__(self, hub: Any, run: RunDir, node: str, number: int, brings_back: bool) -> None:
-        self.hub, self.run, self.node, self.number, self.brings_back = hub, run, node, number, brings_back
-        self.sent = 0.0  # when progress last went to the Hub
+    def __init__(self, hub: Any) -> None:
+        self.hub = hub
+        self.pending: dict[str, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+        threading.Thread(target=self._send, name="cairn-progress", daemon=True).start()
+
+    def put(self, run_id: str, fields: dict[str, Any]) -> None:
+        with self.lock:
+            self.pending.setdefault(run_id, {}).update(fields)
+
+    def _send(self) -> None:
+        while True:
+            time.sleep(REPORT_S)
+            with self.lock:
+                reports, self.pending = self.pending, {}
+            if reports:
+                self.hub.progress.remote(reports)
+
+
+class NodeDisplay:
+    """The Display of a run on a node: its progress to the Hub (through the node's Reporter); without
+    shared storage, the run brought back to the driver after each checkpoint (synchronously: the next
+    step starts once it is there)."""
+
+    def __init__(self, hub: Any, reporter: Reporter, run: RunDir, node: str, number: int,
+                 brings_back: bool) -> None:
+        self.hub, self.reporter, self.run, self.node = hub, reporter, run, node
+        self.number, self.brings_back = number, brings_back
 
     def event(self, event: ev.Event, state: Any) -> None:
         t = state.totals
@@ -160,11 +188,7 @@ class NodeDisplay:
             fields["status"] = f"running: {event.name}"
         elif isinstance(event, ev.ToolFinished):
             fields["status"] = "running"
-        # A new status goes at once; the rest (step, tokens) at most every PROGRESS_S, each report whole,
-        # so the next one carries what a skipped one had (the live table reads the Hub once a second).
-        if "status" in fields or time.monotonic() - self.sent >= PROGRESS_S:
-            self.hub.progress.remote(self.run.id, fields)
-            self.sent = time.monotonic()
+        self.reporter.put(self.run.id, fields)
         if self.brings_back and isinstance(event, ev.Checkpoint) and event.step > 0:
             self.bring_back()
 
@@ -220,16 +244,17 @@ def _started_before(run: RunDir) -> bool:
     return any(isinstance(e, ev.StatusChanged) for e in events)
 
 
-def start_runner(node_id: str, default_image: bool) -> Any:
+def start_runner(node_id: str, default_image: bool, sandboxes: int) -> Any:
     """The NodeRunner of a node, owned by the driver (an actor lives as long as its owner holds it). It
-    warms up at once; a run's call waits for its warm-up."""
+    warms up at once; a run's call waits for the first part of its warm-up. It takes as many calls at
+    once as the node takes sandboxes (a run's group holds one): Ray makes an actor's threads up front."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return NodeRunner.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
-                              ).remote(default_image)
+    return NodeRunner.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+                              max_concurrency=max(1, sandboxes)).remote(default_image)
 
 
-@ray.remote(num_cpus=0, max_concurrency=1000)
+@ray.remote(num_cpus=0, concurrency_groups={"control": 1})  # a Ctrl-C gets through while every run goes on
 class NodeRunner:
     """The runs of a batch on one node, in threads of one process, as a local batch runs them: they wait
     on the model and on the sandbox, and one process imports the model library (3-4 s of CPU) once a node
@@ -243,7 +268,10 @@ class NodeRunner:
         self.engine = Background(warm_up, default_image)
         # Its own, not the module's: Ray copies the class, with the module globals its methods name.
         self.stopped_by: list[str] = []
+        self.reporter: Reporter | None = None  # made for the batch's Hub, which the first call gives
+        self.lock = threading.Lock()
 
+    @ray.method(concurrency_group="control")
     def stop(self, by: str) -> None:
         """The driver's Ctrl-C (`by`): every run of this runner stops after its current action."""
         self.stopped_by.append(by)
@@ -252,7 +280,9 @@ class NodeRunner:
         unready = self.engine.result()
         if unready is not None:
             return {"error": f"node {node_id[:8]}: {unready}", "seconds": None}
-        return _run(spec, hub, node_id, self.stopped_by)
+        with self.lock:
+            self.reporter = self.reporter or Reporter(hub)
+        return _run(spec, hub, node_id, self.stopped_by, self.reporter)
 
 
 class Background:
@@ -331,7 +361,7 @@ def end_with_the_raylet() -> None:
     threading.Thread(target=watch, name="cairn-raylet-watch", daemon=True).start()
 
 
-def _run(spec: dict[str, Any], hub: Any, node_id: str, stopped_by: list[str]) -> dict[str, Any]:
+def _run(spec: dict[str, Any], hub: Any, node_id: str, stopped_by: list[str], reporter: Reporter) -> dict[str, Any]:
     """Takes the run up (a new attempt, at the Hub) and carries it out."""
     end_with_the_raylet()
     shared = sees_driver_runs(spec)
@@ -339,11 +369,11 @@ def _run(spec: dict[str, Any], hub: Any, node_id: str, stopped_by: list[str]) ->
         return {"error": f"node {node_id[:8]} does not see the runs directory {spec['runs_dir']} "
                          "(--ray-storage shared)", "seconds": None}
     taken = ray.get(hub.take_up.remote(spec["run_id"], node_id[:8], not shared))
-    return carry_out(spec, hub, node_id, taken, shared, stopped_by)
+    return carry_out(spec, hub, node_id, taken, shared, stopped_by, reporter)
 
 
 def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any], shared: bool,
-              stopped_by: list[str]) -> dict[str, Any]:
+              stopped_by: list[str], reporter: Reporter | None = None) -> dict[str, Any]:
     """Attempt `taken["number"]` of the run, here, as `cairn run`/`cairn resume` would carry it out; its
     tool calls fenced (FencedLog), so that it runs none once another attempt holds the run. It stops
     after its current action once `stopped_by` names the driver's Ctrl-C."""
@@ -357,7 +387,7 @@ def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any
     else:
         run = replace_with_archive(node_runs_dir(node_id), spec["run_id"], taken["archive"])
     run.events = FencedLog(run.events.path, hub, run.id, taken["number"])
-    display = NodeDisplay(hub, run, node, taken["number"], brings_back=not shared)
+    display = NodeDisplay(hub, reporter or Reporter(hub), run, node, taken["number"], brings_back=not shared)
     outcome: dict[str, Any] = {"error": None}
     live: dict[str, Any] = {}
 

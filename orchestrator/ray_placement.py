@@ -55,6 +55,7 @@ class Placements:
         self.default_image = default_image  # whether the runners make sure of cairn's sandbox image
         self.hub: Any = None  # the batch's Hub, which every run's call is given
         self.runners: dict[str, Any] = {}  # node id → its runner
+        self.sandboxes: dict[str, int] = {}  # node id → how many sandboxes it takes
         self.dead: set[str] = set()  # nodes known lost
         self.slots: list[Slot] = []
         self.spare: list[tuple[Any, dict[str, float]]] = []  # (group, its bundle) of runs that ended
@@ -64,11 +65,13 @@ class Placements:
     def __len__(self) -> int:
         return len(self.slots)
 
-    def start_runners(self, node_ids: list[str]) -> None:
-        """A runner on each node now: they warm up while the driver checks the models and makes the runs.
-        A node that joins later gets its runner when a run is placed on it."""
-        for node in node_ids:
-            self.runners[node] = start_runner(node, self.default_image)
+    def start_runners(self, sandboxes: dict[str, int]) -> None:
+        """A runner on each node (node id → how many sandboxes it takes) now: they warm up while the driver
+        checks the models and makes the runs. A node that joins later gets its runner when a run is
+        placed on it."""
+        self.sandboxes.update(sandboxes)
+        for node, count in sandboxes.items():
+            self.runners[node] = start_runner(node, self.default_image, count)
 
     def stop(self, by: str) -> None:
         """Every run stops after its current action."""
@@ -130,7 +133,9 @@ class Placements:
     def _call(self, slot: Slot, node: str) -> None:
         runner = self.runners.get(node)
         if runner is None:
-            runner = self.runners[node] = start_runner(node, self.default_image)
+            if node not in self.sandboxes:  # a node that joined the cluster since the batch began
+                self.sandboxes.update(sandboxes_of_nodes())
+            runner = self.runners[node] = start_runner(node, self.default_image, self.sandboxes.get(node, 1))
             if self.stopped_by is not None:
                 runner.stop.remote(self.stopped_by)
         slot.node, slot.call = node, runner.run.remote(slot.spec, self.hub, node)
@@ -209,6 +214,12 @@ def _bundle(spec: dict[str, Any]) -> dict[str, float]:
 
 def _node_of(group: Any) -> str:
     return placement_group_table(group)["bundles_to_node_id"][0]
+
+
+def sandboxes_of_nodes() -> dict[str, int]:
+    """The live nodes that take sandboxes: node id → how many at once."""
+    return {n["NodeID"]: int(n["Resources"][SANDBOX_RESOURCE]) for n in ray.nodes()
+            if n.get("Alive") and n["Resources"].get(SANDBOX_RESOURCE)}
 
 
 def _alive(node: str) -> bool:
