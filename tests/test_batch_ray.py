@@ -143,25 +143,28 @@ def test_without_shared_storage_each_run_is_brought_back_to_the_driver_as_its_ow
 
 
 def test_ctrl_c_stops_each_run_on_its_node_after_its_current_action(tmp_path, runs_dir, cluster):
+    """Every sandbox of the cluster busy (each runner's threads all taken by runs): the Ctrl-C still gets
+    through to each runner, and each run stops after its `sleep`."""
     import signal
 
     settings = small_settings(tmp_path)
-    write_script(tmp_path / "s.json", tool("shell_exec", command="sleep 4"), tool("task_done", summary="ok"))
-    batch = RayBatch(write_batch(tmp_path / "b.jsonl", {"task": "a sleep", "model": "scripted:s.json",
-                                                        "settings": settings}), runs_dir)
+    for i in range(4):  # a script each: a runner's scripted server plays one script's turns once
+        write_script(tmp_path / f"s{i}.json", tool("shell_exec", command="sleep 4"), tool("task_done", summary="ok"))
+    batch = RayBatch(write_batch(tmp_path / "b.jsonl", *({"task": f"a sleep {i}", "model": f"scripted:s{i}.json",
+                                                         "settings": settings} for i in range(4))), runs_dir)
     runner = threading.Thread(target=batch.run)
     runner.start()
-    row = batch.rows[0]
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and row.status != "running: shell_exec":  # inside its `sleep 4`
-        time.sleep(0.1)
+    while time.monotonic() < deadline and any(r.status != "running: shell_exec" for r in batch.rows):
+        time.sleep(0.1)  # every run inside its `sleep 4`
     batch._on_stop_signal(signal.SIGINT, None)  # what the driver's Ctrl-C handler gets
     runner.join(120)
     assert not runner.is_alive()
-    assert (row.status, row.step) == ("interrupted", 1)  # the sleep finished: stopped between actions
-    ends = [e for e in map(json.loads, (runs_dir / row.id / "state" / "events.jsonl").read_text().splitlines())
-            if e["type"] == "status"]
-    assert ends[-1]["reason"] == "stopped by Ctrl-C"
+    assert [(r.status, r.step) for r in batch.rows] == [("interrupted", 1)] * 4  # stopped between actions
+    for row in batch.rows:
+        ends = [e for e in map(json.loads, (runs_dir / row.id / "state" / "events.jsonl").read_text().splitlines())
+                if e["type"] == "status"]
+        assert ends[-1]["reason"] == "stopped by Ctrl-C"
 
 
 @ray.remote(max_retries=0, num_cpus=0, resources={"cairn_sandbox": 1})

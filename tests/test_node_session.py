@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -34,3 +35,29 @@ def test_a_warm_up_that_fails_before_it_says_anything_is_each_runs_error_not_a_w
         raise OSError("the disk is full")
 
     assert Background(warm, True).result() == "the runner's warm-up failed: OSError: the disk is full"
+
+
+class FakeHub:
+    """The Hub's `progress` method as a Ray actor handle offers it: calls are recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+        self.progress = self
+
+    def remote(self, reports: dict) -> None:
+        self.calls.append(reports)
+
+
+def test_a_nodes_runs_report_their_progress_together_the_latest_of_each_in_one_call():
+    from orchestrator.node_session import REPORT_S, Reporter
+
+    hub = FakeHub()
+    reporter = Reporter(hub)
+    reporter.put("run-a", {"status": "running: shell_exec", "step": 1})
+    reporter.put("run-b", {"status": "running", "step": 3})
+    reporter.put("run-a", {"status": "running", "step": 2})
+    deadline = time.monotonic() + 10
+    while not hub.calls and time.monotonic() < deadline:
+        time.sleep(REPORT_S / 5)
+    time.sleep(REPORT_S / 5)
+    assert hub.calls[0] == {"run-a": {"status": "running", "step": 2}, "run-b": {"status": "running", "step": 3}}
