@@ -20,7 +20,7 @@ warm-up (it imports the model library), each run's placement group and call. Bot
 same line: the batch file read, the image found, the model library not imported (each side loads it as
 it does: the local batch before its threads start, the runner while its first containers start), and
 the machine quiet. Each setting reports its wall time and the CPU time the whole machine spent in it.
-The settings run in `--rounds` rounds (default 3), in turn, and are compared by their median wall
+The settings run in `--rounds` rounds (default 5), in turn, and are compared by their median wall
 times: this machine's speed drifts by a third within minutes, so one pair is not enough. The last line:
 `runs_per_min_local=<n> runs_per_min_ray=<n> ray_overhead=<ratio>` (Ray's median wall time over the
 threads').
@@ -198,8 +198,8 @@ def main() -> None:
     parser.add_argument("--jobs", default="1,4,16", help="the settings of N, comma-separated")
     parser.add_argument("--ray", nargs="?", const="compare", help="threads against Ray on a local cluster, N at a time "
                         "(one N: default 4)")
-    parser.add_argument("--rounds", type=int, default=3, help="with --ray: rounds of the two settings, compared "
-                        "by their medians (default 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="with --ray: rounds of the two settings, compared "
+                        "by their medians (default 5)")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the child process of one setting
     options = parser.parse_args()
     if options.one:

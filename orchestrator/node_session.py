@@ -361,7 +361,8 @@ def end_with_the_raylet() -> None:
     threading.Thread(target=watch, name="cairn-raylet-watch", daemon=True).start()
 
 
-def _run(spec: dict[str, Any], hub: Any, node_id: str, stopped_by: list[str], reporter: Reporter) -> dict[str, Any]:
+def _run(spec: dict[str, Any], hub: Any, node_id: str, stopped_by: list[str],
+         reporter: Reporter) -> dict[str, Any]:
     """Takes the run up (a new attempt, at the Hub) and carries it out."""
     end_with_the_raylet()
     shared = sees_driver_runs(spec)

@@ -148,12 +148,12 @@ class Placements:
             self._lost(slot, exc)
             if slot.retries <= MAX_RETRIES:
                 return None
-            result = {"error": f"the run's node was lost {slot.retries} times ({'; '.join(slot.lost)})"}
-        except ray.exceptions.RayError as exc:  # Ray itself failed the call
-            result = {"error": f"the run's Ray call failed: {_why(exc)}"}
             self._release(slot)
-            return result
-        self._pass_on(slot)
+            return {"error": f"the run's node was lost {slot.retries} times ({'; '.join(slot.lost)})"}
+        except ray.exceptions.RayError as exc:  # Ray itself failed the call
+            self._release(slot)
+            return {"error": f"the run's Ray call failed: {_why(exc)}"}
+        self._pass_on(slot)  # the run ended on a node that answered: its group serves the next run
         return result
 
     def _lost(self, slot: Slot, exc: Exception) -> None:
