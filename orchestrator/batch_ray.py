@@ -26,9 +26,9 @@ log left it; local, the last state brought back (so at most the step that was un
 the batch says so). `Session`'s resume
 uses the toolbox journal (store/journal.py): a call that started is never run again from a durable state.
 
-A small actor on the driver's node (`Hub`) collects each run's node, status, step, tokens and cost for
-the live table, and hands a node the run it takes up (local storage) and takes the run back. A Ctrl-C
-is told to the nodes' runners (each run stops after its current action).
+A small actor on the driver's node (`Hub`, ray_hub.py) collects each run's node, status, step, tokens
+and cost for the live table, and hands a node the run it takes up (local storage) and takes the run
+back. A Ctrl-C is told to the nodes' runners (each run stops after its current action).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import ray
 from orchestrator.batch import STOP_SIGNALS, Batch, Row
 from orchestrator.disk import parse_size
 from orchestrator.errors import UsageError
-from orchestrator.node_session import Hub
+from orchestrator.ray_hub import Hub
 from orchestrator.ray_placement import SANDBOX_RESOURCE, Placements
 from orchestrator.runner import create_run, load_config
 from orchestrator.store.runs import RunDir

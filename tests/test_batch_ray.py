@@ -181,7 +181,7 @@ def test_an_attempt_another_node_took_over_writes_no_tool_started_and_runs_no_ca
     node was thought dead) before attempt 1 reaches its first call. Attempt 1's process ends there: the
     log has no tool_started and the call never ran. No timing: attempt 2 holds the run from the start."""
     from orchestrator.batch import parse_file
-    from orchestrator.node_session import Hub
+    from orchestrator.ray_hub import Hub
     from orchestrator.runner import create_run
     from orchestrator.store import events as ev
 
