@@ -49,7 +49,7 @@ from orchestrator.batch import STOP_SIGNALS, Batch, Row
 from orchestrator.disk import parse_size
 from orchestrator.errors import UsageError
 from orchestrator.ray_hub import Hub
-from orchestrator.ray_placement import SANDBOX_RESOURCE, Placements
+from orchestrator.ray_placement import SANDBOX_RESOURCE, Placements, sandbox_nodes, sandboxes_of
 from orchestrator.runner import create_run, load_config
 from orchestrator.store.runs import RunDir
 
@@ -224,7 +224,7 @@ class RayBatch(Batch):
     def _check_feasible(self, specs: list[dict[str, Any]]) -> dict[str, int]:
         """A run no node could ever take would wait forever in Ray's queue: a usage error instead.
         Returns the nodes that take sandboxes: node id → how many at once."""
-        alive = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get(SANDBOX_RESOURCE)]
+        alive = sandbox_nodes()
         nodes = [n["Resources"] for n in alive]
         if not nodes:
             raise UsageError(f"no node of the Ray cluster declares the resource {SANDBOX_RESOURCE!r}, so no run "
@@ -236,7 +236,7 @@ class RayBatch(Batch):
                                  f"{spec['memory'] / 2**30:.1f} GiB of memory for its sandbox",
                                  hint="lower sandbox.cpus or sandbox.memory in the line's settings file, "
                                       "or add a bigger node")
-        return {n["NodeID"]: int(n["Resources"][SANDBOX_RESOURCE]) for n in alive}
+        return sandboxes_of(alive)
 
     def _dispatch(self, work: list[tuple[dict[str, Any], tuple[int, RunDir | None]]]) -> None:
         """Makes and submits the runs (at most `--jobs` at once when it was given) and follows them to their

@@ -134,7 +134,7 @@ class Placements:
         runner = self.runners.get(node)
         if runner is None:
             if node not in self.sandboxes:  # a node that joined the cluster since the batch began
-                self.sandboxes.update(sandboxes_of_nodes())
+                self.sandboxes.update(sandboxes_of(sandbox_nodes()))
             runner = self.runners[node] = start_runner(node, self.default_image, self.sandboxes.get(node, 1))
             if self.stopped_by is not None:
                 runner.stop.remote(self.stopped_by)
@@ -216,10 +216,14 @@ def _node_of(group: Any) -> str:
     return placement_group_table(group)["bundles_to_node_id"][0]
 
 
-def sandboxes_of_nodes() -> dict[str, int]:
-    """The live nodes that take sandboxes: node id → how many at once."""
-    return {n["NodeID"]: int(n["Resources"][SANDBOX_RESOURCE]) for n in ray.nodes()
-            if n.get("Alive") and n["Resources"].get(SANDBOX_RESOURCE)}
+def sandbox_nodes() -> list[dict[str, Any]]:
+    """Ray's records of the live nodes that take sandboxes."""
+    return [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get(SANDBOX_RESOURCE)]
+
+
+def sandboxes_of(nodes: list[dict[str, Any]]) -> dict[str, int]:
+    """Node id → how many sandboxes it takes at once, for nodes of sandbox_nodes()."""
+    return {n["NodeID"]: int(n["Resources"][SANDBOX_RESOURCE]) for n in nodes}
 
 
 def _alive(node: str) -> bool:
