@@ -6,13 +6,13 @@
 Each task is a short realistic run of 4 tool calls (write a Python file, run it, read its output,
 task_done), played by its own scripted model, in its own sandbox. Every setting runs in a fresh process
 (so the memory high-water mark is that setting's alone) and runs all `--tasks` tasks, `N` at a time,
-through `orchestrator.batch.Batch`, as `cairn batch --jobs N` does. Timing starts after litellm is
+through `orchestrator.batch.threads.Batch`, as `cairn batch --jobs N` does. Timing starts after litellm is
 imported and the image is found. Reported per setting: wall time, runs per minute, container starts per
 second and the median time of one sandbox start, and the process's RSS after imports and at its peak
 (ru_maxrss). The last line is machine-readable: `runs_per_min_16=<n> speedup_16_vs_1=<n>`.
 
 With `--ray`: the same tasks, N at a time (one N, default 4), through local threads and through Ray
-(orchestrator/batch_ray.py) on a local cluster of this machine that the batch starts (N cairn_sandbox
+(orchestrator/batch/ray_driver.py) on a local cluster of this machine that the batch starts (N cairn_sandbox
 resources), each in a fresh process. The cluster is started before Ray's clock starts (as a cluster
 `ray start` made is already up; its start time is reported beside), but the clock includes what a batch
 on a running cluster pays: the worker processes of the hub and of the node's runner, the runner's
@@ -99,7 +99,7 @@ def one_setting(jobs: int, tasks: int, on_ray: bool = False, same_start: bool = 
     """Runs in its own process: `tasks` runs, `jobs` at a time (in threads, or on Ray). `same_start`
     (threads against Ray): litellm is not imported before the clock, as Ray's runners import it within
     theirs; each batch loads it as it does (a local one before its threads start)."""
-    from orchestrator.batch import Batch
+    from orchestrator.batch.threads import Batch
     from orchestrator.sandbox import Sandbox
     from orchestrator.sandbox.image import ensure_image
 
@@ -128,7 +128,7 @@ def one_setting(jobs: int, tasks: int, on_ray: bool = False, same_start: bool = 
         batch_file = Path(tmp, "tasks.jsonl")
         batch_file.write_text("\n".join(lines) + "\n")
         if on_ray:
-            from orchestrator.batch_ray import Cluster, RayBatch
+            from orchestrator.batch.ray_driver import Cluster, RayBatch
 
             # The cluster is up before the clock starts, as one `ray start` made is; its start is reported.
             cluster_began = time.perf_counter()

@@ -7,7 +7,7 @@ file dumps), failures (tracebacks, non-zero exits), assistant messages with tool
 todo.md rewritten every ~10 steps. The same sequence is played against three policies, each
 producing the whole request (messages + tools) at every step:
 
-1. cairn: the real `orchestrator.context` code, driven the way `orchestrator/loop.py` drives it
+1. cairn: the real `orchestrator.context` code, driven the way `orchestrator/agent/loop.py` drives it
    (offload at insertion, todo and budget in a tail, bulk compaction at the high-water mark with a
    summary request appended to its own request, so the cache serves it, a TokenCounter calibrated on the
    previous request's true size).
@@ -46,7 +46,7 @@ Each extra step is a full request plus its result; both are counted, and logged 
 window (`make_real_shaped`), and adds a raw agent that keeps its whole history with no limit.
 `--sweep` measures the marks and the preview size over seeds and windows (bench/context_sweep.py).
 
-A fourth run is cairn again with `--critic-every 10` (orchestrator/critic.py: after every tenth step, a
+A fourth run is cairn again with `--critic-every 10` (orchestrator/agent/critic.py: after every tenth step, a
 critic request of the task, the plan and the last ten steps, answered in ~270 tokens, whose note enters
 the next request's tail). Its figures are the line before the last:
     critic_every_10: cache_hit=<r> cost_vs_without=<r>
@@ -82,7 +82,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python bench/context_bench.py` from anywhere: find `orchestrator`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# Deliberately no litellm (and so nothing from orchestrator.loop or orchestrator.llm.client): it is
+# Deliberately no litellm (and so nothing from orchestrator.agent.loop or orchestrator.llm.client): it is
 # slow to import and this bench needs none of it.
 from orchestrator.config import ContextConfig, LimitsConfig  # noqa: E402
 from orchestrator.context import (  # noqa: E402
@@ -98,12 +98,12 @@ from orchestrator.context import (  # noqa: E402
 )
 from orchestrator.context.compaction import SUMMARY_DIR, pointer_path  # noqa: E402
 from orchestrator.context.offload import obs_path  # noqa: E402
-from orchestrator.critic import CRITIC_DIR, critic_request, tail_text  # noqa: E402
+from orchestrator.agent.critic import CRITIC_DIR, critic_request, tail_text  # noqa: E402
 from orchestrator.store.events import CriticNote  # noqa: E402
-from orchestrator.guards import Totals, budget_notice  # noqa: E402
+from orchestrator.agent.guards import Totals, budget_notice  # noqa: E402
 from orchestrator.llm.scripted import PrefixCache, canonical_prompt  # noqa: E402
 from orchestrator.llm.tokenizer import count_tokens, encoding  # noqa: E402
-from orchestrator.prompts import system_prompt  # noqa: E402
+from orchestrator.agent.prompts import system_prompt  # noqa: E402
 from orchestrator.tools.specs import BUILTIN_TOOLS, canonical  # noqa: E402
 
 Message = dict[str, Any]
@@ -738,7 +738,7 @@ class Ledger:
         return len(tokens)
 
     def account_critic(self, messages: list[Message], output_tokens: int) -> None:
-        """One critic request (orchestrator/critic.py): looked up in the cache like any request; only
+        """One critic request (orchestrator/agent/critic.py): looked up in the cache like any request; only
         its instructions and the task can be a shared prefix."""
         tokens = prompt_tokens_of(messages, [])
         cached = self.cache.lookup(tokens)
@@ -825,7 +825,7 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
 
     Before a step that needs an earlier observation (`references`) which is not in the request
     whole, one extra step reads it back (`read_back_turn`), through the same path as any step.
-    With `critic_every`, after every that many steps the critic's request (orchestrator/critic.py)
+    With `critic_every`, after every that many steps the critic's request (orchestrator/agent/critic.py)
     is accounted, and its ~200-word note goes into the next request's tail, once.
     """
     cfg = cfg or ContextConfig()

@@ -31,7 +31,7 @@ TARGET = 1500
 
 # The core, relative to the repository's root. Files split out of these later are added here.
 CORE = (
-    "orchestrator/loop.py",
+    "orchestrator/agent/loop.py",
     "orchestrator/ports.py",
     "orchestrator/tools/registry.py",
     "orchestrator/context/__init__.py",

@@ -36,10 +36,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from orchestrator.config import RunConfig  # noqa: E402
 from orchestrator.context import TokenCounter, build_request, render_tail  # noqa: E402
-from orchestrator.prompts import system_prompt  # noqa: E402
+from orchestrator.agent.prompts import system_prompt  # noqa: E402
 from orchestrator.store import events as ev  # noqa: E402
 from orchestrator.store.checkpoints import Checkpoints  # noqa: E402
-from orchestrator.store.replay import RunState  # noqa: E402
+from orchestrator.agent.state import RunState  # noqa: E402
 from orchestrator.store.runs import RunDir  # noqa: E402
 from orchestrator.tools.specs import BUILTIN_TOOLS, canonical  # noqa: E402
 

@@ -55,7 +55,7 @@ def run(task: str, *, model: str | None = None, workspace: str | Path | None = N
     on in place (else a copy of `template`); `image`: the sandbox image; `settings`: any other fields of
     a run's config, nested as in run.json (`limits={"max_cost": 2}`, `check={"command": "pytest -q"}`),
     or top-level ones such as `max_cost`. Bad settings raise UsageError, before any run exists."""
-    from orchestrator.runner import create_run, resolve_config
+    from orchestrator.session.compose import create_run, resolve_config
 
     options = _options(settings, model=model, image=image, max_steps=max_steps)
     cfg = _config(resolve_config, options, template)
@@ -70,7 +70,7 @@ def resume(run_id: str, *, message: str | None = None, runs_dir: str | Path | No
            model: str | None = None, max_steps: int | None = None, on_event: EventCallback | None = None) -> RunResult:
     """Continue a run that stopped, waits for an answer (`message` is the answer), was interrupted or
     crashed, as `cairn resume` does. `run_id` is an id, a unique prefix of one, or `@last`."""
-    from orchestrator.runner import load_config
+    from orchestrator.session.compose import load_config
     from orchestrator.store.runs import RunDir
 
     run_dir = RunDir.find(_runs_dir(runs_dir), run_id)
@@ -112,7 +112,7 @@ class Agent:
 
     def run(self, task: str, max_steps: int | None = None) -> RunResult:
         """A new run of `task`, driven to its end."""
-        from orchestrator.runner import create_run, resolve_config
+        from orchestrator.session.compose import create_run, resolve_config
 
         options = _options(self.settings, model=getattr(self.model, "name", None) or "custom", image=None,
                            max_steps=max_steps)
@@ -125,14 +125,14 @@ class Agent:
 
     def resume(self, message: str | None = None) -> RunResult:
         """Continue the last run (after ask_user, a stop or a limit), with `message` as the person's words."""
-        from orchestrator.runner import load_config
+        from orchestrator.session.compose import load_config
 
         if self.run_dir is None:
             raise UsageError("this Agent has made no run yet: call run(task) first")
         return self._go(load_config(self.run_dir), message=message, resumed=True)
 
     def _go(self, cfg: Any, message: str | None, resumed: bool) -> RunResult:
-        from orchestrator.loop import Agent as Loop
+        from orchestrator.agent.loop import Agent as Loop
 
         attach = getattr(self.sandbox, "attach", None)
         if attach is not None:  # a LocalSandbox keeps cairn's files (journal, saved outputs) in the run's cairn/
@@ -150,8 +150,8 @@ class Agent:
 
 def result_of(run_dir: Any, status: str, error: Any = None) -> RunResult:
     """The result of a run that has ended, from its run.json and log (as `cairn show --json` reads them)."""
-    from orchestrator.inspect.timeline import timeline
-    from orchestrator.runner import exit_code
+    from orchestrator.ui.inspect.timeline import timeline
+    from orchestrator.session.compose import exit_code
 
     doc = timeline(run_dir)
     check = doc.get("check")
@@ -184,7 +184,7 @@ class _Sink:
 
 def _drive(run_dir: Any, cfg: Any, on_event: EventCallback | None, message: str | None, resumed: bool) -> RunResult:
     from orchestrator.errors import CairnError
-    from orchestrator.runner import Session, mark_failed
+    from orchestrator.session.compose import Session, mark_failed
 
     run_dir.take_stop_request()
     session = None

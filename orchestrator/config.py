@@ -68,7 +68,7 @@ class SandboxConfig(Settings):
     @field_validator("max_disk")
     @classmethod
     def _a_size(cls, value: str | None) -> str | None:
-        from orchestrator.disk import parse_size
+        from orchestrator.agent.disk import parse_size
 
         if value is not None and value.strip().lower() != "none":
             parse_size(value)  # raises ValueError, which pydantic reports with the setting's name
@@ -162,7 +162,7 @@ class ContextConfig(Settings):
 
 class CheckConfig(Settings):
     """`--check CMD`: a command that says whether the task is done. It runs in the sandbox after task_done,
-    in the work directory, in a fresh shell; exit code 0 means the task is done (orchestrator/check.py)."""
+    in the work directory, in a fresh shell; exit code 0 means the task is done (orchestrator/agent/check.py)."""
 
     command: str | None = Field(None, description="The shell command; None: no check.")
     rounds: int = Field(0, ge=0, description="How often a failed check's output goes back to the agent, which "
@@ -180,7 +180,7 @@ class CheckConfig(Settings):
 class CriticConfig(Settings):
     """`--critic-every N`: every N steps, one extra model call reads the task, the plan and the last N
     steps and says what is going wrong or being missed; the next request's tail shows its answer
-    (orchestrator/critic.py). A sub-agent has none."""
+    (orchestrator/agent/critic.py). A sub-agent has none."""
 
     every: int | None = Field(None, ge=1, description="Steps between two critic calls; None: no critic.")
     model: str | None = Field(None, description="The critic's litellm model string (or scripted:PATH); None: "
@@ -189,7 +189,7 @@ class CriticConfig(Settings):
 
 
 class ApprovalRule(Settings):
-    """One rule of `approvals.rules` (orchestrator/approvals.py): the first rule that matches a call answers
+    """One rule of `approvals.rules` (orchestrator/agent/approvals.py): the first rule that matches a call answers
     it, with no person asked. `tool` is an fnmatch pattern over the tool's name; `match` one over the
     call's subject: the command of shell_exec, the URL of web_fetch, the path of the file tools, and the
     arguments as compact JSON (keys sorted) for every other tool."""
@@ -202,7 +202,7 @@ class ApprovalRule(Settings):
 
 
 class ApprovalsConfig(Settings):
-    """Which tool calls wait for a person's yes (`--approve`, orchestrator/approvals.py)."""
+    """Which tool calls wait for a person's yes (`--approve`, orchestrator/agent/approvals.py)."""
 
     mode: Literal["never", "outside", "always"] = Field(
         "outside", description="never: ask nothing; outside: ask before calls whose effects can leave the "
@@ -232,7 +232,7 @@ REDACTED = "<redacted>"
 
 
 class McpServerConfig(Settings):
-    """One MCP server of an agent.json (orchestrator/agent_folder.py). stdio servers run in the sandbox;
+    """One MCP server of an agent.json (orchestrator/session/agent_folder.py). stdio servers run in the sandbox;
     http and sse servers are reached from the host. `env` and `headers` values may be secrets: they are
     written out as "<redacted>" (run.json), so a resume takes them from the agent.json again."""
 

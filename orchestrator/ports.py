@@ -1,7 +1,7 @@
 """The ports: what the loop and the tools need of the world, as Protocols in one place.
 
-The loop (loop.py) and the tools (tools/) depend on these and on nothing of Docker, litellm or the run
-directory's layout; the composition root (runner.py) plugs in the real parts: `llm.client.LLM` for
+The loop (agent/loop.py) and the tools (tools/) depend on these and on nothing of Docker, litellm or the run
+directory's layout; the composition root (session/compose.py) plugs in the real parts: `llm.client.LLM` for
 `Model`, `sandbox.Sandbox` (Docker) for `Sandbox`, `store.runs.RunDir` for `Store`, `display.Live` or
 `Quiet` for `Display`, and `tools.registry.Tool` objects for `Tool`. A second sandbox backend is one new
 class with the methods of `Sandbox`; a test's fake is one too.
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from orchestrator.config import SandboxConfig
     from orchestrator.llm.types import Reply, ToolCall
     from orchestrator.store import events as ev
-    from orchestrator.store.replay import RunState
+    from orchestrator.agent.state import RunState
     from orchestrator.tools.dispatch import Observation
 
 

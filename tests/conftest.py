@@ -45,7 +45,7 @@ def remove_the_containers_test_runs_kept(tmp_path_factory: pytest.TempPathFactor
     """A run keeps its container when it stops; those of the runs this session's tests made (their run
     directories are under its temporary base) are removed when the session ends, not left to `cairn gc`."""
     yield
-    from orchestrator.inspect.held import container_states
+    from orchestrator.ui.inspect.held import container_states
 
     base = str(tmp_path_factory.getbasetemp().resolve()) + "/"
     if any(run_dir and run_dir.startswith(base) for _, run_dir in container_states() or {}):

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config import RunConfig
-from orchestrator.display import Quiet
-from orchestrator.inspect.timeline import timeline
-from orchestrator.runner import Session, create_run
+from orchestrator.ui.display import Quiet
+from orchestrator.ui.inspect.timeline import timeline
+from orchestrator.session.compose import Session, create_run
 from orchestrator.store.runs import RunDir
 
 
@@ -61,7 +61,7 @@ def play(tmp_path: Path, turns: list[dict[str, Any]], task: str = "test task", s
 
 def resume(outcome: Outcome, message: str | None = None, turns: list[dict[str, Any]] | None = None,
            tmp_path: Path | None = None) -> Outcome:
-    from orchestrator.runner import load_config
+    from orchestrator.session.compose import load_config
 
     cfg = load_config(outcome.run)
     if turns is not None and tmp_path is not None:

@@ -12,7 +12,7 @@ import pytest
 import orchestrator
 from orchestrator.api import _Sink
 from orchestrator.errors import UsageError
-from orchestrator.runner import create_run, resolve_config
+from orchestrator.session.compose import create_run, resolve_config
 from orchestrator.store import events as ev
 from orchestrator.testing import LocalSandbox, ScriptedModel
 
@@ -28,8 +28,8 @@ def test_resolve_config_takes_a_plain_model_string():
 
 
 def test_the_task_given_to_both_create_run_and_go_is_sent_once(tmp_path):
-    from orchestrator.loop import Agent as Loop
-    from orchestrator.runner import Session
+    from orchestrator.agent.loop import Agent as Loop
+    from orchestrator.session.compose import Session
 
     cfg = resolve_config({"model": "scripted:demo"})
     run = create_run(tmp_path / "runs", "count to three", cfg)

@@ -1,4 +1,4 @@
-"""Approvals (orchestrator/approvals.py): which calls wait for a person, and how a waiting run goes on."""
+"""Approvals (orchestrator/agent/approvals.py): which calls wait for a person, and how a waiting run goes on."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from orchestrator.approval_prompt import ask
-from orchestrator.approvals import Question, decide
+from orchestrator.ui.approval_prompt import ask
+from orchestrator.agent.approvals import Question, decide
 from orchestrator.config import ApprovalsConfig, RunConfig
 from orchestrator.store.runs import RunDir
 from tests import fake_loop
@@ -114,7 +114,7 @@ def test_the_first_matching_rule_answers_and_never_keeps_only_deny_rules():
 
 
 def test_approve_is_a_setting_of_templates_settings_files_and_batch_lines(tmp_path):
-    from orchestrator.batch import parse_file
+    from orchestrator.batch.jobs import parse_file
 
     batch = tmp_path / "b.jsonl"
     batch.write_text(json.dumps({"task": "t", "model": "scripted:demo", "approve": "always"}) + "\n")
@@ -304,7 +304,7 @@ def test_mcp_annotations_from_a_real_stdio_server_decide_what_is_asked(tmp_path,
                          "readOnlyHint=false)")
     assert [e.content for e in out.events("tool_finished")] == ["look done"]
     assert approve(out.run.id, "--runs-dir", str(runs_dir)).returncode == 0
-    from orchestrator.runner import load_config
+    from orchestrator.session.compose import load_config
 
     again = play_config(tmp_path, load_config(out.run), [done()], resumed_run=out.run, approve="outside")
     assert again.status == "waiting"  # `plain` has no annotations: it can act outside, and is asked too
@@ -458,7 +458,7 @@ def test_resume_takes_the_critic_options(tmp_path, sandbox_image, runs_dir):
 
 
 def test_the_report_shows_each_question_and_answer(tmp_path, runs_dir):
-    from orchestrator.inspect.report import render_report
+    from orchestrator.ui.inspect.report import render_report
 
     out = fake_loop.play(tmp_path, [shell("echo deploy now"), done()], settings=DEPLOY)
     assert approve(out.run.id, "--deny", "not now", "--runs-dir", str(runs_dir)).returncode == 0
@@ -468,7 +468,7 @@ def test_the_report_shows_each_question_and_answer(tmp_path, runs_dir):
 
 
 def test_a_sub_agent_never_waits_a_call_it_would_ask_for_is_refused_unless_always_allowed(tmp_path, runs_dir):
-    from orchestrator.delegate import open_child
+    from orchestrator.agent.delegate import open_child
 
     out = fake_loop.play(tmp_path, [turn(call("agent_delegate", task="deploy it")), shell("echo deploy from the child"),
                                     done("could not deploy"), shell("echo deploy 1"),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.batch import Batch
+from orchestrator.batch.threads import Batch
 from orchestrator.config import RunConfig
 from orchestrator.context.offload import check_path
 from orchestrator.store.runs import RunDir

@@ -20,7 +20,7 @@ import pytest
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before Ray reads its constants
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'cairn-agent[ray]'")
 
-from orchestrator.batch_ray import RayBatch  # noqa: E402
+from orchestrator.batch.ray_driver import RayBatch  # noqa: E402
 from orchestrator.store.runs import RunDir  # noqa: E402
 from orchestrator.store.trust import is_untrusted  # noqa: E402
 from tests.test_batch import tool, write_batch, write_script  # noqa: E402
@@ -170,7 +170,7 @@ def test_ctrl_c_stops_each_run_on_its_node_after_its_current_action(tmp_path, ru
 @ray.remote(max_retries=0, num_cpus=0, resources={"cairn_sandbox": 1})
 def superseded_attempt(spec: dict, hub) -> dict:
     """Attempt 1 of a run, carried out on a worker node as its runner would, once attempt 2 holds it."""
-    from orchestrator.node_session import carry_out
+    from orchestrator.batch.ray_node import carry_out
 
     node_id = ray.get_runtime_context().get_node_id()
     return carry_out(spec, hub, node_id, {"number": 1, "archive": None}, shared=True, stopped_by=[])
@@ -180,9 +180,9 @@ def test_an_attempt_another_node_took_over_writes_no_tool_started_and_runs_no_ca
     """The fence: the Hub gave the run to attempt 2 (as when Ray took it up elsewhere while its first
     node was thought dead) before attempt 1 reaches its first call. Attempt 1's process ends there: the
     log has no tool_started and the call never ran. No timing: attempt 2 holds the run from the start."""
-    from orchestrator.batch import parse_file
-    from orchestrator.ray_hub import Hub
-    from orchestrator.runner import create_run
+    from orchestrator.batch.jobs import parse_file
+    from orchestrator.batch.ray_hub import Hub
+    from orchestrator.session.compose import create_run
     from orchestrator.store import events as ev
 
     settings = small_settings(tmp_path)

@@ -631,7 +631,7 @@ def test_replaying_a_digest_gives_identical_messages_and_is_idempotent() -> None
 
 
 def test_a_summary_requests_usage_counts_toward_the_runs_totals() -> None:
-    from orchestrator.store.replay import RunState
+    from orchestrator.agent.state import RunState
 
     state = RunState(ContextConfig(), TokenCounter(Tokenizer()))
     state.history.append("e1", {"role": "user", "content": "old turn"}, 1, kind="user")

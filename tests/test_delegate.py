@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from orchestrator.delegate import open_child
-from orchestrator.inspect.timeline import step_lines
+from orchestrator.agent.delegate import open_child
+from orchestrator.ui.inspect.timeline import step_lines
 from orchestrator.store import events as ev
 from tests.loop_helpers import play as docker_play
 from tests.fake_loop import call, done, play, text_of, tool_messages, turn
@@ -158,7 +158,7 @@ def test_the_parents_budget_left_bounds_the_child(tmp_path):
 
 def play_interrupting_the_child(tmp_path, monkeypatch, interrupt):
     """The parent delegates a job of two commands; `interrupt(child)` runs as the child's first step begins."""
-    from orchestrator.loop import Agent
+    from orchestrator.agent.loop import Agent
 
     original_step = Agent.step
 
@@ -211,7 +211,7 @@ def test_the_childs_saved_outputs_never_overwrite_the_parents(tmp_path):
 
 
 def test_the_report_nests_the_childs_steps(tmp_path):
-    from orchestrator.inspect.report import render_report
+    from orchestrator.ui.inspect.report import render_report
 
     out = play(tmp_path, [
         turn(call("agent_delegate", task="count")),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.config import LimitsConfig
-from orchestrator.guards import Finished, LoopGuard, Totals, check_budget, is_last_step, repeating_pattern, signature
+from orchestrator.agent.guards import Finished, LoopGuard, Totals, check_budget, is_last_step, repeating_pattern, signature
 
 
 def test_the_token_budget_stops_before_the_next_call():

@@ -21,11 +21,11 @@ from types import SimpleNamespace
 import docker
 import pytest
 
-from orchestrator import disk
-from orchestrator.disk import DiskLimit, format_size, parse_size, tree_usage
+from orchestrator.agent import disk
+from orchestrator.agent.disk import DiskLimit, format_size, parse_size, tree_usage
 from orchestrator.sandbox import DEFAULT_OP_SECONDS
 from orchestrator.store import events as ev
-from orchestrator.terminal import clean, json_text
+from orchestrator.ui.terminal import clean, json_text
 from tests.fake_loop import play as fake_play
 from tests.loop_helpers import call, done, play, turn
 from tests.sandbox_fixtures import ToolboxProcess, docker_client  # noqa: F401 - a fixture
@@ -107,7 +107,7 @@ def test_a_fifo_named_todo_md_neither_stalls_the_steps_nor_fails_the_checkpoint(
 @docker_test
 def test_a_fifo_named_inbox_md_is_left_alone(tmp_path, sandbox_image):
     from orchestrator.config import RunConfig
-    from orchestrator.runner import create_run
+    from orchestrator.session.compose import create_run
     from tests.loop_helpers import _go
 
     script = tmp_path / "script.json"
@@ -163,7 +163,7 @@ def test_an_inbox_md_written_in_the_sandbox_never_becomes_a_user_message(tmp_pat
 @docker_test
 def test_an_inbox_md_in_a_cloned_repository_is_no_message(tmp_path, sandbox_image):
     from orchestrator.config import RunConfig
-    from orchestrator.runner import create_run
+    from orchestrator.session.compose import create_run
     from tests.loop_helpers import _go
 
     repo = tmp_path / "repo"
@@ -206,7 +206,7 @@ def test_json_text_is_the_same_data_with_every_control_character_escaped():
 def test_escape_sequences_from_the_agent_reach_no_terminal(tmp_path, sandbox_image):
     from rich.console import Console
 
-    from orchestrator.display import LiveDisplay
+    from orchestrator.ui.display import LiveDisplay
 
     name = "evil\x1b]0;FILE-TITLE\x07.txt"
     cairn = Cairn(tmp_path)
@@ -249,7 +249,8 @@ def test_escape_sequences_from_the_agent_reach_no_terminal(tmp_path, sandbox_ima
 def test_the_batch_table_and_summary_carry_no_escape():
     from rich.console import Console
 
-    from orchestrator.batch import Row, render_summary, table
+    from orchestrator.batch.rows import Row
+    from orchestrator.batch.summary import render_summary, table
 
     rows = [Row(1, f"task {TITLE}", id="r1", status="failed", error=f"boom {CLEAR}{TITLE}")]
     buffer = io.StringIO()
@@ -259,7 +260,7 @@ def test_the_batch_table_and_summary_carry_no_escape():
 
 
 def test_watch_hides_the_temporary_files_of_atomic_writes():
-    from orchestrator.inspect.watch import _noise
+    from orchestrator.ui.inspect.watch import _noise
 
     assert _noise(Path(".README.md.vq2l2rhu.tmp"))
     assert _noise(Path("docs/.notes.md.a_b3c4d5.tmp"))

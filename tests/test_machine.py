@@ -202,7 +202,7 @@ def test_ls_shows_which_runs_hold_a_container(cairn, docker_client):
 
 def test_ls_without_an_engine_is_quick_and_says_null(cairn, tmp_path):
     install_a_tool(cairn)
-    code = ("import sys, time; t = time.monotonic(); from orchestrator.inspect.listing import list_runs; "
+    code = ("import sys, time; t = time.monotonic(); from orchestrator.ui.inspect.listing import list_runs; "
             f"rows = list_runs(__import__('pathlib').Path({str(cairn.runs_dir)!r})); "
             "print(rows[0]['container'], 'docker' in sys.modules, time.monotonic() - t < 2)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -1,4 +1,4 @@
-"""The node's side of `cairn batch --ray` that needs no cluster: the runner's warm-up (node_session.py)."""
+"""The node's side of `cairn batch --ray` that needs no cluster: the runner's warm-up (batch/ray_node.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("ray", reason="Ray is not installed: pip install 'cairn-agent[ray]'")
 
-from orchestrator.node_session import Background  # noqa: E402
+from orchestrator.batch.ray_node import Background  # noqa: E402
 
 
 def test_runs_wait_for_the_engine_part_of_the_warm_up_not_for_the_model_library():
@@ -49,7 +49,7 @@ class FakeHub:
 
 
 def test_a_nodes_runs_report_their_progress_together_the_latest_of_each_in_one_call():
-    from orchestrator.node_session import REPORT_S, Reporter
+    from orchestrator.batch.ray_node import REPORT_S, Reporter
 
     hub = FakeHub()
     reporter = Reporter(hub)

@@ -87,8 +87,8 @@ def test_the_example_tool_counts_lines_through_the_read_op() -> None:
 
 @pytest.mark.docker
 def test_the_scripted_model_calls_a_tool_of_the_runs_own(tmp_path: Path, sandbox_image: str) -> None:
-    from orchestrator.display import Quiet
-    from orchestrator.runner import Session, create_run
+    from orchestrator.ui.display import Quiet
+    from orchestrator.session.compose import Session, create_run
 
     tool = example_tool()
     script = tmp_path / "script.json"

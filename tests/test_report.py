@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import RunConfig
-from orchestrator.inspect.report import render_report, write_report
-from orchestrator.runner import create_run
+from orchestrator.ui.inspect.report import render_report, write_report
+from orchestrator.session.compose import create_run
 from orchestrator.store import events as ev
 from tests.loop_helpers import call, done, play, turn
 

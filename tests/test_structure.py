@@ -88,8 +88,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_import_graph_is_read_from_every_module() -> None:
     graph = import_graph()
-    assert "orchestrator.loop" in graph and "orchestrator.sandbox.container" in graph
-    assert graph["orchestrator.loop"], "the loop imports other modules of the package"
+    assert "orchestrator.agent.loop" in graph and "orchestrator.sandbox.container" in graph
+    assert graph["orchestrator.agent.loop"], "the loop imports other modules of the package"
 
 
 def test_the_cycle_finder_names_a_cycle() -> None:
@@ -114,7 +114,7 @@ def test_only_the_sandbox_package_imports_docker() -> None:
 # The core and the tools reach the sandbox only through orchestrator/ports.py (issue 12): a second
 # backend, or a test's fake, is then one new class. (tools/mcp_packages, the uvx rule, asks
 # sandbox/derived.py for its image when a run is put together, before any tool runs.)
-THROUGH_PORTS = ("orchestrator.loop", "orchestrator.ports", "orchestrator.delegate", "orchestrator.guards",
+THROUGH_PORTS = ("orchestrator.agent.loop", "orchestrator.ports", "orchestrator.agent.delegate", "orchestrator.agent.guards",
                  "orchestrator.context", "orchestrator.tools.registry", "orchestrator.tools.dispatch",
                  "orchestrator.tools.builtin", "orchestrator.tools.mcp", "orchestrator.tools.mcp_transport")
 

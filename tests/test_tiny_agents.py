@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.agent_folder import load_agent, load_config
+from orchestrator.session.agent_folder import load_agent, load_config
 from orchestrator.config import RunConfig
 from orchestrator.tools.specs import BUILTIN_TOOLS, tool_names
 from tests.loop_helpers import call, done, tool_messages, turn

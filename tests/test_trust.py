@@ -19,7 +19,7 @@ import pytest
 
 from orchestrator.config import RunConfig
 from orchestrator.errors import UsageError
-from orchestrator.runner import create_run, load_config
+from orchestrator.session.compose import create_run, load_config
 from orchestrator.store.archive import export_run, import_run
 from orchestrator.store.checkpoints import OWN_CONFIG, Checkpoints, _env, own_git_dir
 from orchestrator.store.runs import RunDir

@@ -17,7 +17,7 @@ import typer
 
 from orchestrator.cli.shared import app, image_app, version  # noqa: F401 - the app, as tests and entry points name it
 from orchestrator.errors import CairnError
-from orchestrator.terminal import clean
+from orchestrator.ui.terminal import clean
 
 
 def _stop_like_ctrl_c(signum: int, frame: object) -> None:

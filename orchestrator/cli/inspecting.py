@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from orchestrator.cli.shared import RUN_HELP, JsonOut, RunsDir, _find, _print_json, _runs_dir, _status_colour, app
 from orchestrator.errors import UsageError
-from orchestrator.terminal import clean
+from orchestrator.ui.terminal import clean
 
 
 def _print_exact_or_clean(text: str) -> None:
@@ -27,9 +27,9 @@ def _print_exact_or_clean(text: str) -> None:
 @app.command("ls")
 def ls(runs_dir: Optional[Path] = RunsDir, json_output: bool = JsonOut) -> None:
     """List runs, oldest first; a run that did not finish says why (the REASON column, `reason` in JSON)."""
-    from orchestrator.inspect.listing import list_runs, render_runs
+    from orchestrator.ui.inspect.listing import list_runs, render_runs
 
-    from orchestrator.terminal import width
+    from orchestrator.ui.terminal import width
 
     rows = list_runs(_runs_dir(runs_dir))
     if json_output:
@@ -46,8 +46,8 @@ def show(
     json_output: bool = JsonOut,
 ) -> None:
     """The timeline of a run (with the messages it got, and why it ended), or one step whole."""
-    from orchestrator.inspect.timeline import check_line, critic_line, one_line, step_lines, step_text, timeline, walk
-    from orchestrator.terminal import page
+    from orchestrator.ui.inspect.timeline import check_line, critic_line, one_line, step_lines, step_text, timeline, walk
+    from orchestrator.ui.terminal import page
 
     run_dir = _find(runs_dir, run_ref)
     walked = _readable(run_dir, lambda: walk(run_dir))
@@ -83,7 +83,7 @@ def show(
         typer.echo(f"check #{c['round']} after step {c['step']}: {check_line(c).removeprefix('check ')}"
                    + (" → sent back to the agent" if c["sent_back"] else ""))
     waiting = doc["approval_waiting"]
-    if waiting:  # the call a run stopped for (orchestrator/approvals.py)
+    if waiting:  # the call a run stopped for (orchestrator/agent/approvals.py)
         args = waiting["arguments"] if isinstance(waiting["arguments"], str) else json.dumps(waiting["arguments"])
         typer.echo(f"approval: {clean(waiting['name'])} {clean(one_line(args, 200))} ({clean(waiting['why'])}) · "
                    + (clean(waiting["answer"]) + f"; go on with: cairn resume {doc['id']}" if waiting["answer"] else
@@ -98,7 +98,7 @@ def show(
 
 def _readable(run_dir, read: Any) -> Any:  # noqa: ANN001 - RunDir, imported lazily
     """`read()` of a run whose run.json and event log can be read; else one line saying what is wrong."""
-    from orchestrator.inspect.listing import check_readable
+    from orchestrator.ui.inspect.listing import check_readable
 
     check_readable(run_dir)
     try:
@@ -125,7 +125,7 @@ def todo(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[P
 def files(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir,
           json_output: bool = JsonOut) -> None:
     """The workspace's files (as of the last checkpoint), the step that last changed each, and their size."""
-    from orchestrator.inspect.changes import files as list_files, render_files
+    from orchestrator.ui.inspect.changes import files as list_files, render_files
 
     doc = list_files(_find(runs_dir, run_ref))
     if json_output:
@@ -148,8 +148,8 @@ def diff(
     """What the run changed in its workspace, as a unified diff (from its checkpoints), without cairn's
     own files unless --all. Piped, it is the exact patch; on a terminal it is cleaned of the run's control
     sequences, then coloured, and goes through $PAGER (less) when longer than the screen."""
-    from orchestrator.inspect.changes import diff as run_diff
-    from orchestrator.terminal import colour, colour_diff, page, width
+    from orchestrator.ui.inspect.changes import diff as run_diff
+    from orchestrator.ui.terminal import colour, colour_diff, page, width
 
     if step is not None and step < 0:
         raise UsageError("--step is 0 or more")
@@ -170,7 +170,7 @@ def report(
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
     """Write one self-contained HTML page of the run (timeline, todo, files, tokens and cost); print its path."""
-    from orchestrator.inspect.report import write_report
+    from orchestrator.ui.inspect.report import write_report
 
     run_dir = _find(runs_dir, run_ref)
     out = output or Path(f"{run_dir.id}.html")
@@ -181,8 +181,8 @@ def report(
 @app.command()
 def watch(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
     """Follow a live run: its events and workspace file changes as they happen."""
-    from orchestrator.inspect.watch import watch_run
-    from orchestrator.runner import run_is_live
+    from orchestrator.ui.inspect.watch import watch_run
+    from orchestrator.session.compose import run_is_live
 
     watch_run(_find(runs_dir, run_ref), lambda line: typer.echo(line), run_is_live)
 
@@ -194,7 +194,7 @@ def say(
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
     """Add a message to a run: a live run gets it at its next step, a stopped one when it is resumed."""
-    from orchestrator.runner import run_is_live
+    from orchestrator.session.compose import run_is_live
     from orchestrator.store.inbox import say as append_message
 
     if not text.strip():

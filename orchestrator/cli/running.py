@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from orchestrator.cli.shared import JsonOut, RunsDir, _find, _print_json, _runs_dir, _status_colour, app
 from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError, UsageError
-from orchestrator.terminal import clean
+from orchestrator.ui.terminal import clean
 
 
 @app.command()
@@ -48,10 +48,10 @@ def run(
 ) -> None:
     """Start a run. Settings: built-in defaults < the template's cairn.json < an agent folder's cairn.json
     < the --settings file < the options given here."""
-    from orchestrator.critic import preflight_critic
+    from orchestrator.agent.critic import preflight_critic
     from orchestrator.llm import warmup
     from orchestrator.llm.preflight import preflight
-    from orchestrator.runner import agent_folder_settings, create_run, resolve_config, settings_file
+    from orchestrator.session.compose import agent_folder_settings, create_run, resolve_config, settings_file
 
     if workspace is not None and template is not None:
         raise UsageError("--template and --workspace do not go together: cairn adds no files to your folder")
@@ -75,7 +75,7 @@ def run(
     except ValidationError as exc:
         raise UsageError(_one_line(exc)) from None
     if config is not None:  # the agent folder: its model unless --model, its prompt, its MCP servers
-        from orchestrator.agent_folder import load_config as load_agent_config
+        from orchestrator.session.agent_folder import load_config as load_agent_config
 
         cfg = load_agent_config(config, cfg, cli_model=model, cli_api_base=api_base)
     warmup.begin(cfg.model)  # the model library loads from now on, while the run is made (llm/warmup.py)
@@ -94,7 +94,7 @@ def demo(runs_dir: Optional[Path] = RunsDir) -> None:
     """Run the built-in scripted demo offline (no model service needed), then show its timeline."""
     from orchestrator.cli.inspecting import show  # here: importing it first would list its commands before run's
     from orchestrator.llm.scripted import load_script
-    from orchestrator.runner import create_run
+    from orchestrator.session.compose import create_run
 
     cfg = RunConfig.model_validate({"model": {"model": "scripted:demo"}})
     run_dir = create_run(_runs_dir(runs_dir), load_script("demo")["task"], cfg)
@@ -128,10 +128,10 @@ def resume(
 ) -> None:
     """Continue a stopped, interrupted or crashed run (or, with --from-step, a fork of it). An imported run
     is untrusted: its settings that reach this machine need --trust, --safe-defaults or your own values."""
-    from orchestrator.critic import preflight_critic
+    from orchestrator.agent.critic import preflight_critic
     from orchestrator.llm import warmup
     from orchestrator.llm.preflight import preflight
-    from orchestrator.runner import run_is_live
+    from orchestrator.session.compose import run_is_live
     from orchestrator.store.trust import settle
 
     if network is not None and network not in ("none", "bridge"):
@@ -162,8 +162,8 @@ def resume(
         raise UsageError(f"run {run_dir.id} waits for an answer: {run_dir.read_meta().get('result')}",
                          hint=f'cairn resume {run_dir.id} --message "ANSWER"')
     elif status == "done" and not message:
-        from orchestrator.check import feedback, last_failed
-        from orchestrator.runner import load_config
+        from orchestrator.agent.check import feedback, last_failed
+        from orchestrator.session.compose import load_config
 
         failed = last_failed(run_dir.events.read()[0])
         if failed is None:
@@ -217,7 +217,7 @@ def _approve_mode(value: Optional[str]) -> Optional[str]:
 def _check_approval_wait(run_dir, json_output: bool, mode: Optional[str]) -> bool:  # noqa: ANN001 - RunDir
     """True when the run stopped for an approval that is answered now, or that this terminal can answer,
     or that a new --approve mode decides again; a UsageError when no one can answer it here."""
-    from orchestrator.approvals import approval_wait, subject
+    from orchestrator.agent.approvals import approval_wait, subject
 
     asked, answered = approval_wait(run_dir)
     if asked is None:
@@ -242,8 +242,8 @@ def approve(
 ) -> None:
     """Answer a run that waits for approval of a tool call (status waiting, reason approval: ...); then
     `cairn resume RUN` runs the call (or gives the model its refusal) and goes on."""
-    from orchestrator.approvals import record_answer
-    from orchestrator.runner import run_is_live
+    from orchestrator.agent.approvals import record_answer
+    from orchestrator.session.compose import run_is_live
 
     run_dir = _find(runs_dir, run_ref)
     if run_is_live(run_dir):
@@ -264,9 +264,9 @@ def _has_said(run_dir) -> bool:  # noqa: ANN001 - RunDir, imported lazily
 
 def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = None,  # noqa: ANN001
            interactive: bool = False, resumed: bool = False, source: str | None = None) -> None:
-    from orchestrator.display import make_display
-    from orchestrator.inspect.timeline import check_line, timeline
-    from orchestrator.runner import Session, exit_code, mark_failed
+    from orchestrator.ui.display import make_display
+    from orchestrator.ui.inspect.timeline import check_line, timeline
+    from orchestrator.session.compose import Session, exit_code, mark_failed
 
     display = make_display(json_output, chat=interactive)
     run_dir.take_stop_request()  # a `cairn stop` that came as the run was ending is not for this one
@@ -334,7 +334,7 @@ def batch(
     runs and resumes the interrupted or crashed ones. Exit code: 0 if every run is done (and its check
     passed, where a line has one), 1 if any is not,
     2 for a bad line (nothing is started), 130 when Ctrl-C stopped the batch (run it again to resume)."""
-    from orchestrator.batch import run_batch
+    from orchestrator.batch.summary import run_batch
 
     make = None
     if ray_storage != "auto" and not (ray or ray_address is not None):
@@ -344,7 +344,7 @@ def batch(
             import ray as _ray  # noqa: F401 - an optional extra: only `--ray` needs it
         except ImportError:
             raise UsageError("--ray needs Ray, which is not installed: pip install 'cairn-agent[ray]'") from None
-        from orchestrator.batch_ray import ray_batch
+        from orchestrator.batch.ray_driver import ray_batch
 
         make = ray_batch(ray_address or "auto", ray_storage, jobs)
     raise typer.Exit(run_batch(file, _runs_dir(runs_dir), jobs, json_output, api_base=api_base, make=make))

@@ -11,7 +11,7 @@ from typing import Any, Optional
 import typer
 
 from orchestrator.config import default_runs_dir
-from orchestrator.terminal import json_text
+from orchestrator.ui.terminal import json_text
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # else importing litellm waits on the network
 

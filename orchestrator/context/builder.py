@@ -60,7 +60,7 @@ def render_tail(todo: str | None, notices: list[str], todo_cut: str | None = Non
 
     `todo` is the text of todo.md (None or blank when there is none); `todo_cut`, the note that says
     it was cut (`todo_cut_note`). `notices` are one-line facts for this step: steps and budget left,
-    a loop warning, files the user changed. `critic`: the critic's note (orchestrator/critic.py), shown
+    a loop warning, files the user changed. `critic`: the critic's note (orchestrator/agent/critic.py), shown
     once, in the tail of the request after it was made.
     """
     plan = todo.strip("\n") if todo and todo.strip() else NO_TODO

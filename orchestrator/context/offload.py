@@ -45,7 +45,7 @@ def obs_path(step: int, tool: str, call_id: str | None = None) -> str:
 
 
 def check_path(number: int) -> str:
-    """Where the output of the run's `number`-th check is saved (orchestrator/check.py): among cairn's own
+    """Where the output of the run's `number`-th check is saved (orchestrator/agent/check.py): among cairn's own
     files, beside the offloaded outputs, so that it moves with them."""
     return f"{OBS_DIR.rsplit('/', 1)[0]}/checks/check-{number}.txt"
 

@@ -2,7 +2,7 @@
 
 The client asks once an answer is in, with the usage the provider reported (litellm's Usage object, or
 the answer's fields on the direct path of openai_compat.py). No price known is None, never a made-up
-0: a USD budget then cannot be enforced, and the loop says so (guards.py). litellm prices the cache
+0: a USD budget then cannot be enforced, and the loop says so (agent/guards.py). litellm prices the cache
 reads and writes apart from the rest of the prompt, which is why its calculation is used rather than
 tokens times a price.
 """

@@ -41,7 +41,7 @@ import zlib
 from pathlib import Path
 from typing import Callable, Iterator
 
-from orchestrator.disk import format_size
+from orchestrator.agent.disk import format_size
 from orchestrator.errors import UsageError
 from orchestrator.store.checkpoints import SKIPPED_DIRS, own_git_dir
 from orchestrator.store.events import parse_event

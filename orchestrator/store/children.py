@@ -1,4 +1,4 @@
-"""A sub-agent's run directory (orchestrator/delegate.py runs it): its log and run.json under the parent
+"""A sub-agent's run directory (orchestrator/agent/delegate.py runs it): its log and run.json under the parent
 run's state, `<run>/state/children/<call id>/`, the workspace and cairn's own files being the parent's.
 Here in the store, so that readers of a run (`cairn show`) find a child without the tool that made it."""
 

@@ -130,7 +130,7 @@ class CriticNote(_Event):
 
 
 class ApprovalAsked(_Event):
-    """A tool call waits for a person's yes (orchestrator/approvals.py): on a terminal the question is put
+    """A tool call waits for a person's yes (orchestrator/agent/approvals.py): on a terminal the question is put
     at once; without one the run ends `waiting` and `cairn approve` answers it. `grant` is what an
     "always" answer covers: the tool's name, or `shell_exec:<pattern>` / a rule's label."""
 

@@ -143,7 +143,7 @@ class RunDir:
             return 0.0
 
     # `cairn stop RUN` asks a live run to stop between actions with a file its loop looks for after each
-    # step (orchestrator/loop.py); the loop takes the request away as it stops, so a resume starts clean.
+    # step (orchestrator/agent/loop.py); the loop takes the request away as it stops, so a resume starts clean.
 
     @property
     def stop_path(self) -> Path:

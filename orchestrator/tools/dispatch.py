@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # The built-in tools whose successful call writes a file of the workspace: the one in its `path`
-# argument, or todo.md for todo_write (read by delegate.py and the report).
+# argument, or todo.md for todo_write (read by agent/delegate.py and the report).
 WRITING_TOOLS = ("file_write", "file_edit", "todo_write")
 
 

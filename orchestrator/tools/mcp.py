@@ -95,7 +95,7 @@ class McpHub:
         self.reserved = set(reserved or ())  # names already taken (the built-in tools)
         self.routes: dict[str, tuple[_Server, str]] = {}  # public name -> (server, the server's tool name)
         self.known: set[str] = set()  # names the model may call: routes, and stored names that vanished
-        self.annotations: dict[str, dict[str, Any]] = {}  # public name -> the tool's hints (approvals.py)
+        self.annotations: dict[str, dict[str, Any]] = {}  # public name -> the tool's hints (agent/approvals.py)
         self.warnings: list[str] = []
         self._specs: list[dict[str, Any]] = []
         self._loop: asyncio.AbstractEventLoop | None = None

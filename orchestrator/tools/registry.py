@@ -51,7 +51,7 @@ class Tool:
     checks_arguments: bool = True
     take_up: TakeUp | None = None
     # An MCP tool's annotations as its server listed them (readOnlyHint, ...; {} when it gave none), read
-    # by approvals.py; None for cairn's own tools.
+    # by agent/approvals.py; None for cairn's own tools.
     annotations: dict[str, Any] | None = None
 
     @property

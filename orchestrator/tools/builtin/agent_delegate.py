@@ -1,13 +1,13 @@
-"""agent_delegate: a self-contained sub-task for a sub-agent on the same sandbox (orchestrator/delegate.py).
+"""agent_delegate: a self-contained sub-task for a sub-agent on the same sandbox (orchestrator/agent/delegate.py).
 
 The tool is made from an agent factory, the class of the agent that calls it, from which the child is
-made: so neither the tool nor delegate.py imports the loop."""
+made: so neither the tool nor agent/delegate.py imports the loop."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from orchestrator.delegate import delegate, open_child, resume_delegate
+from orchestrator.agent.delegate import delegate, open_child, resume_delegate
 from orchestrator.tools.dispatch import Observation
 from orchestrator.tools.registry import STRING, Tool, ToolContext, function_spec
 

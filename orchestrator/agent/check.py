@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from orchestrator.context.offload import check_path, is_big, preview
-from orchestrator.guards import Finished
+from orchestrator.agent.guards import Finished
 from orchestrator.ports import ToolError
 from orchestrator.store import events as ev
 

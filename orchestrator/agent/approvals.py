@@ -6,7 +6,7 @@ fetched URL, a `git push` when the network is on. Before each call the loop asks
 
 - not asked: the mode does not ask for it (`never`; `outside` and a call whose effects stay in the sandbox);
 - answered by a rule (`approvals.rules`, the first that matches) or by an earlier "always" answer;
-- asked: on a terminal the live display stops and puts the question (orchestrator/approval_prompt.py);
+- asked: on a terminal the live display stops and puts the question (orchestrator/ui/approval_prompt.py);
   without one (a batch, `--json`, the Python API) the run ends `waiting` with the reason
   `approval: <tool> <subject>`, `cairn approve RUN` records the answer, and `cairn resume` runs the rest
   of that step: the answered call (or its refusal, `denied by the user: <reason>`, an error result that
@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 from orchestrator.config import ApprovalRule, ApprovalsConfig
 from orchestrator.errors import UsageError
-from orchestrator.guards import Finished
+from orchestrator.agent.guards import Finished
 from orchestrator.llm.types import ToolCall
 from orchestrator.store import events as ev
 from orchestrator.tools.dispatch import Observation

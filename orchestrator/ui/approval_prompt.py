@@ -1,4 +1,4 @@
-"""Asking a person on the terminal whether a tool call may run (orchestrator/approvals.py decides when).
+"""Asking a person on the terminal whether a tool call may run (orchestrator/agent/approvals.py decides when).
 
 The live display stops (LiveDisplay.ask_approval), the call is shown whole, and one line answers it:
 
@@ -22,8 +22,8 @@ import sys
 import tempfile
 from typing import Callable, TextIO
 
-from orchestrator.approvals import Answer, Question
-from orchestrator.terminal import clean
+from orchestrator.agent.approvals import Answer, Question
+from orchestrator.ui.terminal import clean
 
 CHOICES = "[y]es once · [a]lways · [n]o · [e]dit"
 

@@ -3,7 +3,7 @@
 A run reserves what it asks of a node (one `cairn_sandbox`, its sandbox's CPUs and memory) as a Ray
 placement group of one bundle: Ray places it on a node that has all of it, holds it while the run goes
 on, and shows a group that waits to an autoscaler (KubeRay's) as demand. The run itself is then a call
-to that node's NodeRunner (node_session.py), an actor that runs the node's runs in threads. A Ray task
+to that node's NodeRunner (batch/ray_node.py), an actor that runs the node's runs in threads. A Ray task
 per run would hold the same resources, but a task needs a Ray worker process of its own while it runs,
 and each costs ~0.6 s of CPU to start: four runs at a time paid ~3 s of CPU that a batch of short runs
 on a busy machine felt (bench/batch_bench.py --ray). A reservation costs no process.
@@ -28,7 +28,7 @@ from typing import Any
 import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
-from orchestrator.node_session import start_runner
+from orchestrator.batch.ray_node import start_runner
 
 SANDBOX_RESOURCE = "cairn_sandbox"  # the custom resource of nodes that run sandboxes: how many at once
 MAX_RETRIES = 3  # a run whose node (or runner) dies is taken up again, up to this many times

@@ -103,7 +103,7 @@ def export_bytes(run: RunDir) -> bytes:
 
 def replace_with_archive(runs_dir: Path, run_id: str, data: bytes) -> RunDir:
     """Unpacks a run archive (checked as `cairn import` checks one) as `runs_dir/run_id`, in place of what
-    is there. The run stays this user's own: not marked imported (orchestrator/batch_ray.py says why)."""
+    is there. The run stays this user's own: not marked imported (orchestrator/batch/ray_driver.py says why)."""
     from orchestrator.store.archive import import_run
 
     runs_dir.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from orchestrator.llm.types import ToolCall
 from orchestrator.ports import Sandbox, Store, ToolContext, ToolError
 from orchestrator.store import events as ev
 from orchestrator.store import journal
-from orchestrator.store.replay import RunState
+from orchestrator.agent.state import RunState
 from orchestrator.tools.dispatch import BadCall, Observation
 from orchestrator.tools.registry import Registry
 
@@ -57,7 +57,7 @@ def recover(agent: Agent) -> None:
     for call in list(state.open_calls.values()):
         began = call.id in state.started
         if not began and state.approvals.holds(call.id):
-            agent.approval_step = True  # asked or answered (approvals.py): it and the calls after it go on in `run`
+            agent.approval_step = True  # asked or answered (agent/approvals.py): it and the calls after it go on in `run`
             break
         tool = agent.tools.get(call.name)
         go_on = tool.take_up(agent, call) if began and tool is not None and tool.take_up else None

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.approvals import Ledger
+from orchestrator.agent.approvals import Ledger
 from orchestrator.config import ContextConfig
 from orchestrator.context import History, TokenCounter, shape_assistant_message
-from orchestrator.guards import Totals, signature
+from orchestrator.agent.guards import Totals, signature
 from orchestrator.llm.types import ToolCall
 from orchestrator.store import events as ev
 

@@ -17,7 +17,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 def stop_signals(agent: Any) -> Iterator[None]:  # noqa: ANN401 - loop.Agent, which uses this
     """The agent's handlers for the two signals while the block runs; the ones before are put back after.
     signal.signal works in the main thread only: a batch runs agents in worker threads and stops them
-    itself on Ctrl-C or SIGTERM by setting `stop_requested` (orchestrator/batch.py)."""
+    itself on Ctrl-C or SIGTERM by setting `stop_requested` (orchestrator/batch/threads.py)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -13,10 +13,10 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from orchestrator.display import event_line
+from orchestrator.ui.display import event_line
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
-from orchestrator.terminal import clean, clean_name
+from orchestrator.ui.terminal import clean, clean_name
 
 NOISE_DIRS = {".cairn", ".git", "__pycache__", "node_modules", ".venv", ".pytest_cache"}
 # The temporary file of the toolbox's atomic write (`.NAME.XXXXXXXX.tmp`, tempfile.mkstemp's pattern,

@@ -13,11 +13,11 @@ from typing import Any, Protocol
 
 from orchestrator.config import ModelConfig, RunConfig
 from orchestrator.context.offload import CAIRN_DIR
-from orchestrator.guards import Finished, check_budget
+from orchestrator.agent.guards import Finished, check_budget
 from orchestrator.llm.types import ModelError
 from orchestrator.ports import ToolError
 from orchestrator.store import events as ev
-from orchestrator.store.replay import RunState
+from orchestrator.agent.state import RunState
 
 
 class Reviewed(Protocol):
@@ -109,7 +109,7 @@ def preflight_critic(cfg: RunConfig) -> None:
 def after_step(agent: Reviewed, step: int) -> None:
     """The hook at the end of a step that goes on: every `critic.every` steps, the critic's note."""
     every = agent.cfg.critic.every
-    if not every or agent.tag or step % every:  # a sub-agent (delegate.py) has no critic
+    if not every or agent.tag or step % every:  # a sub-agent (agent/delegate.py) has no critic
         return
     try:
         check_budget(agent.cfg.limits, agent.state.totals, step + 1)

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from orchestrator.config import RunConfig
 from orchestrator.errors import EXIT_BUDGET, EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED, CairnError
-from orchestrator.new_run import (DEFAULT_WORKDIR, add_missing_files, check_workspace_dir, clone,  # noqa: F401
+from orchestrator.session.new_run import (DEFAULT_WORKDIR, add_missing_files, check_workspace_dir, clone,  # noqa: F401
                                   copy_workdir, create_run, initial_checkpoint, progress, start_log)
-from orchestrator.settings import (TEMPLATES_DIR, agent_folder_settings, load_config, resolve_config,  # noqa: F401
+from orchestrator.session.settings import (TEMPLATES_DIR, agent_folder_settings, load_config, resolve_config,  # noqa: F401
                                    settings_file, template_dir, template_settings)
 from orchestrator.store import events as ev
 from orchestrator.store.liveness import process_identity, run_is_live  # noqa: F401
@@ -28,7 +28,7 @@ from orchestrator.tools.specs import BUILTIN_TOOLS, tool_names
 from orchestrator.status import Status
 
 if TYPE_CHECKING:
-    from orchestrator.loop import Agent
+    from orchestrator.agent.loop import Agent
     from orchestrator.ports import Display
     from orchestrator.tools.registry import Tool
 
@@ -59,7 +59,7 @@ class Session:
         self.run, self.cfg, self.resumed, self.own_tools = run, cfg, resumed, list(tools)
         self.aside = run.events.set_aside_torn_line() if resumed else None
         if resumed and (cfg.mcp.servers or cfg.mcp.api_key_in_file):
-            from orchestrator.agent_folder import restore_secrets
+            from orchestrator.session.agent_folder import restore_secrets
 
             cfg = self.cfg = restore_secrets(cfg)  # never stored: read from the run's agent.json again
         image = cfg.sandbox.image or ensure_image()
@@ -91,10 +91,10 @@ class Session:
     def _make_agent(self, display: Display) -> Agent:
         """The loop's Agent with its ports: this sandbox, the model's client (which imports litellm: only
         commands that call a model come here), the display, and the registry of the run's tools."""
-        from orchestrator.critic import critic_model_config
+        from orchestrator.agent.critic import critic_model_config
         from orchestrator.llm import warmup
         from orchestrator.llm.client import LLM
-        from orchestrator.loop import Agent
+        from orchestrator.agent.loop import Agent
         from orchestrator.tools.builtin import builtin_tools
         from orchestrator.tools.registry import Registry
 

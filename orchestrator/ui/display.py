@@ -9,14 +9,14 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from orchestrator.approvals import Answer, Question, answer_line
+from orchestrator.agent.approvals import Answer, Question, answer_line
 from orchestrator.store import events as ev
-from orchestrator.store.replay import RunState
-from orchestrator.terminal import clean
+from orchestrator.agent.state import RunState
+from orchestrator.ui.terminal import clean
 
 
 def short(text: str | None, width: int = 100) -> str:
-    """One line of at most `width` characters, without control sequences (orchestrator/terminal.py)."""
+    """One line of at most `width` characters, without control sequences (orchestrator/ui/terminal.py)."""
     flat = " ".join(clean(text).split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
@@ -150,8 +150,8 @@ class LiveDisplay:
         return self.console.is_terminal and sys.stdin.isatty()
 
     def ask_approval(self, question: Question) -> Answer | None:
-        """The live status line stops while the question is on the screen (orchestrator/approval_prompt.py)."""
-        from orchestrator.approval_prompt import ask
+        """The live status line stops while the question is on the screen (orchestrator/ui/approval_prompt.py)."""
+        from orchestrator.ui.approval_prompt import ask
 
         self.pause()
         try:

@@ -17,12 +17,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.errors import UsageError
-from orchestrator.inspect.held import States, container_states, held_by
-from orchestrator.inspect.timeline import end_error, timeline
-from orchestrator.runner import run_is_live
+from orchestrator.ui.inspect.held import States, container_states, held_by
+from orchestrator.ui.inspect.timeline import end_error, timeline
+from orchestrator.session.compose import run_is_live
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
-from orchestrator.terminal import clean
+from orchestrator.ui.terminal import clean
 from orchestrator.status import Status, is_status
 
 UNREADABLE = "unreadable"

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError, UsageError
-from orchestrator.prompts import system_prompt
-from orchestrator.settings import template_dir
+from orchestrator.agent.prompts import system_prompt
+from orchestrator.session.settings import template_dir
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
 from orchestrator.tools.specs import BUILTIN_TOOLS, canonical

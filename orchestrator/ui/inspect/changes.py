@@ -11,7 +11,7 @@ from typing import Any
 from orchestrator.errors import UsageError
 from orchestrator.store.checkpoints import BRANCH, Checkpoints, make_git, step_of_message
 from orchestrator.store.runs import RunDir
-from orchestrator.terminal import clean_name
+from orchestrator.ui.terminal import clean_name
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's empty tree: the base of step 0
 
@@ -35,7 +35,7 @@ def diff(run: RunDir, step: int | None = None, paths: list[str] | None = None, e
     whole run (first to last checkpoint), limited to `paths` (relative to the workspace) when given,
     without cairn's own files unless `everything`. Binary files are named, not shown. Empty when
     nothing changed. Never coloured by git: the patch holds the run's own bytes, which a terminal must get
-    cleaned before cairn colours it (orchestrator/terminal.py)."""
+    cleaned before cairn colours it (orchestrator/ui/terminal.py)."""
     pathspecs = _pathspecs(paths) + ([] if everything else CAIRN_OWN)
     cp, steps = _checkpoints(run)
     if step is None:

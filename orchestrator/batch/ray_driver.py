@@ -1,12 +1,12 @@
 """`cairn batch FILE.jsonl --ray [ADDRESS]`: the lines of a batch spread over a Ray cluster.
 
 The driver (this process) parses the file, plans the work and makes the new runs exactly as a local
-batch does (orchestrator/batch.py); then each run is placed by Ray on a node, with a placement group
+batch does (orchestrator/batch/threads.py); then each run is placed by Ray on a node, with a placement group
 that reserves one `cairn_sandbox` (the custom resource a node declares: how many sandboxes it takes) and
 the run's sandbox CPUs and memory, and carried out there by the node's runner, an actor the batch starts
-on each node (ray_placement.py says why a reservation and a call rather than a task per run). The run
+on each node (batch/ray_placement.py says why a reservation and a call rather than a task per run). The run
 goes as `cairn run` would: the node's Docker engine (its DOCKER_HOST), the model called from the node.
-The driver only schedules and watches (node_session.py is the node's side).
+The driver only schedules and watches (batch/ray_node.py is the node's side).
 
 Run directories (`--ray-storage`):
 - shared: every node mounts the driver's runs directory at the same path, and runs write there directly.
@@ -21,12 +21,12 @@ the user's own batch file, and only nodes of the user's own cluster, which alrea
 wrote to it. Untrusting it would make `cairn resume` refuse the user's own settings.
 
 Faults: when a node dies, Ray places its runs' groups again on other nodes, and the runs are called
-there (ray_placement.py), each taken up from its last durable state: shared, the run directory as the
+there (batch/ray_placement.py), each taken up from its last durable state: shared, the run directory as the
 log left it; local, the last state brought back (so at most the step that was under way is lost, and
 the batch says so). `Session`'s resume
 uses the toolbox journal (store/journal.py): a call that started is never run again from a durable state.
 
-A small actor on the driver's node (`Hub`, ray_hub.py) collects each run's node, status, step, tokens
+A small actor on the driver's node (`Hub`, batch/ray_hub.py) collects each run's node, status, step, tokens
 and cost for the live table, and hands a node the run it takes up (local storage) and takes the run
 back. A Ctrl-C is told to the nodes' runners (each run stops after its current action).
 """
@@ -45,12 +45,13 @@ from typing import Any, Callable
 
 import ray
 
-from orchestrator.batch import STOP_SIGNALS, Batch, Row
-from orchestrator.disk import parse_size
+from orchestrator.batch.rows import Row, fill
+from orchestrator.batch.threads import STOP_SIGNALS, Batch
+from orchestrator.agent.disk import parse_size
 from orchestrator.errors import UsageError
-from orchestrator.ray_hub import Hub
-from orchestrator.ray_placement import SANDBOX_RESOURCE, Placements, sandbox_nodes, sandboxes_of
-from orchestrator.runner import create_run, load_config
+from orchestrator.batch.ray_hub import Hub
+from orchestrator.batch.ray_placement import SANDBOX_RESOURCE, Placements, sandbox_nodes, sandboxes_of
+from orchestrator.session.compose import create_run, load_config
 from orchestrator.store.runs import RunDir
 
 STORAGE = ("auto", "shared", "local")
@@ -133,14 +134,14 @@ def _reachable(address: str) -> None:
 def _runtime_env() -> dict[str, Any]:
     """A driver run from a source checkout gives the nodes that checkout first on their path (a local
     cluster, the tests); an installed cairn leaves the nodes to their own installed one."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the folder that holds the orchestrator package
     if "site-packages" in root.parts or "dist-packages" in root.parts:
         return {}
     return {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}}
 
 
 def ray_batch(address: str, storage: str, jobs: int | None) -> Callable[..., RayBatch]:
-    """What `cairn batch --ray` builds its batch with (batch.run_batch's `make`)."""
+    """What `cairn batch --ray` builds its batch with (batch/summary.run_batch's `make`)."""
     def make(batch_file: Path, runs_dir: Path, _jobs: int, on_end: Callable[[Row], None] | None = None,
              api_base: str | None = None) -> RayBatch:
         return RayBatch(batch_file, runs_dir, address, jobs, storage, on_end=on_end, api_base=api_base)
@@ -276,7 +277,7 @@ class RayBatch(Batch):
         if result.get("seconds") is not None:
             row.seconds = result["seconds"]
         row.seconds = row.seconds or 0.0
-        self._fill(row, RunDir(self.runs_dir / row.id), row.action)
+        fill(row, RunDir(self.runs_dir / row.id), row.action)
         self.on_end(row)
 
     def _on_stop_signal(self, signum: int, frame: Any) -> None:

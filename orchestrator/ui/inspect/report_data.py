@@ -84,7 +84,7 @@ def step_diffs(run: RunDir, steps: list[int]) -> dict[int, dict[str, Any]]:
     """Per step that changed files: `text` (a unified diff, perhaps cut), `bytes` (its whole size, or at
     least DIFF_STEP_BYTES + 1 when git was stopped early), `cut` (a note when cut, else None).
     Empty for a run without checkpoints."""
-    from orchestrator.inspect.changes import CAIRN_OWN, EMPTY_TREE
+    from orchestrator.ui.inspect.changes import CAIRN_OWN, EMPTY_TREE
     from orchestrator.store.checkpoints import Checkpoints, make_git
 
     cp = Checkpoints.of(run)
@@ -161,8 +161,8 @@ def rebuilt_requests(run: RunDir, events: list[Any]) -> dict[str, Any]:
     requests, `ranges` of message numbers, [first, count], in order). Shared prefixes are stored once,
     so 300 steps do not cost 300 copies of the history."""
     from orchestrator.context import TokenCounter, build_request, render_tail
-    from orchestrator.guards import Finished, LoopGuard, budget_notice
-    from orchestrator.store.replay import RunState
+    from orchestrator.agent.guards import Finished, LoopGuard, budget_notice
+    from orchestrator.agent.state import RunState
     from orchestrator.store.trust import safe_config
 
     cfg = safe_config(run.read_meta(), run.id)

@@ -9,32 +9,32 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from orchestrator import approvals, critic, recovery
-from orchestrator.check import check_done
+from orchestrator.agent import approvals, critic, recovery
+from orchestrator.agent.check import check_done
 from orchestrator.config import RunConfig
 from orchestrator.context import CannotCompact, TokenCounter, build_request, compact, needs_compaction
 from orchestrator.context import TODO_MAX_BYTES, render_tail, shape_result, todo_cut_note
 from orchestrator.context.offload import obs_path
-from orchestrator.disk import DiskLimit, disk_limit_of
+from orchestrator.agent.disk import DiskLimit, disk_limit_of
 from orchestrator.errors import CairnError
-from orchestrator.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
+from orchestrator.agent.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
 from orchestrator.llm.types import ContextOverflow, Reply, ToolCall
 from orchestrator.ports import Display, Model, Sandbox, Store, ToolError
 from orchestrator.status import Status
-from orchestrator.stop_signals import stop_signals
+from orchestrator.agent.stop_signals import stop_signals
 from orchestrator.store import events as ev
 from orchestrator.store import inbox, journal
 from orchestrator.store.children import top_of
-from orchestrator.store.replay import RunState
+from orchestrator.agent.state import RunState
 from orchestrator.tools.dispatch import AskUser, BadCall, Observation, TaskDone
 from orchestrator.tools.registry import Registry, ToolContext, force
 
 
 class Agent:
     """One agent on one run: `run()` steps until the run ends. Its ports (orchestrator/ports.py) are given
-    by the composition root (runner.py): the run's store, sandbox, model, display and tools."""
+    by the composition root (session/compose.py): the run's store, sandbox, model, display and tools."""
 
-    tag = ""  # a sub-agent's mark in the names of the files it saves (see delegate.py)
+    tag = ""  # a sub-agent's mark in the names of the files it saves (see agent/delegate.py)
 
     def __init__(self, run: Store, cfg: RunConfig, sandbox: Sandbox, model: Model, display: Display,
                  tools: Registry | None = None) -> None:
@@ -314,7 +314,7 @@ class Agent:
             self.emit(ev.Checkpoint(step=step, commit=done.commit, skipped=done.skipped))
 
     def recover(self) -> None:
-        """After a stop or a crash: the calls a crash cut off are closed, never run again (recovery.py)."""
+        """After a stop or a crash: the calls a crash cut off are closed, never run again (agent/recovery.py)."""
         recovery.recover(self)
 
     def journal_key(self, step: int, call: ToolCall) -> str:
@@ -322,7 +322,7 @@ class Agent:
         return journal.call_key(top.id, self.run_dir.root.relative_to(top.root).as_posix(), step, call.id)
 
     def finish_approval_step(self) -> None:
-        """The rest of the step that stopped for an approval (orchestrator/approvals.py): the answered call
+        """The rest of the step that stopped for an approval (orchestrator/agent/approvals.py): the answered call
         and the calls after it run now, in order, and the step ends as every step does."""
         self.approval_step, step = False, self.state.step
         calls = list(self.state.open_calls.values())
@@ -332,7 +332,7 @@ class Agent:
     # -- the edges --------------------------------------------------------------------------------
 
     def start_disk_limit(self) -> None:
-        """`--max-disk`, measured after steps (orchestrator/disk.py); a sub-agent (delegate.py) shares its
+        """`--max-disk`, measured after steps (orchestrator/agent/disk.py); a sub-agent (agent/delegate.py) shares its
         parent's, as it shares its workspace and sandbox."""
         limit = getattr(self.cfg.sandbox, "max_disk", None)
         if limit and self.disk is None:

@@ -142,7 +142,7 @@ class ChildDisplay:
         console = self.console
         if console is None:
             return
-        from orchestrator.display import event_line
+        from orchestrator.ui.display import event_line
 
         line = event_line(event)
         if line is not None:

@@ -1,6 +1,6 @@
-"""A batch run on a Ray node: the node's side of orchestrator/batch_ray.py.
+"""A batch run on a Ray node: the node's side of orchestrator/batch/ray_driver.py.
 
-A run's resources are held by its placement group (ray_placement.py); the run is a call to the node's
+A run's resources are held by its placement group (batch/ray_placement.py); the run is a call to the node's
 `NodeRunner`, an actor the driver starts on each node for the batch, that runs the runs in threads of
 one process, exactly as `cairn run`/`cairn resume` would, with this node's Docker engine and model settings; a second thread
 of each run carries a Ctrl-C of the driver (told to the runner) to it. Where the run lives:
@@ -8,7 +8,7 @@ of each run carries a Ctrl-C of the driver (told to the runner) to it. Where the
 - local: a copy in this node's runs directory, from the archive the Hub hands over, brought back to the
   driver (a `cairn export` archive, imported by the Hub) after every step's checkpoint and at the end.
 
-The driver's Hub (ray_hub.py) gets each run's progress, gives each run's attempt its number, and holds
+The driver's Hub (batch/ray_hub.py) gets each run's progress, gives each run's attempt its number, and holds
 the driver's copies of the runs.
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import ray
 
-from orchestrator.ray_hub import export_bytes, replace_with_archive
+from orchestrator.batch.ray_hub import export_bytes, replace_with_archive
 from orchestrator.store import events as ev
 from orchestrator.store.events import EventLog
 from orchestrator.store.runs import RunDir
@@ -212,11 +212,11 @@ def warm_up(default_image: bool, say: Callable[[str | None], None]) -> None:
     for it why this node cannot run sandboxes, or None. Then the model library: a run that needs it
     meanwhile waits for this import (Python's lock on the module), holding no other module's lock, as
     every module it imports itself was imported in the first part."""
-    from orchestrator.critic import critic_model_config  # noqa: F401 - with these, what a run's start imports
+    from orchestrator.agent.critic import critic_model_config  # noqa: F401 - with these, what a run's start imports
     from orchestrator.errors import CairnError
     from orchestrator.llm.client import LLM  # noqa: F401
-    from orchestrator.loop import Agent  # noqa: F401
-    from orchestrator.runner import Session  # noqa: F401
+    from orchestrator.agent.loop import Agent  # noqa: F401
+    from orchestrator.session.compose import Session  # noqa: F401
     from orchestrator.sandbox.engine import connect
     from orchestrator.sandbox.image import ensure_image
     from orchestrator.tools.builtin import builtin_tools  # noqa: F401
@@ -272,7 +272,7 @@ def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any
     tool calls fenced (FencedLog), so that it runs none once another attempt holds the run. It stops
     after its current action once `stopped_by` names the driver's Ctrl-C."""
     from orchestrator.errors import CairnError, SandboxError
-    from orchestrator.runner import Session, load_config, mark_failed
+    from orchestrator.session.compose import Session, load_config, mark_failed
 
     began = time.monotonic()
     node = node_id[:8]

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orchestrator.approvals import answer_line
+from orchestrator.agent.approvals import answer_line
 from orchestrator.store import events as ev
 from orchestrator.store.children import open_child
-from orchestrator.store.replay import check_verdict
+from orchestrator.agent.state import check_verdict
 from orchestrator.store.runs import RunDir
-from orchestrator.terminal import clean
+from orchestrator.ui.terminal import clean
 from orchestrator.status import Status
 
 
@@ -220,11 +220,11 @@ def _shown_call(run: RunDir, c: dict[str, Any]) -> dict[str, Any]:
     call = {"id": c["id"], "name": c["name"], "arguments": _arguments(c["raw"]),
             "result": _preview(c["output"]) if c["finished"] else None, "error": c["error"],
             "offloaded_to": c["offloaded_to"], "finished": c["finished"]}
-    if c.get("approval"):  # asked, or answered by a rule or an earlier "always" (orchestrator/approvals.py)
+    if c.get("approval"):  # asked, or answered by a rule or an earlier "always" (orchestrator/agent/approvals.py)
         call["approval"] = {key: c["approval"][key] for key in ("asked", "answer") if key in c["approval"]}
     if c["finished"]:
         call["duration_ms"] = c["duration_ms"]
-    if c["name"] == "agent_delegate":  # its sub-agent's steps, nested (orchestrator/delegate.py)
+    if c["name"] == "agent_delegate":  # its sub-agent's steps, nested (orchestrator/agent/delegate.py)
         child = _child(run, c["id"], c["child"])
         if child is not None or c["child"] is not None:
             call["child"] = child
@@ -249,7 +249,7 @@ def step_lines(doc: dict[str, Any], indent: str = "") -> list[str]:
     """One line a tool call: step, tool, arguments in short, result in short, error and offload marks;
     one line a message from outside (`cairn say`, a resume's answer) where it reached the run.
     A sub-agent's steps follow its agent_delegate call, indented. Safe to print on a terminal: the
-    run's text is cleaned of control sequences before it is cut short (orchestrator/terminal.py)."""
+    run's text is cleaned of control sequences before it is cut short (orchestrator/ui/terminal.py)."""
     lines: list[str] = []
     steps = {step["index"]: step for step in doc["steps"]}
     messages: dict[int, list[dict[str, Any]]] = {}
