@@ -99,7 +99,7 @@ from orchestrator.context import (  # noqa: E402
 from orchestrator.context.compaction import SUMMARY_DIR, pointer_path  # noqa: E402
 from orchestrator.context.offload import obs_path  # noqa: E402
 from orchestrator.agent.critic import CRITIC_DIR, critic_request, tail_text  # noqa: E402
-from orchestrator.store.events import CriticNote  # noqa: E402
+from orchestrator.events import CriticNote  # noqa: E402
 from orchestrator.agent.guards import Totals, budget_notice  # noqa: E402
 from orchestrator.llm.scripted import PrefixCache, canonical_prompt  # noqa: E402
 from orchestrator.llm.tokenizer import count_tokens, encoding  # noqa: E402

@@ -1,4 +1,4 @@
-"""What measuring a run's disk use costs (`--max-disk`, orchestrator/agent/disk.py), beside `du -s`.
+"""What measuring a run's disk use costs (`--max-disk`, orchestrator/store/disk.py), beside `du -s`.
 
     python bench/disk_bench.py [--files 50000] [--image cairn-base:bookworm] [--repeats 5]
 
@@ -27,7 +27,7 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.config import SandboxConfig  # noqa: E402
-from orchestrator.agent.disk import tree_usage  # noqa: E402
+from orchestrator.store.disk import tree_usage  # noqa: E402
 from orchestrator.sandbox import Sandbox  # noqa: E402
 from orchestrator.sandbox.engine import connect  # noqa: E402
 

@@ -37,7 +37,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from orchestrator.config import RunConfig  # noqa: E402
 from orchestrator.context import TokenCounter, build_request, render_tail  # noqa: E402
 from orchestrator.agent.prompts import system_prompt  # noqa: E402
-from orchestrator.store import events as ev  # noqa: E402
+from orchestrator import events as ev  # noqa: E402
 from orchestrator.store.checkpoints import Checkpoints  # noqa: E402
 from orchestrator.agent.state import RunState  # noqa: E402
 from orchestrator.store.runs import RunDir  # noqa: E402

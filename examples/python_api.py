@@ -13,7 +13,7 @@ import sys
 import orchestrator
 
 
-def show(event) -> None:  # noqa: ANN001 - an orchestrator.store.events event
+def show(event) -> None:  # noqa: ANN001 - an orchestrator.events event
     if event.type == "tool_started":
         print(f"  step {event.step}: {event.name}")
 

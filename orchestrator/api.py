@@ -23,7 +23,7 @@ from typing import Any
 
 from orchestrator.errors import UsageError
 
-EventCallback = Callable[[Any], None]  # called with each store.events event, in order, as it is logged
+EventCallback = Callable[[Any], None]  # called with each orchestrator.events event, in order, as it is logged
 
 
 @dataclass
@@ -31,12 +31,12 @@ class RunResult:
     """How a run ended: what `cairn show --json` says of it, in short."""
 
     id: str
-    status: str  # one of the eight statuses of CONTRACTS.md
+    status: str  # one of the eight statuses of docs/contracts.md
     reason: str | None  # why a run that did not finish ended (one line); None when done
     result: str | None  # task_done's summary, the question of ask_user, or the model's last text
     usage: dict[str, Any] = field(default_factory=dict)  # prompt/cached/completion tokens, cost_usd, cache_hit_ratio
     check: dict[str, Any] | None = None  # the --check verdict (command, passed, exit_code, output_path), if any
-    exit_code: int = 0  # what `cairn run` would exit with (CONTRACTS.md)
+    exit_code: int = 0  # what `cairn run` would exit with (docs/contracts.md)
     run_dir: Path | None = None  # the run's directory: workspace/, cairn/, state/
 
     @property
@@ -55,7 +55,8 @@ def run(task: str, *, model: str | None = None, workspace: str | Path | None = N
     on in place (else a copy of `template`); `image`: the sandbox image; `settings`: any other fields of
     a run's config, nested as in run.json (`limits={"max_cost": 2}`, `check={"command": "pytest -q"}`),
     or top-level ones such as `max_cost`. Bad settings raise UsageError, before any run exists."""
-    from orchestrator.session.compose import create_run, resolve_config
+    from orchestrator.session.new_run import create_run
+    from orchestrator.session.settings import resolve_config
 
     options = _options(settings, model=model, image=image, max_steps=max_steps)
     cfg = _config(resolve_config, options, template)
@@ -70,7 +71,7 @@ def resume(run_id: str, *, message: str | None = None, runs_dir: str | Path | No
            model: str | None = None, max_steps: int | None = None, on_event: EventCallback | None = None) -> RunResult:
     """Continue a run that stopped, waits for an answer (`message` is the answer), was interrupted or
     crashed, as `cairn resume` does. `run_id` is an id, a unique prefix of one, or `@last`."""
-    from orchestrator.session.compose import load_config
+    from orchestrator.session.settings import load_config
     from orchestrator.store.runs import RunDir
 
     run_dir = RunDir.find(_runs_dir(runs_dir), run_id)
@@ -112,7 +113,8 @@ class Agent:
 
     def run(self, task: str, max_steps: int | None = None) -> RunResult:
         """A new run of `task`, driven to its end."""
-        from orchestrator.session.compose import create_run, resolve_config
+        from orchestrator.session.new_run import create_run
+        from orchestrator.session.settings import resolve_config
 
         options = _options(self.settings, model=getattr(self.model, "name", None) or "custom", image=None,
                            max_steps=max_steps)
@@ -125,7 +127,7 @@ class Agent:
 
     def resume(self, message: str | None = None) -> RunResult:
         """Continue the last run (after ask_user, a stop or a limit), with `message` as the person's words."""
-        from orchestrator.session.compose import load_config
+        from orchestrator.session.settings import load_config
 
         if self.run_dir is None:
             raise UsageError("this Agent has made no run yet: call run(task) first")
@@ -183,19 +185,10 @@ class _Sink:
 
 
 def _drive(run_dir: Any, cfg: Any, on_event: EventCallback | None, message: str | None, resumed: bool) -> RunResult:
-    from orchestrator.errors import CairnError
-    from orchestrator.session.compose import Session, mark_failed
+    from orchestrator.session.drive import drive
 
-    run_dir.take_stop_request()
-    session = None
-    try:
-        with Session(run_dir, cfg, _Sink(on_event), resumed=resumed) as session:
-            status = session.go(message, source="answer" if resumed and message else "user")
-    except CairnError as exc:
-        if session is None and not resumed:
-            mark_failed(run_dir, exc.message)  # a run whose sandbox never started says why in its log
-        raise
-    return result_of(run_dir, status, session.agent.error)
+    driven = drive(run_dir, cfg, _Sink(on_event), resumed=resumed, message=message)
+    return result_of(run_dir, driven.status, driven.error)
 
 
 def _options(settings: dict[str, Any], model: str | None, image: str | None, max_steps: int | None) -> dict[str, Any]:
@@ -241,7 +234,7 @@ def _runs_dir(runs_dir: str | Path | None) -> Path:
 
 def _only(agent: Any, names: Sequence[str]) -> Callable[..., Any]:
     """The agent's `execute`, refusing (as a result the model sees) a built-in tool it was not offered."""
-    from orchestrator.store import events as ev
+    from orchestrator import events as ev
     from orchestrator.tools.dispatch import Observation
 
     execute = agent.execute
@@ -259,7 +252,7 @@ def _only(agent: Any, names: Sequence[str]) -> Callable[..., Any]:
 
 def _offer_only(run_dir: Any, names: Sequence[str]) -> None:
     """The run's tool list (its first event, which fixes the prompt's prefix) holds only `names`."""
-    from orchestrator.store import events as ev
+    from orchestrator import events as ev
 
     events, _torn = run_dir.events.read()
     started = next(e for e in events if isinstance(e, ev.RunStarted))

@@ -68,7 +68,7 @@ class SandboxConfig(Settings):
     @field_validator("max_disk")
     @classmethod
     def _a_size(cls, value: str | None) -> str | None:
-        from orchestrator.agent.disk import parse_size
+        from orchestrator.sizes import parse_size
 
         if value is not None and value.strip().lower() != "none":
             parse_size(value)  # raises ValueError, which pydantic reports with the setting's name
@@ -138,7 +138,7 @@ class ContextConfig(Settings):
     offload_tokens: int = Field(2000, ge=64, description="A tool result above this goes to /cairn/obs/.")
     # 5 lines and 750 characters: chosen with the marks by bench/context_bench.py --sweep.
     preview_lines: int = Field(5, ge=1, description="Lines of head and of tail kept in an offload preview.")
-    # Chosen by bench/context_bench.py --sweep (README, "Benchmarks"): the lowest cost at equal
+    # Chosen by bench/context_bench.py --sweep (docs/benchmarks.md): the lowest cost at equal
     # information (rereads charged) over seeds and windows, against a cached summarizing baseline;
     # the low mark 0.25 (not 0.2) by the real-shaped sweep, where 0.2 writes a summary at 31 of 37
     # compactions and 0.25 at 16 of 40, for the least cost against a raw agent.
@@ -311,7 +311,7 @@ def _settings_type(annotation: object) -> type[BaseModel] | None:
 
 
 def default_runs_dir() -> Path:
-    """`$CAIRN_RUNS_DIR`, else `~/.cairn/runs` (CONTRACTS.md)."""
+    """`$CAIRN_RUNS_DIR`, else `~/.cairn/runs` (docs/contracts.md)."""
     return Path(os.environ.get("CAIRN_RUNS_DIR") or Path.home() / ".cairn" / "runs")
 
 

@@ -1,4 +1,4 @@
-"""Errors a person sees: each carries a one-line message and the exit code of CONTRACTS.md."""
+"""Errors a person sees: each carries a one-line message and the exit code of docs/contracts.md."""
 
 from __future__ import annotations
 
@@ -31,6 +31,11 @@ class SandboxError(CairnError):
     """The sandbox could not be started or reached (no engine, no image, a dead container)."""
 
     exit_code = EXIT_SANDBOX
+
+
+class ToolError(Exception):
+    """An op failed in a way the model should see and can act on: a path outside the workspace, no such
+    file, an edit that is not unique. The message is one line. (Raised by every Sandbox, real or fake.)"""
 
 
 def first_line(error: BaseException | str, limit: int = 300) -> str:

@@ -3,28 +3,19 @@
 The loop (agent/loop.py) and the tools (tools/) depend on these and on nothing of Docker, litellm or the run
 directory's layout; the composition root (session/compose.py) plugs in the real parts: `llm.client.LLM` for
 `Model`, `sandbox.Sandbox` (Docker) for `Sandbox`, `store.runs.RunDir` for `Store`, `display.Live` or
-`Quiet` for `Display`, and `tools.registry.Tool` objects for `Tool`. A second sandbox backend is one new
-class with the methods of `Sandbox`; a test's fake is one too.
+`Quiet` for `Display`. A second sandbox backend is one new class with the methods of `Sandbox`; a test's
+fake is one too (orchestrator/testing has in-memory ones of Model, Sandbox and Store).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
     from orchestrator.config import SandboxConfig
     from orchestrator.llm.types import Reply, ToolCall
-    from orchestrator.store import events as ev
-    from orchestrator.agent.state import RunState
-    from orchestrator.tools.dispatch import Observation
-
-
-class ToolError(Exception):
-    """An op failed in a way the model should see and can act on: a path outside the workspace, no such
-    file, an edit that is not unique. The message is one line. (Raised by every Sandbox; `sandbox`
-    re-exports it.)"""
+    from orchestrator import events as ev
 
 
 class Model(Protocol):
@@ -43,7 +34,7 @@ class ToolSandbox(Protocol):
     network_enabled: bool
 
     def call(self, op: str, **args: Any) -> dict[str, Any]:
-        """The op's result; raises sandbox.ToolError (one line) when the op fails."""
+        """The op's result; raises errors.ToolError (one line) when the op fails."""
 
 
 class ExecStream(Protocol):
@@ -111,24 +102,11 @@ class ToolContext:
     agent: Any = None  # the agent making the call (agent_delegate makes its child from it)
 
 
-class Tool(Protocol):
-    """One tool the model can call (tools/registry.py): its spec, its handler, the toolbox op it uses."""
-
-    spec: dict[str, Any]
-    op: str | None
-
-    @property
-    def name(self) -> str: ...
-
-    def check(self, args: dict[str, Any]) -> None: ...
-
-    def run(self, args: dict[str, Any], ctx: ToolContext) -> Observation: ...
-
-
 class Display(Protocol):
     """The event sink: every event, after it is logged and applied, with the state it made."""
 
-    def event(self, event: ev.Event, state: RunState) -> None: ...
+    def event(self, event: ev.Event, state: Any) -> None:
+        """`state`: the run's state after the event (agent/state.py's RunState)."""
 
 
 class EventLog(Protocol):
@@ -138,18 +116,33 @@ class EventLog(Protocol):
 
 
 class Store(Protocol):
-    """What the loop needs of a run's directory (store/runs.py's RunDir)."""
+    """What the loop needs of its run's directory (store/runs.py's RunDir; testing/store.py's MemoryStore):
+    nothing of its layout. A sub-agent's run (store/children.py) is one too."""
 
     id: str
-    root: Path
-    state: Path  # host only: the inbox, stop requests
-    cairn_dir: Path  # cairn's own files, mounted at /cairn
     events: EventLog
 
-    @property
-    def stop_path(self) -> Path:
-        """`cairn stop`'s request file."""
+    def update_meta(self, **changes: Any) -> dict[str, Any]:
+        """run.json's fields changed (status, usage, ...); the whole record after the change."""
 
-    def update_meta(self, **changes: Any) -> dict[str, Any]: ...
+    def take_stop_request(self) -> bool:
+        """True (once) when `cairn stop` asked this run to stop."""
 
-    def take_stop_request(self) -> bool: ...
+    def stop_asked(self) -> bool:
+        """After a step: the top run takes a stop request; a sub-agent's run only sees its top run's."""
+
+    def messages_after(self, offset: int) -> list[tuple[str, int]]:
+        """The person's messages (`cairn say`) past `offset`: (text, the offset just past it)."""
+
+    def journal_key(self, step: int, call_id: str) -> str:
+        """The key a tool call is journaled under in the sandbox (store/journal.py)."""
+
+    def disk_limit(self, sandbox: Any, limit: str) -> Any:
+        """What measures `--max-disk` after steps (`over()`: why the run is over it, or None); None when
+        the store writes nothing on the host."""
+
+    def read_journal(self) -> Any:
+        """The toolbox's journal of the tool calls (store/journal.py's Journal): what a resume finishes."""
+
+    def checkpoint(self, step: int) -> Any:
+        """Commits the workspace after `step`; the result has `commit` (or None) and `skipped` (paths)."""

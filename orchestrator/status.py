@@ -1,4 +1,4 @@
-"""A run's status, named once: the eight of CONTRACTS.md. A StrEnum, so a member is its JSON value
+"""A run's status, named once: the eight of docs/contracts.md. A StrEnum, so a member is its JSON value
 (`Status.DONE == "done"`, `str(Status.DONE) == "done"`) and run.json, events and `--json` output keep the
 exact strings."""
 

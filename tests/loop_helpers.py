@@ -10,7 +10,8 @@ from typing import Any
 from orchestrator.config import RunConfig
 from orchestrator.ui.display import Quiet
 from orchestrator.ui.inspect.timeline import timeline
-from orchestrator.session.compose import Session, create_run
+from orchestrator.session.compose import Session
+from orchestrator.session.new_run import create_run
 from orchestrator.store.runs import RunDir
 
 
@@ -61,7 +62,7 @@ def play(tmp_path: Path, turns: list[dict[str, Any]], task: str = "test task", s
 
 def resume(outcome: Outcome, message: str | None = None, turns: list[dict[str, Any]] | None = None,
            tmp_path: Path | None = None) -> Outcome:
-    from orchestrator.session.compose import load_config
+    from orchestrator.session.settings import load_config
 
     cfg = load_config(outcome.run)
     if turns is not None and tmp_path is not None:

@@ -12,8 +12,9 @@ import pytest
 import orchestrator
 from orchestrator.api import _Sink
 from orchestrator.errors import UsageError
-from orchestrator.session.compose import create_run, resolve_config
-from orchestrator.store import events as ev
+from orchestrator.session.new_run import create_run
+from orchestrator.session.settings import resolve_config
+from orchestrator import events as ev
 from orchestrator.testing import LocalSandbox, ScriptedModel
 
 

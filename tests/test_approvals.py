@@ -304,7 +304,7 @@ def test_mcp_annotations_from_a_real_stdio_server_decide_what_is_asked(tmp_path,
                          "readOnlyHint=false)")
     assert [e.content for e in out.events("tool_finished")] == ["look done"]
     assert approve(out.run.id, "--runs-dir", str(runs_dir)).returncode == 0
-    from orchestrator.session.compose import load_config
+    from orchestrator.session.settings import load_config
 
     again = play_config(tmp_path, load_config(out.run), [done()], resumed_run=out.run, approve="outside")
     assert again.status == "waiting"  # `plain` has no annotations: it can act outside, and is asked too
@@ -468,7 +468,7 @@ def test_the_report_shows_each_question_and_answer(tmp_path, runs_dir):
 
 
 def test_a_sub_agent_never_waits_a_call_it_would_ask_for_is_refused_unless_always_allowed(tmp_path, runs_dir):
-    from orchestrator.agent.delegate import open_child
+    from orchestrator.store.children import open_child
 
     out = fake_loop.play(tmp_path, [turn(call("agent_delegate", task="deploy it")), shell("echo deploy from the child"),
                                     done("could not deploy"), shell("echo deploy 1"),

@@ -182,8 +182,8 @@ def test_an_attempt_another_node_took_over_writes_no_tool_started_and_runs_no_ca
     log has no tool_started and the call never ran. No timing: attempt 2 holds the run from the start."""
     from orchestrator.batch.jobs import parse_file
     from orchestrator.batch.ray_hub import Hub
-    from orchestrator.session.compose import create_run
-    from orchestrator.store import events as ev
+    from orchestrator.session.new_run import create_run
+    from orchestrator import events as ev
 
     settings = small_settings(tmp_path)
     ledger_script(tmp_path / "s.json", "echo ran >> ledger.txt")

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.context.offload import check_path
 from orchestrator.errors import UsageError
-from orchestrator.session.compose import resolve_config, settings_file
+from orchestrator.session.settings import resolve_config, settings_file
 from tests.test_batch import tool, write_script
 from tests.test_cli import cairn, cairn_here
 

@@ -22,7 +22,7 @@ from orchestrator.context import (
     shape_write_arguments,
 )
 from orchestrator.context.compaction import pointer_path
-from orchestrator.store.events import Compaction, dump_event, parse_event
+from orchestrator.events import Compaction, dump_event, parse_event
 
 SYSTEM = "You are cairn."
 TASK = "Count the lines of every file."

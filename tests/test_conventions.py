@@ -233,7 +233,7 @@ def test_option_help_has_no_type_labels(runs_dir):
 
 def _pretend_live(runs_dir: Path, run_id: str) -> None:
     """The run's pid file names this test's own process: for cairn, the run is live."""
-    from orchestrator.session.compose import process_identity
+    from orchestrator.store.liveness import process_identity
 
     (runs_dir / run_id / "state" / "pid").write_text(json.dumps(process_identity(os.getpid())))
 

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import docker
 import pytest
 
-from orchestrator.session.compose import process_identity, run_is_live
+from orchestrator.store.liveness import process_identity, run_is_live
 from orchestrator.sandbox.container import LABEL_RUN, container_name
 from orchestrator.store.archive import check_members, import_run
 from orchestrator.store.runs import RunDir

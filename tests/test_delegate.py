@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from orchestrator.agent.delegate import open_child
+from orchestrator.store.children import open_child
 from orchestrator.ui.inspect.timeline import step_lines
-from orchestrator.store import events as ev
+from orchestrator import events as ev
 from tests.loop_helpers import play as docker_play
 from tests.fake_loop import call, done, play, text_of, tool_messages, turn
 

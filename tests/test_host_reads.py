@@ -21,10 +21,11 @@ from types import SimpleNamespace
 import docker
 import pytest
 
-from orchestrator.agent import disk
-from orchestrator.agent.disk import DiskLimit, format_size, parse_size, tree_usage
+from orchestrator.store import disk
+from orchestrator.store.disk import DiskLimit, tree_usage
+from orchestrator.sizes import format_size, parse_size
 from orchestrator.sandbox import DEFAULT_OP_SECONDS
-from orchestrator.store import events as ev
+from orchestrator import events as ev
 from orchestrator.ui.terminal import clean, json_text
 from tests.fake_loop import play as fake_play
 from tests.loop_helpers import call, done, play, turn
@@ -107,7 +108,7 @@ def test_a_fifo_named_todo_md_neither_stalls_the_steps_nor_fails_the_checkpoint(
 @docker_test
 def test_a_fifo_named_inbox_md_is_left_alone(tmp_path, sandbox_image):
     from orchestrator.config import RunConfig
-    from orchestrator.session.compose import create_run
+    from orchestrator.session.new_run import create_run
     from tests.loop_helpers import _go
 
     script = tmp_path / "script.json"
@@ -163,7 +164,7 @@ def test_an_inbox_md_written_in_the_sandbox_never_becomes_a_user_message(tmp_pat
 @docker_test
 def test_an_inbox_md_in_a_cloned_repository_is_no_message(tmp_path, sandbox_image):
     from orchestrator.config import RunConfig
-    from orchestrator.session.compose import create_run
+    from orchestrator.session.new_run import create_run
     from tests.loop_helpers import _go
 
     repo = tmp_path / "repo"

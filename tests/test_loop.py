@@ -1,5 +1,6 @@
-"""The agent loop end to end on the in-memory ports (tests/fake_loop.py), and the real event log; the
-model client's retries through litellm and the Docker sandbox."""
+"""The agent loop end to end on the in-memory ports (tests/memory_loop.py: the Store, the Model and the
+Sandbox all in this process, no run directory); the model client's retries through litellm and the
+Docker sandbox."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import pytest
 
 from tests.loop_helpers import play as docker_play
-from tests.fake_loop import call, done, play, resume, text_of, tool_messages, turn
+from tests.memory_loop import call, done, play, resume, text_of, tool_messages, turn
 
 
 BIG = "python3 -c \"print('\\n'.join('line %05d ' % i + 'x' * 40 for i in range(4000)))\""
@@ -170,3 +171,16 @@ def test_a_cost_limit_on_a_model_without_a_price_is_said_once(tmp_path):
     out = play(tmp_path, [turn(call("shell_exec", command="true")), done()], settings={"limits": {"max_cost": 1.0}})
     assert out.status == "done"
     assert len([n for n in out.events("notice") if "cost limit cannot be enforced" in n.text]) == 1
+
+
+def test_the_persons_message_reaches_the_next_request_through_the_store(tmp_path):
+    out = play(tmp_path, [turn(call("shell_exec", command="true")), done()], before=lambda s: s.say("use tabs"))
+    assert out.requests[0]["messages"][2] == {"role": "user", "content": "use tabs"}
+    assert [e.text for e in out.events("user_message")] == ["use tabs"]
+    assert out.run.checkpoints == [1, 2]  # the workspace is committed after every step
+
+
+def test_a_stop_request_ends_the_run_after_the_step_it_came_in(tmp_path):
+    out = play(tmp_path, [turn(call("shell_exec", command="true")), done()], before=lambda s: s.request_stop())
+    assert out.status == "interrupted" and len(out.requests) == 1
+    assert out.doc["error"]["reason"] == "stopped by cairn stop"

@@ -37,7 +37,7 @@ def play_config(tmp_path: Path, cfg: RunConfig, turns: list[dict], task: str = "
                 message: str | None = None, workspace_files: dict[str, str] | None = None, approve: str = "never"):
     """Like loop_helpers.play, with a whole RunConfig (an agent folder's) and files put in a new workspace.
     Its MCP calls run unasked (`approve`: never) unless a test is about approvals (tests/test_approvals.py)."""
-    from orchestrator.session.compose import create_run
+    from orchestrator.session.new_run import create_run
 
     script = tmp_path / f"script-{len(list(tmp_path.glob('script-*.json')))}.json"
     script.write_text(json.dumps({"turns": turns}))
@@ -198,7 +198,7 @@ def test_allowed_tools_filters_and_a_resume_keeps_the_list(tmp_path, sandbox_ima
     assert "convert_time" not in tool_names(out.events("run_started")[0].tools)
     assert "unknown tool 'convert_time'" in tool_messages(out.requests[1])[0]["content"]
     assert any("no_such_tool" in n.text for n in out.events("notice"))
-    from orchestrator.session.compose import load_config as stored_config
+    from orchestrator.session.settings import load_config as stored_config
 
     again = play_config(tmp_path, stored_config(out.run), [turn(call("get_current_time", timezone="UTC")), done()],
                         resumed_run=out.run, message="go on")
@@ -378,7 +378,7 @@ def test_an_http_server_on_the_host_with_a_secret_header_and_a_resume_that_lost_
             assert SECRET not in path.read_text(errors="replace"), path
 
     # The server comes back without `echo`: the run keeps its stored list and answers `echo` with an error.
-    from orchestrator.session.compose import load_config as stored_config
+    from orchestrator.session.settings import load_config as stored_config
 
     server = HttpMcp(["get_current_time", "shell_exec"], port=server.port)
     try:

@@ -326,7 +326,8 @@ def test_a_retry_is_shown_on_stderr_and_kept_in_the_runs_log(runs_dir, sandbox_i
 
 
 def test_resume_with_a_model_whose_key_is_missing_keeps_the_run_as_it_was(runs_dir):
-    from orchestrator.session.compose import create_run, resolve_config
+    from orchestrator.session.new_run import create_run
+    from orchestrator.session.settings import resolve_config
 
     run = create_run(runs_dir, "hello", resolve_config({}))
     before = (run.state / "run.json").read_text()

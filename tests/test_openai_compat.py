@@ -97,7 +97,7 @@ def test_the_scripted_model_and_a_model_litellm_rewrites_keep_litellm(server, tm
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": [TURN]}))
-    assert LLM(ModelConfig(model=f"scripted:{script}"))._direct is None  # CONTRACTS.md: through litellm
+    assert LLM(ModelConfig(model=f"scripted:{script}"))._direct is None  # docs/contracts.md: through litellm
     assert LLM(ModelConfig(model="openai/my-model"))._direct is None  # api.openai.com without a key
     assert own_server(server.url, model="openai/o3-mini")._direct is None  # litellm renames max_tokens
     assert own_server(server.url)._direct is not None

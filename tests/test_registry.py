@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import RunConfig, SandboxConfig
+from orchestrator.agent.delegate import delegate_tool
 from orchestrator.tools.builtin import builtin_tools
 from orchestrator.tools.dispatch import BadCall, Observation
 from orchestrator.tools.registry import Registry, ToolContext, canonical
@@ -33,26 +34,26 @@ class Agentish:
 def test_the_builtin_specs_are_the_ones_the_model_has_always_seen() -> None:
     golden = json.loads((ROOT / "tests/data/builtin_tools.json").read_text())
     assert canonical(BUILTIN_TOOLS) == golden
-    assert Registry(builtin_tools(Agentish)).specs() == golden
+    assert Registry(builtin_tools(delegate_tool(Agentish))).specs() == golden
 
 
 def test_required_arguments_come_from_the_schema() -> None:
-    registry = Registry(builtin_tools(Agentish))
+    registry = Registry(builtin_tools(delegate_tool(Agentish)))
     with pytest.raises(BadCall, match="file_edit needs the string argument\\(s\\): old, new"):
         registry.parse_arguments("file_edit", json.dumps({"path": "a", "old": 3}))
     assert registry.parse_arguments("file_read", '{"path": "a.txt", "limit": 2}') == {"path": "a.txt", "limit": 2}
 
 
 def test_an_unknown_tool_is_named_with_the_tools_there_are() -> None:
-    registry = Registry(builtin_tools(Agentish))
+    registry = Registry(builtin_tools(delegate_tool(Agentish)))
     with pytest.raises(BadCall, match="unknown tool 'rm_rf'; the tools are: shell_exec, file_read"):
         registry.parse_arguments("rm_rf", "{}")
 
 
 def test_a_name_is_registered_once() -> None:
-    registry = Registry(builtin_tools(Agentish))
+    registry = Registry(builtin_tools(delegate_tool(Agentish)))
     with pytest.raises(ValueError, match="already registered"):
-        registry.add(builtin_tools(Agentish)[0])
+        registry.add(builtin_tools(delegate_tool(Agentish))[0])
 
 
 class OneAnswer:
@@ -71,7 +72,7 @@ class OneAnswer:
 def test_the_shell_timeout_is_decided_once_and_named_in_the_footer() -> None:
     sandbox = OneAnswer({"exit_code": 124, "output": "", "timed_out": True, "duration_ms": 5000})
     cfg = SandboxConfig(command_timeout=5, max_command_timeout=60)
-    registry = Registry(builtin_tools(Agentish))
+    registry = Registry(builtin_tools(delegate_tool(Agentish)))
     seen = registry.run("shell_exec", {"command": "sleep 99", "timeout": 600}, ToolContext(sandbox, cfg, "/cairn/obs/1.txt"))
     assert sandbox.asked == [("shell", {"command": "sleep 99", "timeout": 60.0, "save_as": "/cairn/obs/1.txt"})]
     assert seen.error and "timed out after 60 s" in seen.footer
@@ -88,7 +89,8 @@ def test_the_example_tool_counts_lines_through_the_read_op() -> None:
 @pytest.mark.docker
 def test_the_scripted_model_calls_a_tool_of_the_runs_own(tmp_path: Path, sandbox_image: str) -> None:
     from orchestrator.ui.display import Quiet
-    from orchestrator.session.compose import Session, create_run
+    from orchestrator.session.compose import Session
+    from orchestrator.session.new_run import create_run
 
     tool = example_tool()
     script = tmp_path / "script.json"

@@ -13,8 +13,8 @@ import pytest
 
 from orchestrator.config import RunConfig
 from orchestrator.ui.inspect.report import render_report, write_report
-from orchestrator.session.compose import create_run
-from orchestrator.store import events as ev
+from orchestrator.session.new_run import create_run
+from orchestrator import events as ev
 from tests.loop_helpers import call, done, play, turn
 
 EVIL = "<script>document.body.dataset.pwned='1'</script>"

@@ -1,6 +1,7 @@
-"""The shape of the package (issue 12): no import cycle inside orchestrator/, counting the imports made
-inside functions, and Docker used only by the sandbox package. Read from the source with `ast`, so
-nothing is imported and no engine is needed."""
+"""The shape of the package (docs/architecture.md): folders that name the parts, layers that import only
+downwards, no import cycle (counting the imports made inside functions), the loop on its ports alone,
+and Docker used only by the sandbox package. Read from the source with `ast`, so nothing is imported
+and no engine is needed."""
 
 from __future__ import annotations
 
@@ -100,6 +101,61 @@ def test_the_cycle_finder_names_a_cycle() -> None:
 def test_no_import_cycle_inside_orchestrator() -> None:
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+# The layers, lowest first. A module may import its own layer and the ones below, never one above: the
+# parts a run is made of know nothing of what drives them, so each can be read, tested and replaced alone.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("orchestrator.errors", "orchestrator.status", "orchestrator.config", "orchestrator.events",
+              "orchestrator.sizes")),
+    ("pure parts", ("orchestrator.llm", "orchestrator.context")),
+    ("ports", ("orchestrator.ports",)),
+    ("parts with I/O", ("orchestrator.store", "orchestrator.sandbox", "orchestrator.tools")),
+    ("agent", ("orchestrator.agent",)),
+    ("session", ("orchestrator.session", "orchestrator.testing")),
+    ("ui", ("orchestrator.ui",)),
+    ("drivers", ("orchestrator.batch", "orchestrator.integrations")),
+    ("entry points", ("orchestrator.cli", "orchestrator.api", "orchestrator.harbor", "orchestrator")),
+]
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the longest prefix that names `module` (every module has one)."""
+    best: tuple[int, int] | None = None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (index, len(prefix))
+    assert best is not None, f"{module} is in no layer: add it to LAYERS"
+    return best[0]
+
+
+def test_the_layer_rule_finds_an_import_that_runs_back_up() -> None:
+    assert layer_of("orchestrator.store.runs") < layer_of("orchestrator.agent.loop") < layer_of("orchestrator.cli")
+    assert layer_of("orchestrator.errors") == 0 and layer_of("orchestrator") == len(LAYERS) - 1
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    upward = sorted(
+        f"{name} ({LAYERS[layer_of(name)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+        for name, targets in import_graph().items() for target in targets
+        if layer_of(target) > layer_of(name)
+    )
+    assert upward == [], upward
+
+
+def test_at_most_ten_modules_sit_at_the_top_of_the_package() -> None:
+    top = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(top) <= 10, top
+
+
+def test_the_loop_imports_nothing_of_the_store_the_sandbox_docker_or_litellm() -> None:
+    """The loop sees only its ports (orchestrator/ports.py): the run directory, the engine and the model
+    library are plugged in by the composition root, so the loop runs on in-memory ones (orchestrator/testing)."""
+    path = PACKAGE / "agent" / "loop.py"
+    names = imported_names(path, "orchestrator.agent.loop", frozenset(modules()))
+    forbidden = ("orchestrator.store", "orchestrator.sandbox", "orchestrator.session", "docker", "litellm")
+    assert sorted(n for n in names if any(n == f or n.startswith(f + ".") for f in forbidden)) == []
 
 
 def test_only_the_sandbox_package_imports_docker() -> None:

@@ -19,7 +19,8 @@ import pytest
 
 from orchestrator.config import RunConfig
 from orchestrator.errors import UsageError
-from orchestrator.session.compose import create_run, load_config
+from orchestrator.session.new_run import create_run
+from orchestrator.session.settings import load_config
 from orchestrator.store.archive import export_run, import_run
 from orchestrator.store.checkpoints import OWN_CONFIG, Checkpoints, _env, own_git_dir
 from orchestrator.store.runs import RunDir

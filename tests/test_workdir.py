@@ -17,7 +17,7 @@ import docker
 import pytest
 
 from orchestrator.config import RunConfig, SandboxConfig
-from orchestrator.session.compose import create_run
+from orchestrator.session.new_run import create_run
 from orchestrator.sandbox import Sandbox, ToolError
 from orchestrator.sandbox import python_volume
 from orchestrator.store.runs import RunDir

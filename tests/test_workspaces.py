@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import CairnError, UsageError
-from orchestrator.session.compose import TEMPLATES_DIR, create_run, resolve_config
+from orchestrator.session.new_run import create_run
+from orchestrator.session.settings import resolve_config, TEMPLATES_DIR
 from orchestrator.store.runs import RunDir
 from tests.test_cli import cairn, cairn_here
 
@@ -262,7 +263,8 @@ def test_templates_are_all_listed(tmp_path):
 
 
 def test_a_stored_config_with_a_setting_this_version_does_not_know_still_loads(runs_dir):
-    from orchestrator.session.compose import create_run, load_config
+    from orchestrator.session.new_run import create_run
+    from orchestrator.session.settings import load_config
 
     run = create_run(runs_dir, "task", resolve_config({}))
     meta = run.read_meta()

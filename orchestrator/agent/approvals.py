@@ -41,7 +41,7 @@ from orchestrator.config import ApprovalRule, ApprovalsConfig
 from orchestrator.errors import UsageError
 from orchestrator.agent.guards import Finished
 from orchestrator.llm.types import ToolCall
-from orchestrator.store import events as ev
+from orchestrator import events as ev
 from orchestrator.tools.dispatch import Observation
 
 NEVER_ASKED = ("task_done", "ask_user", "todo_write")

@@ -22,8 +22,8 @@ from typing import Any
 
 from orchestrator.context.offload import check_path, is_big, preview
 from orchestrator.agent.guards import Finished
-from orchestrator.ports import ToolError
-from orchestrator.store import events as ev
+from orchestrator.errors import ToolError
+from orchestrator import events as ev
 
 # The container's environment is that of PID 1 (docker-init, or the image's own entrypoint); where it
 # cannot be read, the check gets the shell's PATH and HOME only, never the rest of the agent's variables.

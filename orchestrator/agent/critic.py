@@ -15,8 +15,8 @@ from orchestrator.config import ModelConfig, RunConfig
 from orchestrator.context.offload import CAIRN_DIR
 from orchestrator.agent.guards import Finished, check_budget
 from orchestrator.llm.types import ModelError
-from orchestrator.ports import ToolError
-from orchestrator.store import events as ev
+from orchestrator.errors import ToolError
+from orchestrator import events as ev
 from orchestrator.agent.state import RunState
 
 

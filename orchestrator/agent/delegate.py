@@ -49,12 +49,14 @@ import posixpath
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from orchestrator.config import LimitsConfig, RunConfig
 from orchestrator.errors import first_line
-from orchestrator.store import events as ev
-from orchestrator.store.children import CHILDREN, ChildRun, open_child, safe_name, top_of  # noqa: F401 - open_child: named here too
+from orchestrator import events as ev
+from orchestrator.store.children import CHILDREN, ChildRun, open_child, safe_name, top_of
+from orchestrator.tools.builtin import agent_delegate
+from orchestrator.tools.registry import Tool, ToolContext
 from orchestrator.store.runs import RunDir
 from orchestrator.store.trust import safe_config
 from orchestrator.tools.dispatch import WRITING_TOOLS, BadCall, Observation
@@ -103,7 +105,7 @@ def _child_agent_class(agent_class: type) -> type:
     class ChildAgent(agent_class):  # type: ignore[misc,valid-type]
         def __init__(self, run: ChildRun, cfg: RunConfig, parent: Any, depth: int) -> None:
             self.parent, self.depth, self._stop = parent, depth, False
-            super().__init__(run, cfg, parent.sandbox, parent.model, ChildDisplay(parent.display, depth),
+            super().__init__(run, cfg, parent.sandbox, parent.model, child_display(parent.display, depth),
                              tools=parent.tools)
             self.tag = "sub-" + run.id
 
@@ -128,31 +130,39 @@ def _child_agent_class(agent_class: type) -> type:
     return ChildAgent
 
 
-class ChildDisplay:
-    """The child's action lines, indented under the parent's, on the parent's console (if it has one)."""
+def child_display(parent: Any, depth: int) -> Any:
+    """What shows a sub-agent's events: the parent display's `child(depth)` where it has one (the terminal's
+    indents the child's lines under the parent's: ui/display.py), else nothing."""
+    make = getattr(parent, "child", None)
+    return make(depth) if make is not None else _Unseen()
 
-    def __init__(self, parent: Any, depth: int) -> None:
-        self.parent, self.depth = parent, depth
 
-    @property
-    def console(self) -> Any:
-        return getattr(self.parent, "console", None)
-
+class _Unseen:
     def event(self, event: ev.Event, state: Any) -> None:
-        console = self.console
-        if console is None:
-            return
-        from orchestrator.ui.display import event_line
-
-        line = event_line(event)
-        if line is not None:
-            console.print("    " * self.depth + "┆ " + line, highlight=False, markup=False, emoji=False)
+        pass
 
     def close(self) -> None:
         pass
 
 
 # -- the tool ---------------------------------------------------------------------------------------
+
+def delegate_tool(agent_class: type) -> Tool:
+    """agent_delegate for agents of `agent_class` (the loop's Agent, or a subclass): the child is made from
+    the class of the agent that calls it, so neither the tool nor this module imports the loop."""
+
+    def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
+        return delegate(ctx.agent, agent_class, ctx.call, ctx.step, args)
+
+    def take_up(agent: Any, call: Any) -> Callable[[int], Observation] | None:
+        """A child a crash cut off goes on where its log ends, if it got as far as having one."""
+        child = open_child(agent.run_dir, call.id)
+        if child is None:
+            return None
+        return lambda step: resume_delegate(agent, agent_class, child, step)
+
+    return agent_delegate.tool(run, take_up)
+
 
 def delegate(parent: Any, agent_class: type, call: Any, step: int, args: dict[str, Any]) -> Observation:
     """Runs agent_delegate for the agent `parent`, whose child is made from `agent_class` (the loop's

@@ -9,23 +9,20 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from orchestrator import events as ev
 from orchestrator.agent import approvals, critic, recovery
 from orchestrator.agent.check import check_done
+from orchestrator.agent.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
+from orchestrator.agent.state import RunState
+from orchestrator.agent.stop_signals import stop_signals
 from orchestrator.config import RunConfig
 from orchestrator.context import CannotCompact, TokenCounter, build_request, compact, needs_compaction
 from orchestrator.context import TODO_MAX_BYTES, render_tail, shape_result, todo_cut_note
 from orchestrator.context.offload import obs_path
-from orchestrator.agent.disk import DiskLimit, disk_limit_of
-from orchestrator.errors import CairnError
-from orchestrator.agent.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
+from orchestrator.errors import CairnError, ToolError
 from orchestrator.llm.types import ContextOverflow, Reply, ToolCall
-from orchestrator.ports import Display, Model, Sandbox, Store, ToolError
+from orchestrator.ports import Display, Model, Sandbox, Store
 from orchestrator.status import Status
-from orchestrator.agent.stop_signals import stop_signals
-from orchestrator.store import events as ev
-from orchestrator.store import inbox, journal
-from orchestrator.store.children import top_of
-from orchestrator.agent.state import RunState
 from orchestrator.tools.dispatch import AskUser, BadCall, Observation, TaskDone
 from orchestrator.tools.registry import Registry, ToolContext, force
 
@@ -43,9 +40,10 @@ class Agent:
         self.counter = TokenCounter()
         self.state = RunState(cfg.context, self.counter)
         if tools is None:
+            from orchestrator.agent.delegate import delegate_tool
             from orchestrator.tools.builtin import builtin_tools
 
-            tools = Registry(builtin_tools(type(self)))
+            tools = Registry(builtin_tools(delegate_tool(type(self))))
         self.tools = tools
         self.guard = LoopGuard()
         self.notices: list[str] = []  # for the next request's tail only
@@ -55,9 +53,7 @@ class Agent:
         events, _torn = run.events.read()
         for event in events:
             self.state.apply(event)
-        self.inbox_offset = inbox.delivered_offset(events)  # where the undelivered `cairn say` lines start
-        self.disk: DiskLimit | None = None  # made when the run starts (`start_disk_limit`)
-        self.checkpoints: Any = None  # store.checkpoints.Checkpoints, made at the first checkpoint
+        self.disk: Any = None  # the store's DiskLimit (store/disk.py), made when the run starts
         self.critic_model: Model | None = None  # --critic-model's own client; None: the critic asks `model`
         self.summary_usage: dict[str, Any] = {}  # the last summary request's, until its compaction is recorded
         self.cut_off: tuple[ToolCall, Callable[[int], Observation]] | None = None  # a call to finish (see recover)
@@ -122,16 +118,11 @@ class Agent:
         warning = self.guard.check(self.state.signatures)
         if warning:
             self.notices.append(warning)
-        if self._stop_asked():
+        if self.run_dir.stop_asked():
             raise Finished("interrupted", "stopped by cairn stop")
         if self.stop_requested:
             raise Finished("interrupted", f"stopped by {self.stopped_by or 'Ctrl-C'}")
         critic.after_step(self, step)  # every --critic-every steps, a note for the next request's tail
-
-    def _stop_asked(self) -> bool:
-        """`cairn stop` (store/runs.py): a sub-agent sees its top run's request and stops; the top run takes it."""
-        top = top_of(self.run_dir)
-        return top.stop_path.exists() if top is not self.run_dir else top.take_stop_request()
 
     def run_tools(self, calls: list[ToolCall], step: int, seen: set[str] | None = None) -> Finished | None:
         """Runs the calls in order, each recorded before the next; returns how the run ends, if a call ends it.
@@ -276,10 +267,9 @@ class Agent:
     def take_messages(self, step: int) -> None:
         """The person's messages (`cairn say`, in `state/`, which the sandbox never sees) reach the model
         at this step. No file in the workspace is ever taken as the person's words: anything in the
-        sandbox, or a cloned repository, can write one (README, "Talking to a run")."""
-        for text, offset in inbox.pending(self.run_dir.state, self.inbox_offset):
+        sandbox, or a cloned repository, can write one (docs/trust.md, "The user's voice")."""
+        for text, offset in self.run_dir.messages_after(self.state.inbox_offset):
             self.emit(ev.UserMessage(step=step, text=text, source="say", inbox_offset=offset))
-            self.inbox_offset = offset
 
     def read_todo(self) -> tuple[str | None, str | None]:
         """todo.md's text for the tail, and the note that says it was cut when it is longer than the tail
@@ -301,12 +291,8 @@ class Agent:
         newly skipped, and is written only when there is one or the other. A failed checkpoint is a
         notice, never the end of the run."""
         try:
-            if self.checkpoints is None:
-                from orchestrator.store.checkpoints import Checkpoints
-
-                self.checkpoints = Checkpoints.of(self.run_dir)
             self.sandbox.give_back_files()  # first: git, as the host user, must be able to read them
-            done = self.checkpoints.commit(step)
+            done = self.run_dir.checkpoint(step)
         except Exception as exc:  # noqa: BLE001 - git failing must not stop the agent
             self.emit(ev.Notice(step=step, text=f"checkpoint of step {step} failed: {exc}"))
             return
@@ -318,8 +304,7 @@ class Agent:
         recovery.recover(self)
 
     def journal_key(self, step: int, call: ToolCall) -> str:
-        top = top_of(self.run_dir)
-        return journal.call_key(top.id, self.run_dir.root.relative_to(top.root).as_posix(), step, call.id)
+        return self.run_dir.journal_key(step, call.id)
 
     def finish_approval_step(self) -> None:
         """The rest of the step that stopped for an approval (orchestrator/agent/approvals.py): the answered call
@@ -332,12 +317,12 @@ class Agent:
     # -- the edges --------------------------------------------------------------------------------
 
     def start_disk_limit(self) -> None:
-        """`--max-disk`, measured after steps (orchestrator/agent/disk.py); a sub-agent (agent/delegate.py) shares its
+        """`--max-disk`, measured after steps by the store (store/disk.py); a sub-agent (agent/delegate.py) shares its
         parent's, as it shares its workspace and sandbox."""
         limit = getattr(self.cfg.sandbox, "max_disk", None)
         if limit and self.disk is None:
             parents = getattr(getattr(self, "parent", None), "disk", None)
-            self.disk = parents or disk_limit_of(self.run_dir, self.sandbox, limit)
+            self.disk = parents or self.run_dir.disk_limit(self.sandbox, limit)
 
     def save_meta(self) -> None:
         self.run_dir.update_meta(**self.state.meta())

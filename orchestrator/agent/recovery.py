@@ -1,5 +1,5 @@
 """After a stop or a crash, before the loop goes on: every tool call that began and never finished is
-closed with what became of it, and is never run again (exactly once, DESIGN.md).
+closed with what became of it, and is never run again (exactly once, docs/design.md).
 
 What became of it is read from the toolbox's journal (store/journal.py): a result it had is shaped as
 it would have been live; a call that was killed, or never reached the sandbox, says so. A call whose
@@ -17,8 +17,9 @@ from typing import Any, Callable, Protocol
 
 from orchestrator.config import RunConfig
 from orchestrator.llm.types import ToolCall
-from orchestrator.ports import Sandbox, Store, ToolContext, ToolError
-from orchestrator.store import events as ev
+from orchestrator.errors import ToolError
+from orchestrator.ports import Sandbox, Store, ToolContext
+from orchestrator import events as ev
 from orchestrator.store import journal
 from orchestrator.agent.state import RunState
 from orchestrator.tools.dispatch import BadCall, Observation
@@ -50,7 +51,7 @@ class Agent(Protocol):
 
 
 def recover(agent: Agent) -> None:
-    record = journal.read(agent.run_dir.cairn_dir)
+    record = agent.run_dir.read_journal()
     state = agent.state
     if record.problem:
         agent.emit(ev.Notice(step=state.step, text=f"the toolbox's journal was not read: {record.problem}"))

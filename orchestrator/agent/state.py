@@ -13,7 +13,8 @@ from orchestrator.config import ContextConfig
 from orchestrator.context import History, TokenCounter, shape_assistant_message
 from orchestrator.agent.guards import Totals, signature
 from orchestrator.llm.types import ToolCall
-from orchestrator.store import events as ev
+from orchestrator import events as ev
+from orchestrator.store import inbox
 
 
 class RunState:
@@ -37,6 +38,7 @@ class RunState:
         self.check_rounds = 0  # failed checks sent back to the agent since a person last spoke
         self.critic_note: ev.CriticNote | None = None  # the critic's last answer, until a request has shown it
         self.approvals = Ledger()  # the question a call waits on, its answer, the "always" answers
+        self.inbox_offset = 0  # where the `cairn say` lines not yet delivered start in the inbox
         self.n_events = 0
 
     def apply(self, event: ev.Event) -> None:
@@ -63,6 +65,7 @@ class RunState:
         self.totals.started = e.ts
 
     def _on_user_message(self, e: ev.UserMessage) -> None:
+        self.inbox_offset = max(self.inbox_offset, inbox.delivered_offset((e,)))  # `cairn say` lines taken
         self.history.append(self._id(), {"role": "user", "content": e.text}, e.step, kind="user")
         if e.source != "check":  # a person's word gives the check its rounds again
             self.check_rounds = 0
@@ -135,7 +138,7 @@ class RunState:
 
 
 def check_verdict(e: ev.CheckFinished) -> dict[str, Any]:
-    """A check as `cairn show --json`, run.json and `ls` give it (CONTRACTS.md: command, passed, exit_code,
+    """A check as `cairn show --json`, run.json and `ls` give it (docs/contracts.md: command, passed, exit_code,
     output_path)."""
     return {"command": e.command, "passed": e.passed, "exit_code": e.exit_code, "output_path": e.output_path,
             "round": e.round}

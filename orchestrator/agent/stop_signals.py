@@ -8,7 +8,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from orchestrator.store import events as ev
+from orchestrator import events as ev
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

@@ -1,6 +1,6 @@
 """A batch file: one JSON object a line, each checked and turned into a run's settings (`Job`).
 
-One JSON object a line (CONTRACTS.md): `task` (required), `model`, `api_base`, `template`, `image`,
+One JSON object a line (docs/contracts.md): `task` (required), `model`, `api_base`, `template`, `image`,
 `workdir`, `check` (a command, or an object of check settings: `{"command": ..., "rounds": 2}`),
 `settings` (a JSON file of run settings, as `cairn run --settings`; relative to the batch file),
 `max_steps`, `max_cost`, `approve` (never, outside or always: which tool calls wait for a person; a
@@ -72,7 +72,7 @@ def parse_file(path: Path, api_base: str | None = None) -> list[Job]:
 
 def _line_config(item: dict[str, Any], base: Path, where: str, api_base: str | None) -> RunConfig:
     """The run settings of one line (its layers are in this module's docstring)."""
-    from orchestrator.session.compose import resolve_config, settings_file
+    from orchestrator.session.settings import resolve_config, settings_file
 
     layers = [{"model": {"api_base": api_base}}] if api_base else []
     check = item.get("check")

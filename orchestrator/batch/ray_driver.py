@@ -47,11 +47,12 @@ import ray
 
 from orchestrator.batch.rows import Row, fill
 from orchestrator.batch.threads import STOP_SIGNALS, Batch
-from orchestrator.agent.disk import parse_size
+from orchestrator.sizes import parse_size
 from orchestrator.errors import UsageError
 from orchestrator.batch.ray_hub import Hub
 from orchestrator.batch.ray_placement import SANDBOX_RESOURCE, Placements, sandbox_nodes, sandboxes_of
-from orchestrator.session.compose import create_run, load_config
+from orchestrator.session.new_run import create_run
+from orchestrator.session.settings import load_config
 from orchestrator.store.runs import RunDir
 
 STORAGE = ("auto", "shared", "local")

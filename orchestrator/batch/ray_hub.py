@@ -17,7 +17,7 @@ from typing import Any
 
 import ray
 
-from orchestrator.store import events as ev
+from orchestrator import events as ev
 from orchestrator.store.runs import RunDir
 
 

@@ -24,8 +24,8 @@ from typing import Any, Callable
 import ray
 
 from orchestrator.batch.ray_hub import export_bytes, replace_with_archive
-from orchestrator.store import events as ev
-from orchestrator.store.events import EventLog
+from orchestrator import events as ev
+from orchestrator.store.event_log import EventLog
 from orchestrator.store.runs import RunDir
 
 LOCAL_RUNS_ENV = "CAIRN_RAY_RUNS_DIR"  # a node's own runs directory, where it does not share the driver's
@@ -216,7 +216,7 @@ def warm_up(default_image: bool, say: Callable[[str | None], None]) -> None:
     from orchestrator.errors import CairnError
     from orchestrator.llm.client import LLM  # noqa: F401
     from orchestrator.agent.loop import Agent  # noqa: F401
-    from orchestrator.session.compose import Session  # noqa: F401
+    from orchestrator.session.compose import Session
     from orchestrator.sandbox.engine import connect
     from orchestrator.sandbox.image import ensure_image
     from orchestrator.tools.builtin import builtin_tools  # noqa: F401
@@ -271,8 +271,10 @@ def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any
     """Attempt `taken["number"]` of the run, here, as `cairn run`/`cairn resume` would carry it out; its
     tool calls fenced (FencedLog), so that it runs none once another attempt holds the run. It stops
     after its current action once `stopped_by` names the driver's Ctrl-C."""
-    from orchestrator.errors import CairnError, SandboxError
-    from orchestrator.session.compose import Session, load_config, mark_failed
+    from orchestrator.errors import CairnError
+    from orchestrator.session.compose import mark_failed
+    from orchestrator.session.drive import drive
+    from orchestrator.session.settings import load_config
 
     began = time.monotonic()
     node = node_id[:8]
@@ -288,21 +290,16 @@ def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any
     def work() -> None:
         try:
             cfg = load_config(run)
-            with Session(run, cfg, display, resumed=spec["resumed"] or _started_before(run)) as session:
-                live["session"] = session
-                session.go()
-                if session.agent.error is not None:
-                    outcome["error"] = session.agent.error.message
-        except Exception as exc:  # noqa: BLE001 - the run's end is recorded, as a local batch does
+            driven = drive(run, cfg, display, resumed=spec["resumed"] or _started_before(run),
+                           opened=lambda session: live.__setitem__("session", session), record_every_failure=True)
+            if driven.error is not None:
+                outcome["error"] = driven.error.message
+        except Exception as exc:  # noqa: BLE001 - a run whose settings cannot be read: recorded, as a local batch does
             outcome["error"] = exc.message if isinstance(exc, CairnError) else f"{type(exc).__name__}: {exc}"
             try:
                 mark_failed(run, outcome["error"])
             except Exception:  # noqa: BLE001 - the state dir itself may be the problem
                 pass
-            if not isinstance(exc, (CairnError, SandboxError)):
-                import traceback
-
-                traceback.print_exc()
 
     thread = threading.Thread(target=work, name=f"cairn-run-{run.id}", daemon=True)
     thread.start()

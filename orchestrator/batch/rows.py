@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.status import Status
-from orchestrator.store import events as ev
+from orchestrator import events as ev
 from orchestrator.store.runs import RunDir
 
 

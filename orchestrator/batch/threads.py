@@ -26,13 +26,14 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator.batch.jobs import parse_file
 from orchestrator.batch.manifest import Manifest
 from orchestrator.batch.rows import Row, RowDisplay, fill
-from orchestrator.errors import CairnError, SandboxError, UsageError
+from orchestrator.errors import CairnError, UsageError
 from orchestrator.status import Status
 from orchestrator.store.runs import RunDir
 
@@ -60,7 +61,7 @@ class Batch:
     def plan(self) -> list[tuple[int, RunDir | None]]:
         """(row index, existing run to resume or None for a new one) for each line that has work to do;
         rows of lines that need none are filled in as skipped or left."""
-        from orchestrator.session.compose import run_is_live
+        from orchestrator.store.liveness import run_is_live
 
         work: list[tuple[int, RunDir | None]] = []
         for i, job in enumerate(self.todo):
@@ -118,7 +119,7 @@ class Batch:
         (llm/preflight.py); a bad one is a usage error that names its line."""
         from orchestrator.agent.critic import preflight_critic
         from orchestrator.llm.preflight import preflight
-        from orchestrator.session.compose import load_config
+        from orchestrator.session.settings import load_config
 
         checked: set[tuple[str | None, ...]] = set()
         for index, run in work:
@@ -142,10 +143,18 @@ class Batch:
             self._one(index, run)
 
     def _one(self, index: int, run: RunDir | None) -> None:
-        from orchestrator.session.compose import Session, create_run, load_config, mark_failed
+        from orchestrator.session.compose import mark_failed
+        from orchestrator.session.drive import drive
+        from orchestrator.session.new_run import create_run
+        from orchestrator.session.settings import load_config
 
         job, row = self.todo[index], self.rows[index]
         started = time.monotonic()
+
+        def opened(session: Any) -> None:
+            self.sessions[index] = session  # for Ctrl-C, which stops every run
+            if self.stopping.is_set():
+                session.agent.stop_requested, session.agent.stopped_by = True, self.stopped_by
         try:
             if run is None:
                 run = create_run(self.runs_dir, job.task, job.cfg)
@@ -154,23 +163,15 @@ class Batch:
             else:
                 row.action, cfg = "resumed", load_config(run)
             row.id, row.status = run.id, "starting"
-            with Session(run, cfg, RowDisplay(row), resumed=row.action == "resumed") as session:
-                self.sessions[index] = session
-                if self.stopping.is_set():
-                    session.agent.stop_requested, session.agent.stopped_by = True, self.stopped_by
-                session.go()
-                if session.agent.error is not None:
-                    row.error = session.agent.error.message
-        except Exception as exc:  # noqa: BLE001 - one run failing must not stop the others
+            driven = drive(run, cfg, RowDisplay(row), resumed=row.action == "resumed", opened=opened,
+                           record_every_failure=True)
+            if driven.error is not None:
+                row.error = driven.error.message
+        except Exception as exc:  # noqa: BLE001 - one run failing (here: before it could start) must not stop the others
             row.error = exc.message if isinstance(exc, CairnError) else f"{type(exc).__name__}: {exc}"
-            if run is not None:
-                try:
-                    mark_failed(run, row.error)
-                except Exception:  # noqa: BLE001 - the state dir itself may be the problem
-                    pass
-            if not isinstance(exc, (CairnError, SandboxError)):
-                import traceback
-
+            if run is not None:  # made, but its settings could not be read
+                mark_failed(run, row.error)
+            if not isinstance(exc, CairnError):
                 traceback.print_exc(file=sys.stderr)
         finally:
             self.sessions.pop(index, None)

@@ -182,7 +182,7 @@ def report(
 def watch(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
     """Follow a live run: its events and workspace file changes as they happen."""
     from orchestrator.ui.inspect.watch import watch_run
-    from orchestrator.session.compose import run_is_live
+    from orchestrator.store.liveness import run_is_live
 
     watch_run(_find(runs_dir, run_ref), lambda line: typer.echo(line), run_is_live)
 
@@ -194,7 +194,7 @@ def say(
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
     """Add a message to a run: a live run gets it at its next step, a stopped one when it is resumed."""
-    from orchestrator.session.compose import run_is_live
+    from orchestrator.store.liveness import run_is_live
     from orchestrator.store.inbox import say as append_message
 
     if not text.strip():

@@ -22,7 +22,7 @@ def rm(
     import shutil
 
     from orchestrator.errors import SandboxError
-    from orchestrator.session.compose import run_is_live
+    from orchestrator.store.liveness import run_is_live
     from orchestrator.sandbox.container import container_name, remove_if_present
 
     runs = list({r.id: r for r in (_find(runs_dir, ref) for ref in run_refs)}.values())  # all found, or none removed
@@ -53,7 +53,7 @@ def rm(
 def stop(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_dir: Optional[Path] = RunsDir) -> None:
     """Stop a live run between actions, as Ctrl-C does: it ends `interrupted`, and `cairn resume` continues it.
     Works for a run of a batch too."""
-    from orchestrator.session.compose import run_is_live
+    from orchestrator.store.liveness import run_is_live
 
     run_dir = _find(runs_dir, run_ref)
     if not run_is_live(run_dir):
@@ -75,7 +75,7 @@ def export_cmd(
     """Write a run (workspace and state) to one tar.gz, to resume it elsewhere with `cairn import`."""
     import tempfile
 
-    from orchestrator.session.compose import run_is_live
+    from orchestrator.store.liveness import run_is_live
     from orchestrator.store.archive import export_run
 
     run_dir = _find(runs_dir, run_ref)
@@ -104,7 +104,7 @@ def import_cmd(
 ) -> None:
     """Add a run from an archive of `cairn export` to the runs directory; then `cairn resume` it. The run
     is untrusted: its settings that reach this machine apply only with `cairn resume --trust`."""
-    from orchestrator.agent.disk import parse_size
+    from orchestrator.sizes import parse_size
     from orchestrator.store.archive import import_run
     from orchestrator.store.trust import host_settings
 
@@ -125,7 +125,8 @@ def import_cmd(
 def shell_cmd(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
     """An interactive shell in the run's kept container (the machine as the agent left it), else in a fresh
     sandbox on its workspace, made like the run's own."""
-    from orchestrator.session.compose import load_config, run_is_live
+    from orchestrator.session.settings import load_config
+    from orchestrator.store.liveness import run_is_live
     from orchestrator.sandbox.shell import open_shell
 
     run_dir = _find(runs_dir, run_ref)
@@ -166,7 +167,7 @@ def gc(
 ) -> None:
     """Remove the kept containers of runs that are not live (their next resume starts a fresh one). A
     container of another runs dir's run is left alone; an orphan's (its run is gone) only when idle."""
-    from orchestrator.session.compose import run_is_live
+    from orchestrator.store.liveness import run_is_live
     from orchestrator.sandbox.container import gc as gc_containers
     from orchestrator.sandbox.engine import connect
     from orchestrator.store.runs import RunDir

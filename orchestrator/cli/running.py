@@ -6,14 +6,14 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from pydantic import ValidationError
 
 from orchestrator.cli.shared import JsonOut, RunsDir, _find, _print_json, _runs_dir, _status_colour, app
 from orchestrator.config import RunConfig
-from orchestrator.errors import CairnError, UsageError
+from orchestrator.errors import UsageError
 from orchestrator.ui.terminal import clean
 
 
@@ -51,7 +51,8 @@ def run(
     from orchestrator.agent.critic import preflight_critic
     from orchestrator.llm import warmup
     from orchestrator.llm.preflight import preflight
-    from orchestrator.session.compose import agent_folder_settings, create_run, resolve_config, settings_file
+    from orchestrator.session.new_run import create_run
+    from orchestrator.session.settings import agent_folder_settings, resolve_config, settings_file
 
     if workspace is not None and template is not None:
         raise UsageError("--template and --workspace do not go together: cairn adds no files to your folder")
@@ -94,7 +95,7 @@ def demo(runs_dir: Optional[Path] = RunsDir) -> None:
     """Run the built-in scripted demo offline (no model service needed), then show its timeline."""
     from orchestrator.cli.inspecting import show  # here: importing it first would list its commands before run's
     from orchestrator.llm.scripted import load_script
-    from orchestrator.session.compose import create_run
+    from orchestrator.session.new_run import create_run
 
     cfg = RunConfig.model_validate({"model": {"model": "scripted:demo"}})
     run_dir = create_run(_runs_dir(runs_dir), load_script("demo")["task"], cfg)
@@ -131,7 +132,7 @@ def resume(
     from orchestrator.agent.critic import preflight_critic
     from orchestrator.llm import warmup
     from orchestrator.llm.preflight import preflight
-    from orchestrator.session.compose import run_is_live
+    from orchestrator.store.liveness import run_is_live
     from orchestrator.store.trust import settle
 
     if network is not None and network not in ("none", "bridge"):
@@ -163,7 +164,7 @@ def resume(
                          hint=f'cairn resume {run_dir.id} --message "ANSWER"')
     elif status == "done" and not message:
         from orchestrator.agent.check import feedback, last_failed
-        from orchestrator.session.compose import load_config
+        from orchestrator.session.settings import load_config
 
         failed = last_failed(run_dir.events.read()[0])
         if failed is None:
@@ -243,7 +244,7 @@ def approve(
     """Answer a run that waits for approval of a tool call (status waiting, reason approval: ...); then
     `cairn resume RUN` runs the call (or gives the model its refusal) and goes on."""
     from orchestrator.agent.approvals import record_answer
-    from orchestrator.session.compose import run_is_live
+    from orchestrator.store.liveness import run_is_live
 
     run_dir = _find(runs_dir, run_ref)
     if run_is_live(run_dir):
@@ -266,30 +267,23 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
            interactive: bool = False, resumed: bool = False, source: str | None = None) -> None:
     from orchestrator.ui.display import make_display
     from orchestrator.ui.inspect.timeline import check_line, timeline
-    from orchestrator.session.compose import Session, exit_code, mark_failed
+    from orchestrator.session.drive import drive
 
     display = make_display(json_output, chat=interactive)
-    run_dir.take_stop_request()  # a `cairn stop` that came as the run was ending is not for this one
-    session = None
+
+    def more(session: Any, status: str) -> str | None:
+        """Interactive mode: the person's next message, or None (Ctrl-D) to finish."""
+        display.pause()  # no status line redrawn under the prompt while the person types
+        reply = _ask("you> ", allow_eof=True)
+        display.resume()
+        return reply
+
     try:
-        with Session(run_dir, cfg, display, resumed=resumed) as session:
-            status = session.go(message, source=source or ("answer" if resumed and message else "user"))
-            while interactive and status != "interrupted":
-                display.pause()  # no status line redrawn under the prompt while the person types
-                reply = _ask("you> ", allow_eof=True)
-                if reply is None:
-                    break
-                display.resume()
-                status = session.go(reply)
-            error, verdict = session.agent.error, session.agent.state.check
-    except CairnError as exc:
-        # A new run that never started says why in its log (the agent's own failures end inside the
-        # loop); a resume that never started leaves the run as it was.
-        if session is None and not resumed:
-            mark_failed(run_dir, exc.message)
-        raise
+        driven = drive(run_dir, cfg, display, resumed=resumed, message=message, source=source,
+                       more=more if interactive else None)
     finally:
         display.close()
+    status = driven.status
     if json_output:
         _print_json(timeline(run_dir))
     else:
@@ -299,7 +293,7 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
         if doc["check"] is not None and doc["check"]["passed"] is not None:
             typer.echo(f"  {check_line(doc['check'])}", err=True)
         typer.echo(f"  inspect it with: cairn show {run_dir.id}", err=True)
-    raise typer.Exit(exit_code(status, error, verdict if status == "done" else None))
+    raise typer.Exit(driven.exit_code)
 
 
 def _ask(prompt: str, allow_eof: bool = False) -> str | None:

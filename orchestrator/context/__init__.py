@@ -1,7 +1,7 @@
 """The context engine: what goes into each model request, and how it stays inside the window.
 
 Pure Python with no I/O of its own: the loop hands it callbacks to save files in the sandbox and to
-ask the model for a summary. DESIGN.md ("Context layout") is the specification.
+ask the model for a summary. docs/design.md ("Context layout") is the specification.
 """
 
 from orchestrator.context.builder import TODO_MAX_BYTES, Request, build_request, normalize_tools, render_tail, todo_cut_note

@@ -42,7 +42,7 @@ from orchestrator.context.offload import CAIRN_DIR, Save, call_arguments, is_big
 from orchestrator.context.pointers import ARGUMENTS_PATH, TEXT_PATH, argument_pointer, pointer_path, pointer_text, text_pointer
 from orchestrator.context.tokens import TokenCounter, canonical_json
 from orchestrator.errors import CairnError
-from orchestrator.store.events import Compaction
+from orchestrator.events import Compaction
 
 Summarize = Callable[[list[dict[str, Any]]], str]
 """`summarize(request)` returns the model's answer to `request` (an LLM call, with the agent's tools and

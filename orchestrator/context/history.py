@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from orchestrator.context.tokens import Count, TokenCounter
-from orchestrator.store.events import Compaction
+from orchestrator.events import Compaction
 
 Kind = Literal["assistant", "tool", "user", "summary", "digest"]
 

@@ -252,7 +252,7 @@ class LLM:
     @functools.cached_property
     def _direct(self) -> openai_compat.Endpoint | None:
         """The endpoint, when requests go out through openai_compat.py instead of litellm (direct.py
-        says which models may); never for the scripted model, which CONTRACTS.md sends through litellm."""
+        says which models may); never for the scripted model, which docs/contracts.md sends through litellm."""
         if self._script_spec is not None:
             return None
         return direct_endpoint(self.cfg, self._facts)

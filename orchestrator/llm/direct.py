@@ -12,7 +12,7 @@ applied the way its cost function applies them. Such a model goes direct when:
 - nothing litellm or the openai client would add is set: an organization or project header, the
   switch that sends every OpenAI chat to the Responses API; and, for api.openai.com, there is a key
   (without one litellm's own message says what is missing).
-Every other model, and the scripted model (CONTRACTS.md), goes through litellm.
+Every other model, and the scripted model (docs/contracts.md), goes through litellm.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 cairn reaches it through litellm like any other provider (`openai/scripted` at this server's URL),
 so tests and demos run the real client code: streaming, retries, usage and cost. The script format
-and the turn semantics are in CONTRACTS.md ("The scripted model"); in short, each request consumes
+and the turn semantics are in docs/contracts.md ("The scripted model"); in short, each request consumes
 the next turn, and a turn is an answer (`content`, `tool_calls`) or a failure (`fail`).
 
 Usage is reported like a provider with automatic prefix caching, so cache hit ratios can be tested:

@@ -51,7 +51,7 @@ def needs_litellm(cfg: ModelConfig) -> bool:
     from orchestrator.llm.scripted import script_spec
 
     if script_spec(cfg.model) is not None:
-        return True  # CONTRACTS.md: the scripted model is reached through litellm
+        return True  # docs/contracts.md: the scripted model is reached through litellm
     facts = cached_facts(cfg.model)
     return facts is None or direct_endpoint(cfg, facts) is None
 

@@ -24,7 +24,7 @@ from docker.models.containers import Container
 
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import SandboxError
-from orchestrator.ports import ToolError  # the port's: a fake sandbox raises the same
+from orchestrator.errors import ToolError  # the port's: a fake sandbox raises the same
 from orchestrator.sandbox import container as containers
 from orchestrator.sandbox import ownership
 from orchestrator.sandbox.engine import connect

@@ -153,7 +153,7 @@ def home_of(uid: int) -> str:
 # of the user's does not: pip, curl, requests and npm in it fail to verify any https site. The carried
 # Python's CA bundle is cairn's image's, the host's local CAs included, so where the host has any, an
 # image without cairn's Python is pointed to it (the run's own `env` and `pass_env` still win). The
-# image's own trust store is then not read by these tools: the README says so.
+# image's own trust store is then not read by these tools: docs/workspaces.md says so ("Supported images").
 CA_VARIABLES = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
 
 

@@ -3,8 +3,8 @@ tools, the MCP servers) and handed to the loop as its ports (orchestrator/ports.
 
 What a run is made from lives beside it, by job: `settings` (defaults, templates and settings files
 merged; a stored run's config), `new_run` (a new run's directory and workspace: a template, a folder,
-a git clone, the image's content; its first events), `store.liveness` (whether a run's process still
-runs). Their names are imported here too, for the callers that know them from here.
+a git clone, the image's content; its first events), and `drive` (the one sequence that drives a run
+with a Session, used by every entry point).
 """
 
 from __future__ import annotations
@@ -17,12 +17,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from orchestrator.config import RunConfig
 from orchestrator.errors import EXIT_BUDGET, EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED, CairnError
-from orchestrator.session.new_run import (DEFAULT_WORKDIR, add_missing_files, check_workspace_dir, clone,  # noqa: F401
-                                  copy_workdir, create_run, initial_checkpoint, progress, start_log)
-from orchestrator.session.settings import (TEMPLATES_DIR, agent_folder_settings, load_config, resolve_config,  # noqa: F401
-                                   settings_file, template_dir, template_settings)
-from orchestrator.store import events as ev
-from orchestrator.store.liveness import process_identity, run_is_live  # noqa: F401
+from orchestrator import events as ev
+from orchestrator.session.new_run import progress, start_log
+from orchestrator.store.liveness import process_identity
 from orchestrator.store.runs import RunDir
 from orchestrator.tools.specs import BUILTIN_TOOLS, tool_names
 from orchestrator.status import Status
@@ -36,7 +33,7 @@ EXIT_CODES = {"done": EXIT_DONE, "budget": EXIT_BUDGET, "interrupted": EXIT_INTE
 
 
 def exit_code(status: str, error: CairnError | None = None, check: dict[str, Any] | None = None) -> int:
-    """CONTRACTS.md: 0 done (and its check passed, when there is one: `check` is the run's last verdict),
+    """docs/contracts.md: 0 done (and its check passed, when there is one: `check` is the run's last verdict),
     3 budget, 130 interrupted, 4 no sandbox, 1 for every other ending."""
     if error is not None:
         return error.exit_code
@@ -95,13 +92,14 @@ class Session:
         from orchestrator.llm import warmup
         from orchestrator.llm.client import LLM
         from orchestrator.agent.loop import Agent
+        from orchestrator.agent.delegate import delegate_tool
         from orchestrator.tools.builtin import builtin_tools
         from orchestrator.tools.registry import Registry
 
         llm = LLM(self.cfg.model)
         warmup.wait()  # the load `run` and `resume` began (llm/warmup.py): then preload finds it done
         llm.preload()  # litellm, unless the model goes without it (llm/client.py)
-        tools = Registry([*builtin_tools(Agent), *self.own_tools])  # MCP tools join once their servers run
+        tools = Registry([*builtin_tools(delegate_tool(Agent)), *self.own_tools])  # MCP tools join once their servers run
         agent = Agent(self.run, self.cfg, self.sandbox, llm, display, tools)
         llm.on_retry = self._retrying
         critic_cfg = critic_model_config(self.cfg)

@@ -14,7 +14,7 @@ from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError, UsageError
 from orchestrator.agent.prompts import system_prompt
 from orchestrator.session.settings import template_dir
-from orchestrator.store import events as ev
+from orchestrator import events as ev
 from orchestrator.store.runs import RunDir
 from orchestrator.tools.specs import BUILTIN_TOOLS, canonical
 
@@ -45,7 +45,7 @@ def create_run(runs_dir: Path, task: str, cfg: RunConfig, workspace: Path | None
     place; the template's files are not added to it), or a clone of the git repository `from_git` at
     `ref` (the template's files that the repository does not have are added), or, with another work
     directory than /workspace (`--workdir`), the image's content at that path (no template files).
-    `tools`: tools of the run's own, offered after the built-in ones (README, "Extending cairn"); its
+    `tools`: tools of the run's own, offered after the built-in ones (docs/extending.md); its
     sessions must be given the same."""
     if workspace is not None and from_git is not None:
         raise UsageError("--workspace and --from-git do not go together")

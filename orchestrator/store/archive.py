@@ -41,10 +41,10 @@ import zlib
 from pathlib import Path
 from typing import Callable, Iterator
 
-from orchestrator.agent.disk import format_size
+from orchestrator.sizes import format_size
 from orchestrator.errors import UsageError
 from orchestrator.store.checkpoints import SKIPPED_DIRS, own_git_dir
-from orchestrator.store.events import parse_event
+from orchestrator.events import parse_event
 from orchestrator.store.runs import RunDir
 
 PARTS = ("workspace", "cairn", "state")

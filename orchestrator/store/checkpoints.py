@@ -1,4 +1,4 @@
-"""Checkpoints: one git commit of `workspace/` per step, in `state/checkpoints.git` (DESIGN.md).
+"""Checkpoints: one git commit of `workspace/` per step, in `state/checkpoints.git` (docs/design.md).
 
 The git dir lives in `state/`, so the sandbox never sees it; the work tree is the workspace. The
 workspace's own `.git`, if the agent made one, is never read or written (git never tracks a path named

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from orchestrator.store.events import EventLog
+from orchestrator.store.event_log import EventLog
 from orchestrator.store.runs import RunDir
 
 CHILDREN = "children"
@@ -41,6 +41,10 @@ class ChildRun(RunDir):
         self.parent.check_workspace()
 
     @property
+    def top_run(self) -> RunDir:  # type: ignore[override]
+        return self.top
+
+    @property
     def top(self) -> RunDir:
         run: RunDir = self
         while isinstance(run, ChildRun):
@@ -54,7 +58,7 @@ class ChildRun(RunDir):
 
 
 def top_of(run: RunDir) -> RunDir:
-    return run.top if isinstance(run, ChildRun) else run
+    return run.top_run
 
 
 def safe_name(call_id: str) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UsageError
-from orchestrator.store import events as ev
+from orchestrator import events as ev
 from orchestrator.store import inbox
 from orchestrator.store.checkpoints import BRANCH, STEP_REF, Checkpoints, make_git
 from orchestrator.store.runs import RunDir

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.ports import ToolError
+from orchestrator.errors import ToolError
 
 JOURNAL_NAME = "journal.jsonl"  # in RunDir.cairn_dir, the host's side of the toolbox's JOURNAL
 MAX_BYTES = 64 * 1024 * 1024  # the journal holds one call; a bigger file was not written by the toolbox

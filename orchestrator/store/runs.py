@@ -1,4 +1,4 @@
-"""Run directories: `<runs-dir>/<run-id>/{workspace/, cairn/, state/}` (DESIGN.md) and `state/run.json`.
+"""Run directories: `<runs-dir>/<run-id>/{workspace/, cairn/, state/}` (docs/design.md) and `state/run.json`.
 
 `workspace/` is the project the agent works on, mounted at its work directory (/workspace, or the
 `--workdir` it was copied out of); `cairn/` holds cairn's own files of the run (obs/ saved outputs, web/
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UsageError
-from orchestrator.store.events import EventLog
+from orchestrator.store.event_log import EventLog
 
 
 ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -40,6 +40,7 @@ class RunDir:
         self.events = EventLog(self.state / "events.jsonl")
         self.meta_path = self.state / "run.json"
         self._external: Path | None | bool = False  # False: not read yet; None: the run's own workspace/
+        self._checkpoints: Any = None  # store.checkpoints.Checkpoints, made at the first checkpoint
 
     # A run made with `cairn run --workspace DIR` works on DIR in place: run.json holds its absolute
     # path under "workspace", and everything (sandbox, checkpoints, inspection, resume) uses it.
@@ -159,6 +160,52 @@ class RunDir:
         except FileNotFoundError:
             return False
         return True
+
+    # -- what the loop asks of its run: the Store port (orchestrator/ports.py) ----------------------------
+
+    @property
+    def top_run(self) -> "RunDir":
+        """The run a person started: itself, or for a sub-agent's run (store/children.py) its top run."""
+        return self
+
+    def stop_asked(self) -> bool:
+        """`cairn stop`: the top run takes the request (once); a sub-agent's run only sees its top run's."""
+        top = self.top_run
+        return top.take_stop_request() if top is self else top.stop_path.exists()
+
+    def messages_after(self, offset: int) -> list[tuple[str, int]]:
+        """The person's `cairn say` lines past `offset` of the inbox (state/, which the sandbox never sees):
+        (text, the offset just past it)."""
+        from orchestrator.store import inbox
+
+        return inbox.pending(self.state, offset)
+
+    def journal_key(self, step: int, call_id: str) -> str:
+        """The key a tool call of this run's agent is journaled under (store/journal.py)."""
+        from orchestrator.store import journal
+
+        top = self.top_run
+        return journal.call_key(top.id, self.root.relative_to(top.root).as_posix(), step, call_id)
+
+    def disk_limit(self, sandbox: Any, limit: str) -> Any:
+        """`--max-disk` for this run and its sandbox (store/disk.py's DiskLimit): what it writes on the host."""
+        from orchestrator.store.disk import disk_limit_of
+
+        return disk_limit_of(self, sandbox, limit)
+
+    def read_journal(self) -> Any:
+        """The toolbox's journal of this run's tool calls (store/journal.py), read on the host."""
+        from orchestrator.store import journal
+
+        return journal.read(self.cairn_dir)
+
+    def checkpoint(self, step: int) -> Any:
+        """Commits the workspace after `step` (store/checkpoints.py); what was committed and newly skipped."""
+        if self._checkpoints is None:
+            from orchestrator.store.checkpoints import Checkpoints
+
+            self._checkpoints = Checkpoints.of(self)
+        return self._checkpoints.commit(step)
 
     def read_meta(self) -> dict[str, Any]:
         """run.json; a UsageError in one line when it is missing, not JSON or not a JSON object."""

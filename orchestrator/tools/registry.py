@@ -6,7 +6,7 @@ does, and how the answer becomes an Observation) and the toolbox op it uses in t
 if any. The built-in tools are one file each under `tools/builtin/`; MCP tools (`tools/mcp.py`) and
 `agent_delegate` register the same way.
 
-    registry = Registry(builtin_tools(agent_class))
+    registry = Registry(builtin_tools(delegate_tool(agent_class)))
     registry.add(my_tool)
     args = registry.parse_arguments("file_read", '{"path": "a.txt"}')   # or BadCall
     observation = registry.run("file_read", args, context)

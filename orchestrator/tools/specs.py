@@ -1,5 +1,5 @@
 """The built-in tools' specs as one list (what the model sees: names and arguments are a contract,
-CONTRACTS.md), for code that needs the list without the tools: the run's first event, benches, tests.
+docs/contracts.md), for code that needs the list without the tools: the run's first event, benches, tests.
 The tools themselves are in `tools/builtin/`, one file each."""
 
 from __future__ import annotations

@@ -5,12 +5,14 @@ from __future__ import annotations
 import sys
 import time
 
+from typing import Any
+
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
 from orchestrator.agent.approvals import Answer, Question, answer_line
-from orchestrator.store import events as ev
+from orchestrator import events as ev
 from orchestrator.agent.state import RunState
 from orchestrator.ui.terminal import clean
 
@@ -114,6 +116,10 @@ class LiveDisplay:
             style="dim",
         )
 
+    def child(self, depth: int) -> "ChildDisplay":
+        """A sub-agent's display (agent/delegate.py): its lines indented under this run's."""
+        return ChildDisplay(self, depth)
+
     def event(self, event: ev.Event, state: RunState) -> None:
         self.state = state
         line = self._line(event)
@@ -172,6 +178,31 @@ class LiveDisplay:
     def close(self) -> None:
         if self.live.is_started:
             self.live.stop()
+
+
+class ChildDisplay:
+    """The child's action lines, indented under the parent's, on the parent's console (if it has one)."""
+
+    def __init__(self, parent: Any, depth: int) -> None:
+        self.parent, self.depth = parent, depth
+
+    @property
+    def console(self) -> Any:
+        return getattr(self.parent, "console", None)
+
+    def event(self, event: ev.Event, state: Any) -> None:
+        console = self.console
+        if console is None:
+            return
+        line = event_line(event)
+        if line is not None:
+            console.print("    " * self.depth + "┆ " + line, highlight=False, markup=False, emoji=False)
+
+    def child(self, depth: int) -> "ChildDisplay":
+        return ChildDisplay(self, depth)
+
+    def close(self) -> None:
+        pass
 
 
 def make_display(json_output: bool, chat: bool = False) -> Quiet | LiveDisplay:

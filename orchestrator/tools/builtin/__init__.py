@@ -1,7 +1,7 @@
-"""The built-in tools, one file each, in the order the model sees them (a contract: CONTRACTS.md).
+"""The built-in tools, one file each, in the order the model sees them (a contract: docs/contracts.md).
 
 Adding a tool is a new file here (or anywhere) that makes a `Tool`, and its registration: in this
-list for a built-in, or `Registry.add` for a run's own (README, "Extending cairn")."""
+list for a built-in, or `Registry.add` for a run's own (docs/extending.md)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ from orchestrator.tools.builtin import (agent_delegate, ask_user, file_edit, fil
                                         task_done, todo_write, web_fetch)
 from orchestrator.tools.registry import Tool
 
-# Every one but agent_delegate, which is made for an agent class (`builtin_tools`).
+# Every one but agent_delegate, which the agent side makes (agent/delegate.py's `delegate_tool`).
 TOOLS: list[Tool] = [shell_exec.TOOL, file_read.TOOL, file_write.TOOL, file_edit.TOOL, web_fetch.TOOL,
                      todo_write.TOOL, task_done.TOOL, ask_user.TOOL]
 
 
-def builtin_tools(agent_class: type) -> list[Tool]:
-    """The built-in tools of a run whose agents are of `agent_class`."""
-    return [*TOOLS, agent_delegate.tool(agent_class)]
+def builtin_tools(delegate: Tool) -> list[Tool]:
+    """The built-in tools in the model's order, with `delegate` (agent/delegate.py's `delegate_tool(Agent)`)
+    in agent_delegate's place: the composition root gives it."""
+    return [*TOOLS, delegate]
 
 
 def builtin_specs() -> list[dict[str, Any]]:

@@ -1,13 +1,13 @@
-"""agent_delegate: a self-contained sub-task for a sub-agent on the same sandbox (orchestrator/agent/delegate.py).
+"""agent_delegate: a self-contained sub-task for a sub-agent on the same sandbox.
 
-The tool is made from an agent factory, the class of the agent that calls it, from which the child is
-made: so neither the tool nor agent/delegate.py imports the loop."""
+Running a sub-agent is the agent's business (orchestrator/agent/delegate.py, `delegate_tool`): this file
+holds what the model sees and makes the tool from the two functions the agent side gives it, so the
+tools import nothing of the agent. The composition root registers it (`builtin_tools`)."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from orchestrator.agent.delegate import delegate, open_child, resume_delegate
 from orchestrator.tools.dispatch import Observation
 from orchestrator.tools.registry import STRING, Tool, ToolContext, function_spec
 
@@ -24,17 +24,8 @@ SPEC = function_spec(
 )
 
 
-def tool(agent_class: type) -> Tool:
-    """The tool for agents of `agent_class` (the loop's Agent, or a subclass of it)."""
-
-    def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
-        return delegate(ctx.agent, agent_class, ctx.call, ctx.step, args)
-
-    def take_up(agent: Any, call: Any) -> Callable[[int], Observation] | None:
-        """A child a crash cut off goes on where its log ends, if it got as far as having one."""
-        child = open_child(agent.run_dir, call.id)
-        if child is None:
-            return None
-        return lambda step: resume_delegate(agent, agent_class, child, step)
-
+def tool(run: Callable[[dict[str, Any], ToolContext], Observation],
+         take_up: Callable[[Any, Any], Callable[[int], Observation] | None]) -> Tool:
+    """The tool: `run` carries out a call; `take_up(agent, call)` gives what finishes a call a crash cut
+    off (its child goes on where its log ends), or None when the child never began."""
     return Tool(SPEC, run, take_up=take_up)

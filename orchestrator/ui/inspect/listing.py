@@ -19,8 +19,8 @@ from pydantic import ValidationError
 from orchestrator.errors import UsageError
 from orchestrator.ui.inspect.held import States, container_states, held_by
 from orchestrator.ui.inspect.timeline import end_error, timeline
-from orchestrator.session.compose import run_is_live
-from orchestrator.store import events as ev
+from orchestrator.store.liveness import run_is_live
+from orchestrator import events as ev
 from orchestrator.store.runs import RunDir
 from orchestrator.ui.terminal import clean
 from orchestrator.status import Status, is_status

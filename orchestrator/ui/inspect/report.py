@@ -30,7 +30,7 @@ from typing import Any
 from orchestrator.ui.inspect.report_data import rebuilt_requests, sessions, step_diffs, step_times
 from orchestrator.ui.inspect.report_time import Axis, seconds, step_clock, time_axis
 from orchestrator.ui.inspect.timeline import approval_line, check_line, critic_line, new_step, step_lines, timeline, walk
-from orchestrator.store import events as ev
+from orchestrator import events as ev
 from orchestrator.store.runs import RunDir
 from orchestrator.tools.dispatch import WRITING_TOOLS
 

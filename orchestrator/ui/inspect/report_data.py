@@ -7,7 +7,7 @@
 - **Diffs.** Per step, `git diff` between the checkpoint before it and its own, without cairn's own
   files (changes.CAIRN_OWN), read no further than a per-step bound, and then fitted into a page bound.
 - **Requests.** The messages of each model request are rebuilt by replaying the event log through the
-  same `RunState` and `build_request` the loop uses (DESIGN.md: the same events give the same request
+  same `RunState` and `build_request` the loop uses (docs/design.md: the same events give the same request
   bytes). The tail is rebuilt too: todo.md as the checkpoint of the step before holds it (that is what
   the loop read), and the notices cairn derives from the log (the budget, the loop guard, a resume).
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orchestrator.store import events as ev
+from orchestrator import events as ev
 from orchestrator.store.runs import RunDir
 
 DIFF_STEP_BYTES = 48 * 1024  # of one step's diff, at most

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from orchestrator.agent.approvals import answer_line
-from orchestrator.store import events as ev
+from orchestrator import events as ev
 from orchestrator.store.children import open_child
 from orchestrator.agent.state import check_verdict
 from orchestrator.store.runs import RunDir
@@ -160,7 +160,7 @@ def new_step(n: int) -> dict[str, Any]:
 
 
 def timeline(run: RunDir, walked: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The document of `cairn show RUN --json` (CONTRACTS.md), from `walk(run)` (done here if not given)."""
+    """The document of `cairn show RUN --json` (docs/contracts.md), from `walk(run)` (done here if not given)."""
     w = walked or walk(run)
     meta = w["meta"]
     return {
@@ -190,7 +190,7 @@ def timeline(run: RunDir, walked: dict[str, Any] | None = None) -> dict[str, Any
 
 
 def _check(meta: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The run's check as CONTRACTS.md has it: the last one's verdict; for a run with a check that has not
+    """The run's check as docs/contracts.md has it: the last one's verdict; for a run with a check that has not
     run yet (no task_done so far), its command with `passed` null; None for a run without a check."""
     if checks:
         last = checks[-1]

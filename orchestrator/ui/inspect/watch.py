@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from orchestrator.ui.display import event_line
-from orchestrator.store import events as ev
+from orchestrator import events as ev
 from orchestrator.store.runs import RunDir
 from orchestrator.ui.terminal import clean, clean_name
 
