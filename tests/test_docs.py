@@ -2,7 +2,7 @@
 
 A newcomer reads README.md first, then follows links into docs/. Every relative link must lead to a file
 of the repository (and to a heading of it, when the link names one); nothing may send the reader to a
-path outside the clone, such as the `../shared` folder the project's notes once lived in.
+path outside the clone, such as the shared folder beside it where the project's notes once lived.
 """
 
 from __future__ import annotations
