@@ -26,6 +26,7 @@ EXPECTED_TO_COME = {
 
 # [text](target) and [text](target "title"); images too. Code spans and fenced blocks are removed first.
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REFERENCE = re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?([^\s>]+)>?", re.M)  # [name]: target
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
 CODE_SPAN = re.compile(r"`[^`\n]*`")
 
@@ -36,7 +37,7 @@ def markdown_files() -> list[Path]:
 
 def links(path: Path) -> list[str]:
     text = CODE_SPAN.sub("", FENCE.sub("", path.read_text(encoding="utf-8")))
-    return LINK.findall(text)
+    return LINK.findall(text) + REFERENCE.findall(text)
 
 
 def is_external(target: str) -> bool:
@@ -132,7 +133,7 @@ def test_the_link_checker_catches_what_it_should(tmp_path, monkeypatch):
     (tmp_path / "docs").mkdir()
     (tmp_path / "README.md").write_text(
         "[ok](docs/a.md#b-c) [out](../x.md) [gone](docs/z.md) [h](docs/a.md#no)\n"
-        "`[code](not/a/link.md)` [web](https://example.com)\n")
+        "`[code](not/a/link.md)` [web](https://example.com) [r][r]\n\n[r]: docs/y.md\n")
     (tmp_path / "docs" / "a.md").write_text("# A\n\n## B `c`\n")
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     monkeypatch.setitem(globals(), "DOCS", tmp_path / "docs")
@@ -142,6 +143,7 @@ def test_the_link_checker_catches_what_it_should(tmp_path, monkeypatch):
         "../x.md leads outside the repository",
         "docs/z.md names no file of the repository",
         "docs/a.md#no names no heading of docs/a.md",
+        "docs/y.md names no file of the repository",
     ]
 
 
