@@ -1,4 +1,4 @@
-"""The examples in examples/ run as the README shows them."""
+"""The examples in examples/ run as docs/python-api.md shows them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An example of a tool of your own (README, "Extending cairn"): the number of lines of a text file.
+"""An example of a tool of your own (docs/extending.md, "Adding a tool"): the number of lines of a text file.
 
 It uses the toolbox's `read` op, asking for one line: the answer counts them all (`total_lines`), so a
 big file is never sent back whole. Like every tool, it runs inside the sandbox and sees what the agent
