@@ -24,6 +24,7 @@ import hashlib
 import html
 import json
 import time
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -159,92 +160,11 @@ def _tool_call_changes(steps: dict[int, dict[str, Any]]) -> dict[int, list[tuple
 
 # -- the page -------------------------------------------------------------------------------------
 
-CSS = """
-:root { --fg:#1d2330; --dim:#667085; --line:#e4e7ec; --bg:#fff; --soft:#f6f7f9; --err:#c0362c; --ok:#1a7f37;
-        --blue:#2f6fdf; --green:#2e9b5b; --orange:#e08a00; --red:#d03b3b; }
-* { box-sizing: border-box; }
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--fg); background: var(--bg);
-       margin: 0 auto; max-width: 1100px; padding: 24px; }
-h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 28px 0 8px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
-.meta { color: var(--dim); font-size: 13px; } .meta span { margin-right: 14px; }
-pre { background: var(--soft); border: 1px solid var(--line); border-radius: 6px; padding: 8px 10px; margin: 6px 0;
-      white-space: pre-wrap; word-break: break-word; font: 12.5px/1.4 ui-monospace, SFMono-Regular, Menlo, monospace;
-      max-height: 420px; overflow: auto; }
-.badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600; background: var(--soft); border: 1px solid var(--line); }
-.badge.done { color: var(--ok); border-color: var(--ok); } .badge.failed, .badge.looping, .badge.budget { color: var(--err); border-color: var(--err); }
-.banner { margin: 12px 0 0; padding: 8px 12px; border-radius: 6px; border: 1px solid var(--orange); background: #fff8eb; }
-.banner.failed, .banner.looping, .banner.budget { border-color: var(--err); background: #fdf0ef; color: var(--err); }
-details.step { border: 1px solid var(--line); border-radius: 6px; margin: 6px 0; }
-details.step > summary { cursor: pointer; padding: 6px 10px; list-style: none; display: flex; gap: 10px; align-items: baseline; }
-details.step > summary::-webkit-details-marker { display: none; }
-details.step[open] > summary { border-bottom: 1px solid var(--line); background: var(--soft); }
-details.step .body { padding: 6px 12px 10px; }
-details.check-round { border: 1px solid var(--line); border-radius: 6px; margin: 6px 0; }
-details.check-round > summary { cursor: pointer; padding: 6px 10px; } details.check-round .body { padding: 6px 12px 10px; }
-.idx { font-weight: 700; min-width: 44px; } .tools { flex: 1; } .tok { color: var(--dim); font-size: 12px; white-space: nowrap; }
-.tool-name { font-family: ui-monospace, monospace; font-weight: 600; }
-.mark-err { color: var(--err); font-weight: 700; } .mark-off { color: var(--orange); font-weight: 700; }
-.call { border-left: 3px solid var(--line); padding-left: 10px; margin: 10px 0; } .call.error { border-left-color: var(--err); }
-.label { color: var(--dim); font-size: 12px; text-transform: uppercase; letter-spacing: .03em; }
-.msg { border-left: 3px solid var(--blue); padding-left: 10px; } .notice { color: var(--orange); }
-table { border-collapse: collapse; width: 100%; font-size: 13px; } td, th { text-align: left; padding: 3px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
-td.path { font-family: ui-monospace, monospace; }
-.controls button { font: inherit; font-size: 12px; margin-right: 6px; padding: 2px 10px; border: 1px solid var(--line); border-radius: 4px; background: var(--soft); cursor: pointer; }
-.controls label { font-size: 12px; color: var(--dim); }
-body.errors-only details.step:not(.has-error) { display: none; }
-svg text { font: 11px system-ui, sans-serif; fill: var(--dim); }
-details.diff, details.request { margin: 8px 0; } details.diff > summary, details.request > summary { cursor: pointer; color: var(--dim); font-size: 13px; }
-.dur { color: var(--dim); font-size: 12px; min-width: 56px; text-align: right; }
-.legend span { margin-right: 14px; font-size: 12px; } .legend i { display: inline-block; width: 18px; height: 3px; vertical-align: middle; margin-right: 4px; }
-"""
-
-# The page's only script. Its hash is in the Content-Security-Policy, so nothing else can run.
-JS = """
-(function () {
-  var errors = [];
-  function note(message) { errors.push(String(message)); document.body.dataset.errors = errors.join(" | "); }
-  window.addEventListener("error", function (e) { note(e.message || e); });
-  try {
-    var steps = document.querySelectorAll("details.step");
-    document.getElementById("n-steps").textContent = String(steps.length);
-    document.body.dataset.steps = String(steps.length);
-    function setAll(open) { for (var i = 0; i < steps.length; i++) { steps[i].open = open; } }
-    document.getElementById("expand-all").addEventListener("click", function () { setAll(true); });
-    document.getElementById("collapse-all").addEventListener("click", function () { setAll(false); });
-    document.getElementById("errors-only").addEventListener("change", function (e) {
-      document.body.classList.toggle("errors-only", e.target.checked);
-    });
-    var data = null;
-    function fill(box) {
-      var pre = box.querySelector("pre.messages");
-      if (!box.open || pre.dataset.filled) { return; }
-      if (data === null) { data = JSON.parse(document.getElementById("requests-data").textContent); }
-      var request = data.requests[Number(box.dataset.request)], messages = [];
-      for (var i = 0; i < request.ranges.length; i++) {
-        for (var k = 0; k < request.ranges[i][1]; k++) { messages.push(data.messages[request.ranges[i][0] + k]); }
-      }
-      pre.textContent = JSON.stringify(messages, null, 2);  // text, never markup
-      pre.dataset.filled = "1";
-    }
-    var boxes = document.querySelectorAll("details.request");
-    for (var b = 0; b < boxes.length; b++) {
-      boxes[b].addEventListener("toggle", function (e) { fill(e.target); });
-    }
-    function openHash() {
-      var target = location.hash ? document.getElementById(location.hash.slice(1)) : null;
-      for (var node = target; node && node.tagName; node = node.parentNode) {
-        if (node.tagName === "DETAILS") { node.open = true; }
-      }
-      if (target && target.scrollIntoView) { target.scrollIntoView(); }
-    }
-    window.addEventListener("hashchange", openHash);
-    openHash();
-  } catch (e) {
-    note(e && e.message ? e.message : e);
-  }
-  document.body.dataset.ready = "1";
-})();
-"""
+# The page's style and its only script, package data beside this module (ui/inspect/assets/). The
+# script's hash is in the Content-Security-Policy, so nothing else can run.
+_ASSETS = resources.files("orchestrator.ui.inspect") / "assets"
+CSS = (_ASSETS / "report.css").read_text(encoding="utf-8")
+JS = (_ASSETS / "report.js").read_text(encoding="utf-8")
 
 
 def _critic(usage: dict[str, Any]) -> str:
