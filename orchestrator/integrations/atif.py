@@ -284,8 +284,8 @@ class _Export:
         total = {key: sum(p[key] for p in parts.values()) for key in USAGE_KEYS}
         costs = [p["cost_usd"] for p in parts.values() if p["requests"]]
         cost = None if any(c is None for c in costs) else round(sum(costs), 6)
-        extra = {name: {**p, "cost_usd": None if p["cost_usd"] is None else round(p["cost_usd"], 6)}
-                 for name, p in parts.items()}
+        extra: dict[str, Any] = {name: {**p, "cost_usd": None if p["cost_usd"] is None else round(p["cost_usd"], 6)}
+                                 for name, p in parts.items() if p["requests"] or name == "agent"}
         extra["cache_hit_ratio"] = round(total["cached_tokens"] / total["prompt_tokens"], 4) if total["prompt_tokens"] else 0.0
         return _drop_none({"total_prompt_tokens": total["prompt_tokens"],
                            "total_completion_tokens": total["completion_tokens"],

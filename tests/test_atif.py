@@ -1,0 +1,188 @@
+"""`cairn show RUN --atif`: a run as one ATIF trajectory (orchestrator/integrations/atif.py), checked on real
+runs of the loop (the scripted model and the in-memory sandbox, tests/fake_loop.py) against Harbor's
+published JSON shape, the rules of Harbor's validators, and, where a Harbor venv exists, Harbor's models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.integrations.atif import trajectory
+from orchestrator.store import inbox
+from tests.atif_rules import HARBOR_PYTHON, harbor_check, rule_errors, schema_errors
+from tests.fake_loop import call, done, play, resume, turn
+from tests.in_process import cairn_in_process
+
+PRICING = {"pricing": {"input": 3e-06, "cached_input": 3e-07, "output": 1.5e-05}}
+BIG = "python3 -c \"print('\\n'.join('line %05d ' % i + 'x' * 40 for i in range(4000)))\""
+FAIL = "python3 -c \"raise ValueError('boom')\""
+
+
+@pytest.fixture(scope="module")
+def story(tmp_path_factory):
+    """One run with everything an ATIF document has to carry: a big output offloaded to a file, a failed
+    command, a question and its answer, a `cairn say` message, a sub-agent, a compaction."""
+    tmp_path = tmp_path_factory.mktemp("atif")
+    first = play(tmp_path, [
+        turn(call("shell_exec", command=BIG), content="Looking at the big output first."),
+        turn(call("shell_exec", command=FAIL)),
+        turn(call("ask_user", question="red or blue?")),
+    ], task="paint the fence", settings={"context": {"keep_recent_results": 0}}, script_extra=PRICING)
+    assert first.status == "waiting"
+    inbox.say(first.run.state, "SAY-MARKER: use two coats")
+    (tmp_path / "again").mkdir()
+    out = resume(first, message="blue", tmp_path=tmp_path / "again", script_extra=PRICING, turns=[
+        turn(call("agent_delegate", task="count the planks")),
+        turn(call("shell_exec", command="seq 3")),  # the sub-agent's
+        done("three planks"),  # the sub-agent's
+        {"fail": "overflow"},  # the provider refuses the context: cairn compacts and asks again
+        done("painted blue, two coats"),
+    ])
+    assert out.status == "done", out.doc
+    return out
+
+
+def agent_steps(doc):
+    return [s for s in doc["steps"] if s["source"] == "agent"]
+
+
+def test_each_model_request_is_one_agent_step_with_its_usage(story):
+    doc = trajectory(story.run)
+    requests = [e for e in story.run.events.read()[0] if e.type == "model_request" and not e.model_extra.get("child")]
+    steps = agent_steps(doc)
+    assert len(steps) == len(requests) == 5
+    for step, request in zip(steps, requests):
+        assert step["llm_call_count"] == 1
+        m = step["metrics"]
+        assert (m["prompt_tokens"], m["cached_tokens"], m["completion_tokens"]) == (
+            request.usage["prompt_tokens"], request.usage["cached_tokens"], request.usage["completion_tokens"])
+        assert m["prompt_tokens"] > 0 and m["completion_tokens"] > 0
+    assert steps[0]["message"] == "Looking at the big output first."
+    assert doc["agent"]["name"] == "cairn" and doc["agent"]["model_name"] == "scripted"
+    assert [t["function"]["name"] for t in doc["agent"]["tool_definitions"]][:1] and \
+        "shell_exec" in {t["function"]["name"] for t in doc["agent"]["tool_definitions"]}
+
+
+def test_the_totals_are_the_runs_usage_as_show_json_gives_it(story):
+    doc = trajectory(story.run)
+    usage, final = story.doc["usage"], doc["final_metrics"]
+    assert final["total_prompt_tokens"] == usage["prompt_tokens"]
+    assert final["total_cached_tokens"] == usage["cached_tokens"]
+    assert final["total_completion_tokens"] == usage["completion_tokens"]
+    assert final["total_cost_usd"] == usage["cost_usd"] > 0
+    assert final["total_steps"] == len(doc["steps"])
+    # the agent's own steps and the sub-agent's trajectory add up to the run's totals
+    sub = doc["subagent_trajectories"][0]
+    for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+        own = sum(s["metrics"][key] for s in agent_steps(doc))
+        theirs = sum(s["metrics"][key] for s in agent_steps(sub))
+        assert own + theirs == usage[key] == final["extra"]["agent"][key] + final["extra"]["subagents"][key]
+
+
+def test_tool_calls_and_their_observations_match_by_id(story):
+    doc = trajectory(story.run)
+    steps = agent_steps(doc)
+    for step in steps:
+        ids = [c["tool_call_id"] for c in step.get("tool_calls", [])]
+        results = [r["source_call_id"] for r in step.get("observation", {}).get("results", [])]
+        assert results == ids  # every call ran and answered, in order
+    big, failed = steps[0]["observation"]["results"][0], steps[1]["observation"]["results"][0]
+    assert steps[0]["tool_calls"][0]["arguments"] == {"command": BIG}
+    assert big["extra"]["offloaded_to"] == "/cairn/obs/1-shell_exec.txt"
+    assert "/cairn/obs/1-shell_exec.txt" in big["content"] and len(big["content"]) < 6000
+    assert (story.run.cairn_dir / "obs/1-shell_exec.txt").is_file()
+    assert failed["extra"]["error"] is True and "ValueError: boom" in failed["content"]
+    assert "error" not in big["extra"]
+
+
+def test_the_persons_words_are_user_steps_where_they_reached_the_run(story):
+    doc = trajectory(story.run)
+    users = [(s["message"], s["extra"]["cairn"]["source"]) for s in doc["steps"] if s["source"] == "user"]
+    assert users[0] == ("paint the fence", "task")
+    assert ("blue", "answer") in users and ("SAY-MARKER: use two coats", "say") in users
+    assert doc["steps"][0]["source"] == "system"  # the system prompt comes first
+    ask = next(i for i, s in enumerate(doc["steps"]) if any(c["function_name"] == "ask_user" for c in s.get("tool_calls", [])))
+    answer = next(i for i, s in enumerate(doc["steps"]) if s["message"] == "blue")
+    assert answer > ask
+
+
+def test_the_compaction_is_a_context_management_step_holding_the_context_after_it(story):
+    doc = trajectory(story.run)
+    compactions = [s for s in doc["steps"] if "context_management" in s.get("extra", {})]
+    assert len(compactions) == 1
+    step = compactions[0]
+    assert step["source"] == "system"
+    cm = step["extra"]["context_management"]
+    (event,) = [e for e in story.run.events.read()[0] if e.type == "compaction"]
+    assert (cm["type"], cm["boundary"], cm["strategy"]) == ("compaction", "replace", event.kind)
+    assert cm["tokens_after"] < cm["tokens_before"]
+    # the context after it is exactly what the next request carried (before its tail)
+    request = story.requests[-1]["messages"][:-1]
+    context = [{**r["extra"], "content": r["content"]} for r in step["observation"]["results"]]
+    assert [m.get("content") or "" for m in request] == [m["content"] for m in context]
+    assert [m["role"] for m in request] == [m["role"] for m in context]
+    assert any("/cairn/obs/1-shell_exec.txt" in m["content"] for m in context)  # the big output's pointer
+    assert doc["steps"].index(step) < doc["steps"].index(agent_steps(doc)[-1])
+
+
+def test_the_sub_agent_is_an_embedded_trajectory_its_call_refers_to(story):
+    doc = trajectory(story.run)
+    (sub,) = doc["subagent_trajectories"]
+    delegate = next(s for s in agent_steps(doc) if s.get("tool_calls", [{}])[0].get("function_name") == "agent_delegate")
+    (result,) = delegate["observation"]["results"]
+    (ref,) = result["subagent_trajectory_ref"]
+    assert ref["trajectory_id"] == sub["trajectory_id"] and ref["extra"]["status"] == "done"
+    assert sub["session_id"] == doc["session_id"] == story.run.id
+    assert [s["message"] for s in sub["steps"] if s["source"] == "user"] == ["count the planks"]
+    assert [c["function_name"] for s in agent_steps(sub) for c in s.get("tool_calls", [])] == ["shell_exec", "task_done"]
+    assert sub["extra"]["cairn"]["status"] == "done"
+
+
+def test_the_document_fits_harbors_published_shape_and_rules(story):
+    doc = trajectory(story.run)
+    assert schema_errors(doc) == []
+    assert rule_errors(doc) == []
+    assert doc["schema_version"].startswith("ATIF-v1.")
+
+
+def test_the_rules_catch_what_harbor_would_refuse(story):
+    doc = json.loads(json.dumps(trajectory(story.run)))
+    doc["steps"][3]["step_id"] = 9
+    doc["steps"][0]["metrics"] = {"prompt_tokens": 1}
+    agent_steps(doc)[0]["observation"]["results"][0]["source_call_id"] = "nobody"
+    errors = rule_errors(doc)
+    assert len(errors) == 3, errors
+    doc["steps"][1]["source"] = "robot"
+    assert schema_errors(doc)
+
+
+def test_the_same_log_gives_the_same_document(story):
+    assert json.dumps(trajectory(story.run), sort_keys=True) == json.dumps(trajectory(story.run), sort_keys=True)
+
+
+@pytest.mark.skipif(not HARBOR_PYTHON.is_file(), reason="no Harbor venv (.venv-harbor/, Python 3.12 with harbor 0.26: "
+                    "scripts/test-tools.sh makes it): validated against the committed JSON schema only")
+def test_harbors_own_models_accept_the_document_unchanged(story):
+    doc = trajectory(story.run)
+    checked = harbor_check(doc)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert json.loads(checked.stdout) == json.loads(json.dumps(doc))
+
+
+def test_show_atif_prints_the_document_on_stdout(story):
+    env = {"CAIRN_RUNS_DIR": str(story.run.root.parent), "PATH": "/usr/bin:/bin", "HOME": str(story.run.root.parent)}
+    shown = cairn_in_process("show", story.run.id, "--atif", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == json.loads(json.dumps(trajectory(story.run)))
+    refused = cairn_in_process("show", story.run.id, "--atif", "--step", "1", env=env)
+    assert refused.returncode == 2 and "--step" in refused.stderr and len(refused.stderr.strip().splitlines()) <= 2
+
+
+def test_a_run_that_failed_before_any_request_is_still_a_valid_document(tmp_path):
+    out = play(tmp_path, [{"fail": 401}])
+    doc = trajectory(out.run)
+    assert out.status == "failed" and agent_steps(doc) == []
+    assert doc["extra"]["cairn"]["status"] == "failed" and "401" in doc["extra"]["cairn"]["error"]
+    assert schema_errors(doc) == [] and rule_errors(doc) == []
