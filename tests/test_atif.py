@@ -17,6 +17,7 @@ from tests.in_process import cairn_in_process
 
 PRICING = {"pricing": {"input": 3e-06, "cached_input": 3e-07, "output": 1.5e-05}}
 BIG = "python3 -c \"print('\\n'.join('line %05d ' % i + 'x' * 40 for i in range(4000)))\""
+THINKING = "The output will be long: cairn saves it to a file and shows me its head and tail."
 FAIL = "python3 -c \"raise ValueError('boom')\""
 
 
@@ -26,7 +27,7 @@ def story(tmp_path_factory):
     command, a question and its answer, a `cairn say` message, a sub-agent, a compaction."""
     tmp_path = tmp_path_factory.mktemp("atif")
     first = play(tmp_path, [
-        turn(call("shell_exec", command=BIG), content="Looking at the big output first."),
+        {**turn(call("shell_exec", command=BIG), content="Looking at the big output first."), "reasoning": THINKING},
         turn(call("shell_exec", command=FAIL)),
         turn(call("ask_user", question="red or blue?")),
     ], task="paint the fence", settings={"context": {"keep_recent_results": 0}}, script_extra=PRICING)
@@ -60,6 +61,8 @@ def test_each_model_request_is_one_agent_step_with_its_usage(story):
             request.usage["prompt_tokens"], request.usage["cached_tokens"], request.usage["completion_tokens"])
         assert m["prompt_tokens"] > 0 and m["completion_tokens"] > 0
     assert steps[0]["message"] == "Looking at the big output first."
+    assert steps[0]["reasoning_content"] == THINKING  # where the provider gave it, and only there
+    assert not [s for s in steps[1:] if "reasoning_content" in s]
     assert doc["agent"]["name"] == "cairn" and doc["agent"]["model_name"] == "scripted"
     assert [t["function"]["name"] for t in doc["agent"]["tool_definitions"]][:1] and \
         "shell_exec" in {t["function"]["name"] for t in doc["agent"]["tool_definitions"]}
