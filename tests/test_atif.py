@@ -189,3 +189,41 @@ def test_a_run_that_failed_before_any_request_is_still_a_valid_document(tmp_path
     assert out.status == "failed" and agent_steps(doc) == []
     assert doc["extra"]["cairn"]["status"] == "failed" and "401" in doc["extra"]["cairn"]["error"]
     assert schema_errors(doc) == [] and rule_errors(doc) == []
+
+
+def test_summaries_are_context_management_steps_and_their_requests_count_in_the_totals(tmp_path):
+    window = 4000  # small, so that old turns are summarized by the model (context/compaction.py, move 3)
+    turns = [turn(call("shell_exec", command=f"echo step {i} of the long walk along the fence"), content=f"Note {i}.")
+             for i in range(20)]  # some are taken by the summaries' requests; then the script runs out
+    out = play(tmp_path, turns, script_extra={"context_window": window, **PRICING}, settings={
+        "model": {"context_window": window},
+        "context": {"keep_recent_results": 0, "keep_recent_turns": 1, "summary_tokens": 100,
+                    "high_water": 0.6, "low_water": 0.45}})
+    assert out.status == "stopped", out.doc
+    summaries = [e for e in out.events("compaction") if e.kind == "summary"]
+    assert summaries and all(e.usage for e in summaries)
+    doc = trajectory(out.run)
+    assert schema_errors(doc) == [] and rule_errors(doc) == []
+    if HARBOR_PYTHON.is_file():  # Harbor's own models too, where they can be had (the story's test says when not)
+        checked = harbor_check(doc)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    steps = [s for s in doc["steps"] if s.get("extra", {}).get("context_management", {}).get("strategy") == "summary"]
+    assert [s["extra"]["cairn"]["summary_path"] for s in steps] == [e.summary_path for e in summaries]
+    # the context after each summary is what the agent's next request carried; a summary's own request
+    # (the agent's request with the instruction appended, no tool callable) is no agent step
+    agent_requests = [r for r in out.requests if r.get("tool_choice") != "none"]
+    assert len(agent_steps(doc)) == len(agent_requests) == len(out.events("model_request"))
+    for step in steps:
+        after = sum(1 for s in doc["steps"][: doc["steps"].index(step)] if s["source"] == "agent")
+        context = [r["content"] for r in step["observation"]["results"]]
+        assert context == [m.get("content") or "" for m in agent_requests[after]["messages"][:-1]]
+        assert any(e.summary_path in text for text in context for e in summaries)
+    # the run's usage (show --json and run.json alike) is the steps' plus the summaries' requests
+    usage, final = out.doc["usage"], doc["final_metrics"]
+    stored = out.run.read_meta()["usage"]
+    for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+        steps_sum = sum(s["metrics"][key] for s in agent_steps(doc))
+        summed = sum(e.usage[key] for e in summaries)
+        assert steps_sum + summed == usage[key] == stored[key] == final[f"total_{key}"]
+        assert final["extra"]["summaries"][key] == summed
+    assert final["total_cost_usd"] == usage["cost_usd"] == pytest.approx(stored["cost_usd"], abs=1e-6)  # rounded to 6 places
