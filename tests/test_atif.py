@@ -23,14 +23,16 @@ FAIL = "python3 -c \"raise ValueError('boom')\""
 
 @pytest.fixture(scope="module")
 def story(tmp_path_factory):
-    """One run with everything an ATIF document has to carry: a big output offloaded to a file, a failed
-    command, a question and its answer, a `cairn say` message, a sub-agent, a compaction."""
+    """One run with everything an ATIF document has to carry: the model's reasoning, a big output offloaded
+    to a file, a failed command, a question and its answer, a `cairn say` message, a sub-agent, a
+    compaction, a check that failed and went back to the agent, and failed again."""
     tmp_path = tmp_path_factory.mktemp("atif")
     first = play(tmp_path, [
         {**turn(call("shell_exec", command=BIG), content="Looking at the big output first."), "reasoning": THINKING},
         turn(call("shell_exec", command=FAIL)),
         turn(call("ask_user", question="red or blue?")),
-    ], task="paint the fence", settings={"context": {"keep_recent_results": 0}}, script_extra=PRICING)
+    ], task="paint the fence", script_extra=PRICING,
+        settings={"context": {"keep_recent_results": 0}, "check": {"command": "false", "rounds": 1}})
     assert first.status == "waiting"
     inbox.say(first.run.state, "SAY-MARKER: use two coats")
     (tmp_path / "again").mkdir()
@@ -39,7 +41,9 @@ def story(tmp_path_factory):
         turn(call("shell_exec", command="seq 3")),  # the sub-agent's
         done("three planks"),  # the sub-agent's
         {"fail": "overflow"},  # the provider refuses the context: cairn compacts and asks again
-        done("painted blue, two coats"),
+        done("painted blue, two coats"),  # the check fails: its output goes back to the agent
+        turn(call("file_write", path="painted.txt", content="blue, two coats\n")),
+        done("painted, and said so in painted.txt"),  # it fails again: the run ends
     ])
     assert out.status == "done", out.doc
     return out
@@ -53,7 +57,7 @@ def test_each_model_request_is_one_agent_step_with_its_usage(story):
     doc = trajectory(story.run)
     requests = [e for e in story.run.events.read()[0] if e.type == "model_request" and not e.model_extra.get("child")]
     steps = agent_steps(doc)
-    assert len(steps) == len(requests) == 5
+    assert len(steps) == len(requests) == 7
     for step, request in zip(steps, requests):
         assert step["llm_call_count"] == 1
         m = step["metrics"]
@@ -111,6 +115,17 @@ def test_the_persons_words_are_user_steps_where_they_reached_the_run(story):
     assert answer > ask
 
 
+def test_the_checks_are_system_steps_and_a_failed_ones_output_too(story):
+    doc = trajectory(story.run)
+    checks = [s for s in doc["steps"] if s.get("extra", {}).get("cairn", {}).get("source") == "check"]
+    assert [s["source"] for s in checks] == ["system"] * 3
+    first, told, last = checks
+    assert first["message"].startswith("check failed (exit code 1) · false") and first["extra"]["cairn"]["sent_back"]
+    assert "false" in told["message"] and "sent_back" not in told["extra"]["cairn"]  # what the agent was told
+    assert last["message"].startswith("check failed") and last["extra"]["cairn"]["sent_back"] is False
+    assert doc["steps"].index(told) < doc["steps"].index(agent_steps(doc)[-2])  # before the agent's next request
+
+
 def test_the_compaction_is_a_context_management_step_holding_the_context_after_it(story):
     doc = trajectory(story.run)
     compactions = [s for s in doc["steps"] if "context_management" in s.get("extra", {})]
@@ -122,7 +137,7 @@ def test_the_compaction_is_a_context_management_step_holding_the_context_after_i
     assert (cm["type"], cm["boundary"], cm["strategy"]) == ("compaction", "replace", event.kind)
     assert cm["tokens_after"] < cm["tokens_before"]
     # the context after it is exactly what the next request carried (before its tail)
-    request = story.requests[-1]["messages"][:-1]
+    request = story.requests[4]["messages"][:-1]  # resumed: delegate, the sub-agent's two, refused, this one
     context = [{**r["extra"], "content": r["content"]} for r in step["observation"]["results"]]
     assert [m.get("content") or "" for m in request] == [m["content"] for m in context]
     assert [m["role"] for m in request] == [m["role"] for m in context]
