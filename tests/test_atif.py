@@ -180,8 +180,8 @@ def test_the_same_log_gives_the_same_document(story):
     assert json.dumps(trajectory(story.run), sort_keys=True) == json.dumps(trajectory(story.run), sort_keys=True)
 
 
-@pytest.mark.skipif(not HARBOR_PYTHON.is_file(), reason="no Harbor venv (.venv-harbor/, Python 3.12 with harbor 0.26: "
-                    "scripts/test-tools.sh makes it): validated against the committed JSON schema only")
+@pytest.mark.skipif(not HARBOR_PYTHON.is_file(), reason="no Harbor venv (.venv-harbor/: Python 3.12 with harbor 0.26, "
+                    "docs/atif.md says how): validated against Harbor's JSON schema and rules only")
 def test_harbors_own_models_accept_the_document_unchanged(story):
     doc = trajectory(story.run)
     checked = harbor_check(doc)
