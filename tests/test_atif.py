@@ -242,3 +242,22 @@ def test_summaries_are_context_management_steps_and_their_requests_count_in_the_
         assert steps_sum + summed == usage[key] == stored[key] == final[f"total_{key}"]
         assert final["extra"]["summaries"][key] == summed
     assert final["total_cost_usd"] == usage["cost_usd"] == pytest.approx(stored["cost_usd"], abs=1e-6)  # rounded to 6 places
+
+
+def test_the_critics_notes_are_system_steps_and_its_requests_count_in_the_totals(tmp_path):
+    note = "CRITIC: you never ran the tests you wrote."
+    echo = [turn(call("shell_exec", command=f"echo step {n}")) for n in (1, 2, 3)]
+    out = play(tmp_path, [echo[0], echo[1], {"content": note}, echo[2], done()], settings={"critic": {"every": 2}},
+               script_extra=PRICING)
+    assert out.status == "done", out.doc
+    doc = trajectory(out.run)
+    assert schema_errors(doc) == [] and rule_errors(doc) == []
+    (critic,) = [s for s in doc["steps"] if s.get("extra", {}).get("cairn", {}).get("source") == "critic"]
+    assert critic["source"] == "system" and critic["message"] == note
+    assert critic["extra"]["cairn"]["path"] == "/cairn/critic/002.md"
+    agents = agent_steps(doc)
+    assert len(agents) == 4 and agents[1]["step_id"] < critic["step_id"] < agents[2]["step_id"]
+    final, usage = doc["final_metrics"], out.doc["usage"]
+    assert final["extra"]["critic"]["requests"] == 1
+    for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+        assert sum(s["metrics"][key] for s in agents) + final["extra"]["critic"][key] == usage[key] == final[f"total_{key}"]
