@@ -261,3 +261,19 @@ def test_the_critics_notes_are_system_steps_and_its_requests_count_in_the_totals
     assert final["extra"]["critic"]["requests"] == 1
     for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
         assert sum(s["metrics"][key] for s in agents) + final["extra"]["critic"][key] == usage[key] == final[f"total_{key}"]
+
+
+def test_an_approvals_question_and_answer_go_with_the_call_they_were_about(tmp_path):
+    rules = {"shell_patterns": [r"^echo deploy"],
+             "rules": [{"tool": "shell_exec", "match": "echo deploy*", "action": "deny", "reason": "staging only"}]}
+    out = play(tmp_path, [turn(call("shell_exec", command="echo hello"), call("shell_exec", command="echo deploy prod")),
+                          done()], settings={"sandbox": {"network": "bridge"}, "approvals": rules})
+    assert out.status == "done"
+    doc = trajectory(out.run)
+    hello, deploy = agent_steps(doc)[0]["tool_calls"]
+    assert "extra" not in hello
+    assert deploy["extra"]["approval"]["answer"].startswith("✗ denied by")
+    assert "staging only" in deploy["extra"]["approval"]["answer"]
+    denied = agent_steps(doc)[0]["observation"]["results"][1]
+    assert denied["source_call_id"] == deploy["tool_call_id"] and denied["extra"]["error"] is True
+    assert schema_errors(doc) == [] and rule_errors(doc) == []
