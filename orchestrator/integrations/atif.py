@@ -99,7 +99,9 @@ class _Export:
         self.events, self.torn = run.events.read()
         cfg = safe_config(self.meta, run.id)
         self.model = cfg.model.model
-        self.replay = RunState(cfg.context, TokenCounter())
+        # Only a compaction's step needs the context replayed (its messages are counted: tokenizing costs)
+        compacted = any(isinstance(e, ev.Compaction) for e in self.events)
+        self.replay = RunState(cfg.context, TokenCounter()) if compacted else None
         self.steps: list[dict[str, Any]] = []
         self.calls: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # call id -> (its step, its call)
         self.approvals: dict[str, dict[str, Any]] = {}  # call id -> question and answer, until the call starts
@@ -116,7 +118,8 @@ class _Export:
 
     def document(self) -> dict[str, Any]:
         for self.index, e in enumerate(self.events):
-            self.replay.apply(e)  # first: a compaction's step shows the context as it is after it
+            if self.replay is not None:
+                self.replay.apply(e)  # first: a compaction's step shows the context as it is after it
             handler = getattr(self, "_on_" + e.type, None)
             if handler is not None:
                 handler(e)
@@ -237,8 +240,10 @@ class _Export:
     def _on_compaction(self, e: ev.Compaction) -> None:
         if e.usage:
             _add(self.summaries, e.usage)
-        context = [{"role": "system", "content": self.replay.system_prompt},
-                   {"role": "user", "content": self.replay.task}, *self.replay.history.messages()]
+        replay = self.replay
+        assert replay is not None  # made whenever the log holds a compaction
+        context = [{"role": "system", "content": replay.system_prompt},
+                   {"role": "user", "content": replay.task}, *replay.history.messages()]
         what = {"pointers": "old tool results and long arguments became pointers to the files holding them",
                 "digest": "old turns were folded into a digest, a line a step, saved whole",
                 "summary": "old turns were summarized by the model, saved whole"}.get(e.kind, e.kind)
