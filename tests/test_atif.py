@@ -14,6 +14,7 @@ from orchestrator.store import inbox
 from tests.atif_rules import HARBOR_PYTHON, harbor_check, rule_errors, schema_errors
 from tests.fake_loop import call, done, play, resume, turn
 from tests.in_process import cairn_in_process
+from tests.loop_helpers import play as docker_play
 
 PRICING = {"pricing": {"input": 3e-06, "cached_input": 3e-07, "output": 1.5e-05}}
 BIG = "python3 -c \"print('\\n'.join('line %05d ' % i + 'x' * 40 for i in range(4000)))\""
@@ -277,3 +278,29 @@ def test_an_approvals_question_and_answer_go_with_the_call_they_were_about(tmp_p
     denied = agent_steps(doc)[0]["observation"]["results"][1]
     assert denied["source_call_id"] == deploy["tool_call_id"] and denied["extra"]["error"] is True
     assert schema_errors(doc) == [] and rule_errors(doc) == []
+
+
+@pytest.mark.docker
+def test_a_run_in_the_docker_sandbox_through_litellm_exports_the_same_way(tmp_path, sandbox_image):
+    """The real client (litellm, streamed, with the reasoning) and the real sandbox: the document has what
+    the in-memory runs above have."""
+    out = docker_play(tmp_path, [
+        {**turn(call("shell_exec", command=BIG), content="Big output ahead."), "reasoning": THINKING},
+        turn(call("shell_exec", command=FAIL)),
+        done("looked"),
+    ], script_extra=PRICING)
+    assert out.status == "done"
+    doc = trajectory(out.run)
+    assert schema_errors(doc) == [] and rule_errors(doc) == []
+    if HARBOR_PYTHON.is_file():
+        checked = harbor_check(doc)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    steps = agent_steps(doc)
+    assert len(steps) == len(out.requests) == 3
+    assert steps[0]["reasoning_content"] == THINKING and steps[0]["message"] == "Big output ahead."
+    big, failed = steps[0]["observation"]["results"][0], steps[1]["observation"]["results"][0]
+    assert big["extra"]["offloaded_to"] == "/cairn/obs/1-shell_exec.txt" and failed["extra"]["error"] is True
+    usage = out.doc["usage"]
+    assert [doc["final_metrics"][f"total_{k}"] for k in ("prompt_tokens", "cached_tokens", "completion_tokens")] == \
+        [usage[k] for k in ("prompt_tokens", "cached_tokens", "completion_tokens")]
+    assert doc["final_metrics"]["total_cost_usd"] == usage["cost_usd"] > 0
