@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from orchestrator.version import __version__  # noqa: F401 - orchestrator.__version__
+
 __all__ = ["Agent", "RunResult", "resume", "run"]
 
 if TYPE_CHECKING:

@@ -107,7 +107,7 @@ def test_no_import_cycle_inside_orchestrator() -> None:
 # parts a run is made of know nothing of what drives them, so each can be read, tested and replaced alone.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("orchestrator.errors", "orchestrator.status", "orchestrator.config", "orchestrator.events",
-              "orchestrator.sizes")),
+              "orchestrator.sizes", "orchestrator.version")),
     ("pure parts", ("orchestrator.llm", "orchestrator.context")),
     ("ports", ("orchestrator.ports",)),
     ("parts with I/O", ("orchestrator.store", "orchestrator.sandbox", "orchestrator.tools")),

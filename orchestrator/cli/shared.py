@@ -43,7 +43,7 @@ def version() -> str:
     try:
         return installed("cairn-agent")
     except PackageNotFoundError:
-        from orchestrator import __version__
+        from orchestrator.version import __version__
 
         return __version__
 
