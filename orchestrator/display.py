@@ -13,6 +13,7 @@ from orchestrator.approvals import Answer, Question, answer_line
 from orchestrator.store import events as ev
 from orchestrator.store.replay import RunState
 from orchestrator.terminal import clean
+from orchestrator.tools.sessions.readable import call_summary
 
 
 def short(text: str | None, width: int = 100) -> str:
@@ -34,7 +35,7 @@ def event_line(event: ev.Event) -> str | None:
 
 def _event_line(event: ev.Event) -> str | None:
     if isinstance(event, ev.ToolStarted):
-        return f"[{event.step}] {event.name} {short(event.arguments, 110)}"
+        return f"[{event.step}] {event.name} {short(call_summary(event.name, event.arguments) or event.arguments, 110)}"
     if isinstance(event, ev.ToolFinished):
         mark = "✗" if event.error else "→"
         where = f"  (saved to {event.offloaded_to})" if event.offloaded_to else ""
@@ -127,7 +128,7 @@ class LiveDisplay:
             if said is not False:
                 return said
         if isinstance(event, ev.ToolStarted):
-            self.current = f"{clean(event.name)} {short(event.arguments, 60)}"
+            self.current = f"{clean(event.name)} {short(call_summary(event.name, event.arguments) or event.arguments, 60)}"
         elif isinstance(event, ev.ToolFinished):
             self.current = "thinking"
         elif is_model_retry(event):

@@ -28,6 +28,7 @@ from orchestrator.store.children import top_of
 from orchestrator.store.replay import RunState
 from orchestrator.tools.dispatch import AskUser, BadCall, Observation, TaskDone
 from orchestrator.tools.registry import Registry, ToolContext, force
+from orchestrator.tools.sessions.status import session_notices
 
 
 class Agent:
@@ -165,7 +166,7 @@ class Agent:
                 raise Finished("failed", f"the context is still too long after compaction: {again}") from again
 
     def prepare(self, step: int, allow_compaction: bool = True) -> Any:
-        notices = [n for n in [budget_notice(self.cfg.limits, self.state.totals, step), *self.notices] if n]
+        notices = [n for n in [budget_notice(self.cfg.limits, self.state.totals, step), *self.notices, *session_notices(self)] if n]
         todo, cut = self.read_todo()
         note = self.state.critic_note  # made after the last step, or before a stop: shown once
         tail = render_tail(todo, notices, cut, critic.tail_text(note) if note else None)

@@ -14,6 +14,7 @@ from orchestrator.store.children import open_child
 from orchestrator.store.replay import check_verdict
 from orchestrator.store.runs import RunDir
 from orchestrator.terminal import clean
+from orchestrator.tools.sessions.readable import call_summary
 from orchestrator.status import Status
 
 
@@ -272,6 +273,7 @@ def _call_lines(step: dict[str, Any], indent: str) -> list[str]:
     for call in step["tool_calls"]:
         mark = "✗" if call["error"] else ("…" if not call["finished"] else " ")
         args = call["arguments"] if isinstance(call["arguments"], str) else json.dumps(call["arguments"])
+        args = call_summary(call["name"], call["arguments"]) or args
         saved = f"  ⇢ {clean(call['offloaded_to'])}" if call["offloaded_to"] else ""
         lines.append(f"{indent}{step['index']:>4} {mark}{clean(call['name']):<12} {_preview(clean(args), 50):<50} "
                      f"→ {_preview(clean(call['result']), 50)}{saved}  [{tokens:,} tok]")

@@ -14,7 +14,8 @@ def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
     r = ctx.sandbox.call("shell", command=args["command"], timeout=timeout, save_as=ctx.obs_path)
     footer = f"[exit code {r['exit_code']}, {r['duration_ms'] / 1000:.1f} s]"
     if r.get("timed_out"):
-        footer = f"[timed out after {timeout:g} s; the command's processes were killed; exit code 124]"
+        footer = (f"[timed out after {timeout:g} s; the command's processes were killed; exit code 124. To run "
+                  "something longer, start it with shell_start and read it later with shell_send]")
     if r.get("truncated"):
         footer += (f"\n[the output was {r['output_bytes']} bytes, {r['output_lines']} lines; only its head and "
                    f"tail came back; all of it is in {r['output_path']}]")
