@@ -556,6 +556,7 @@ class Session:
         self.size = 0  # bytes printed so far (those past max_bytes are counted, not kept)
         self.answered = 0  # what the last answer showed up to
         self.alt_since: int | None = None  # where the alternate screen was entered, while it is on
+        self.answered_on_screen = False  # whether the alternate screen was on where the last answer ended
         self.carry = b""
         self.exit_code: int | None = None
         self.eof = False
@@ -852,7 +853,7 @@ class Sessions:
                 if session.eof:
                     break
             answer = self._render_input(session, inline_bytes)
-            session.answered = session.size
+            session.answered, session.answered_on_screen = session.size, session.alt_since is not None
             if session.exit_code is not None:  # told: the session is over
                 self.open.pop(session.name, None)
                 session.close()
@@ -879,6 +880,7 @@ class Sessions:
                 "running": session.exit_code is None, "exit_code": session.exit_code,
                 "seconds": round(time.time() - session.started, 1), "screen": session.alt_since is not None,
                 "columns": SESSION_COLUMNS, "rows": SESSION_ROWS, "start": start, "end": end,
+                "from_screen": session.answered_on_screen,
                 "head": base64.b64encode(head).decode(), "tail": base64.b64encode(tail).decode(),
                 "not_kept": lost, "note": None}
 

@@ -34,10 +34,10 @@ def observe(r: dict[str, Any], stopped: bool = False) -> Observation:
         text = f"{header}\n{text}" if text else f"{header}\n(blank)"
     elif tail:
         omitted = int(r["end"]) - int(r["start"]) - len(head) - len(tail)
-        text = (f"{render_lines(head, columns, rows)}\n[... {omitted:,} bytes of output omitted here; all that the "
+        text = (f"{render_lines(head, columns, rows, on_screen=bool(r.get('from_screen')))}\n[... {omitted:,} bytes of output omitted here; all that the "
                 f"session printed is kept in {log} ...]\n{render_lines(tail, columns, rows)}")
     else:
-        text = render_lines(head, columns, rows) or NO_OUTPUT
+        text = render_lines(head, columns, rows, on_screen=bool(r.get("from_screen"))) or NO_OUTPUT
     return Observation(text, error=bool(r.get("exit_code")) and not stopped, footer=footer(r, stopped))
 
 

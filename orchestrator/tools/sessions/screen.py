@@ -62,10 +62,14 @@ def _copy(line: StaticDefaultDict) -> StaticDefaultDict:
     return copy
 
 
-def render_lines(data: bytes, columns: int, rows: int) -> str:
+def render_lines(data: bytes, columns: int, rows: int, on_screen: bool = False) -> str:
     """The lines `data` shows when printed from the start of a line: those that scrolled away, then the
-    screen's rows down to the last one written (or the cursor's). Trailing blanks are cut."""
+    screen's rows down to the last one written (or the cursor's). Trailing blanks are cut. `on_screen`:
+    `data` begins while a full-screen program still has the screen (it is leaving it), so what it draws
+    before it gives the screen back is not part of the lines."""
     terminal = Terminal(columns, rows)
+    if on_screen:
+        terminal.set_mode(1049, private=True)
     pyte.ByteStream(terminal).feed(data)
     if terminal.alternate:  # it took the screen and has not given it back: show the lines from before
         terminal.reset_mode(1049, private=True)
