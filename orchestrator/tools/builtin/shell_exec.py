@@ -32,12 +32,15 @@ def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
 TOOL = Tool(
     function_spec(
         "shell_exec",
-        "Run a bash command in the sandbox (cwd starts at the work directory; cwd, variables and activated "
-        "environments persist between calls). Output is stdout and stderr merged; a big output is saved "
-        "to a file under /cairn/obs/ and you get its head, tail and path.",
+        "Run a bash command that finishes, and get its output and exit code. cwd starts at the work directory; "
+        "cwd, variables and activated environments persist between calls. stdout and stderr are merged; a big "
+        "output is saved to a file under /cairn/obs/ and you get its head, tail and path. Its stdin is empty, "
+        "and it is killed at its timeout: run servers, long jobs and programs that ask for input with "
+        "shell_start instead.",
         {
             "command": {**STRING, "description": "The command line."},
-            "timeout": {"type": "number", "description": "Seconds before the command is killed (optional)."},
+            "timeout": {"type": "number", "description": "Seconds before the command is killed (optional; the "
+                        "run's default otherwise)."},
         },
         ["command"],
     ),
