@@ -52,8 +52,19 @@ class Terminal(pyte.Screen):
             self.scrolled.append(self.buffer[top])
         super().index()
 
-    def row(self, line: StaticDefaultDict) -> str:
-        return "".join(line[x].data for x in range(self.columns)).rstrip()
+    def row(self, line: dict | None) -> str:
+        """One row as text, trailing blanks cut. Only the cells written are visited: a row is a sparse
+        dict, and most of a 120x40 screen is never written."""
+        if not line:
+            return ""
+        cells = [" "] * (min(max(line), self.columns - 1) + 1)
+        for x, char in line.items():
+            if x < self.columns:
+                cells[x] = char.data
+        return "".join(cells).rstrip()
+
+    def rows(self) -> list[str]:
+        return [self.row(self.buffer.get(y)) for y in range(self.lines)]
 
 
 def _copy(line: StaticDefaultDict) -> StaticDefaultDict:
@@ -74,7 +85,7 @@ def render_lines(data: bytes, columns: int, rows: int, on_screen: bool = False) 
     if terminal.alternate:  # it took the screen and has not given it back: show the lines from before
         terminal.reset_mode(1049, private=True)
     shown = [terminal.row(line) for line in terminal.scrolled]
-    screen = [terminal.row(terminal.buffer[y]) for y in range(terminal.lines)]
+    screen = terminal.rows()
     last = max([terminal.cursor.y] + [y for y, text in enumerate(screen) if text])
     shown += screen[: last + 1]
     while shown and not shown[-1]:
@@ -88,7 +99,7 @@ def render_screen(data: bytes, columns: int, rows: int) -> tuple[str, tuple[int,
     terminal = Terminal(columns, rows)
     terminal.set_mode(1049, private=True)  # `data` begins with the switch; the screen starts empty either way
     pyte.ByteStream(terminal).feed(data)
-    screen = [terminal.row(terminal.buffer[y]) for y in range(terminal.lines)]
+    screen = terminal.rows()
     while screen and not screen[-1]:
         screen.pop()
     return "\n".join(screen), (terminal.cursor.y + 1, terminal.cursor.x + 1)
