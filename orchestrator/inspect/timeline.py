@@ -314,6 +314,9 @@ def step_text(walked: dict[str, Any], n: int) -> str:
         args = _arguments(c["raw"])
         shown = args if isinstance(args, str) else json.dumps(args, indent=2, ensure_ascii=False)
         out += ["", f"── {c['name']} ({state}{took})", "arguments:", _indented(shown)]
+        summary = call_summary(c["name"], args)  # a session call: the keys as typed
+        if summary:
+            out += ["in short:", _indented(summary)]
         if c.get("approval"):
             out += [approval_line(c["approval"])]
         if c["finished"]:
