@@ -128,7 +128,8 @@ class LiveDisplay:
             if said is not False:
                 return said
         if isinstance(event, ev.ToolStarted):
-            self.current = f"{clean(event.name)} {short(call_summary(event.name, event.arguments) or event.arguments, 60)}"
+            shown = call_summary(event.name, event.arguments) or event.arguments  # a session call: keys as typed
+            self.current = f"{clean(event.name)} {short(shown, 60)}"
         elif isinstance(event, ev.ToolFinished):
             self.current = "thinking"
         elif is_model_retry(event):

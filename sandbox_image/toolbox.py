@@ -548,10 +548,9 @@ _ALT_CARRY = 8  # the longest sequence minus one: what of a chunk's end can begi
 class Session:
     """One program in its own pseudo-terminal; its bytes go to `log`. Changed only under Sessions.lock."""
 
-    def __init__(self, name: str, command: str, pid: int, fd: int, log_path: str, max_bytes: int) -> None:
-        self.name, self.command, self.pid, self.fd, self.log_path = name, command, pid, fd, log_path
+    def __init__(self, name: str, command: str, pid: int, fd: int, log_path: str, log: int, max_bytes: int) -> None:
+        self.name, self.command, self.pid, self.fd, self.log_path, self.log = name, command, pid, fd, log_path, log
         self.started = time.time()
-        self.log = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND, 0o644)
         self.max_bytes = max_bytes
         self.size = 0  # bytes printed so far (those past max_bytes are counted, not kept)
         self.answered = 0  # what the last answer showed up to
@@ -691,8 +690,14 @@ class Sessions:
                 raise ToolError(f"{SESSION_MAX_OPEN} sessions are open, the most there can be; stop one first")
             os.makedirs(self.directory, exist_ok=True)
             log_path = self._log_path(name)
-            pid, fd = self._spawn(command, columns, rows)
-            session = Session(name, command, pid, fd, log_path, max_file_bytes)
+            # The log first: a session whose output could not be kept is never started.
+            log = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND, 0o644)
+            try:
+                pid, fd = self._spawn(command, columns, rows)
+            except OSError:
+                os.close(log)
+                raise
+            session = Session(name, command, pid, fd, log_path, log, max_file_bytes)
             self.open[name] = session
             self.gone.pop(name, None)
             self.ended.pop(name, None)
