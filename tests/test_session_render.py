@@ -67,3 +67,16 @@ def test_a_long_answer_keeps_head_and_tail_and_says_where_the_rest_is():
     r = answer(b"first\r\n", tail=base64.b64encode(b"last\r\n").decode(), end=10_000_000)
     assert observe(r).text == ("first\n[... 9,999,987 bytes of output omitted here; all that the session printed is "
                                "kept in /cairn/sessions/s.log ...]\nlast")
+
+
+def test_a_session_cannot_get_round_the_approval_of_a_command_that_acts_outside():
+    from orchestrator import approvals
+    from orchestrator.config import ApprovalsConfig
+
+    cfg = ApprovalsConfig()
+    started = approvals.decide("shell_start", {"command": "git push origin main"}, cfg, network=True)
+    typed = approvals.decide("shell_send", {"session": "sh", "keys": "git push origin main\n"}, cfg, network=True)
+    assert started.kind == typed.kind == "ask"
+    assert typed.why == "the network is on and the keys typed match the shell pattern 'git push'"
+    assert approvals.decide("shell_send", {"session": "sh", "keys": "ls\n"}, cfg, network=True).kind == "run"
+    assert approvals.decide("shell_start", {"command": "git push"}, cfg, network=False).kind == "run"
