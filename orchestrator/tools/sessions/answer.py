@@ -46,9 +46,9 @@ def footer(r: dict[str, Any], stopped: bool) -> str:
     if stopped:
         state = f"[session {name} stopped ({r.get('note') or 'done'}); exit code {r.get('exit_code')}]"
     elif r.get("running"):
-        state = f"[session {name} is still running ({_duration(seconds)} so far); read on or type with shell_send]"
+        state = f"[session {name} is still running ({duration(seconds)} so far); read on or type with shell_send]"
     else:
-        state = f"[session {name} exited with code {r.get('exit_code')} after {_duration(seconds)}; it is closed]"
+        state = f"[session {name} exited with code {r.get('exit_code')} after {duration(seconds)}; it is closed]"
     lines = [state]
     if r.get("not_kept"):
         lines.append(f"[{r['not_kept']:,} bytes it printed past the log's size limit were counted, not kept]")
@@ -57,7 +57,7 @@ def footer(r: dict[str, Any], stopped: bool) -> str:
     return "\n".join(lines)
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.1f} s"
     if seconds < 7200:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.ports import ToolError
-from orchestrator.tools.sessions.answer import _duration
+from orchestrator.tools.sessions.answer import duration
 
 REGISTRY = Path("sessions") / "sessions.json"  # in the run's cairn directory (the toolbox's REGISTRY_NAME)
 
@@ -38,7 +38,7 @@ def describe(s: dict[str, Any]) -> str:
     if s.get("running"):
         unread = int(s.get("unread") or 0)
         more = f"; {unread:,} bytes of output not yet read (shell_send with empty keys)" if unread else ""
-        return f"{head}: running for {_duration(float(s.get('seconds') or 0))}{more}."
+        return f"{head}: running for {duration(float(s.get('seconds') or 0))}{more}."
     return (f"{head}: exited with code {s.get('exit_code')}; shell_send with empty keys reads the rest of its "
             "output and closes it.")
 
