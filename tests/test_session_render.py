@@ -80,3 +80,19 @@ def test_a_session_cannot_get_round_the_approval_of_a_command_that_acts_outside(
     assert typed.why == "the network is on and the keys typed match the shell pattern 'git push'"
     assert approvals.decide("shell_send", {"session": "sh", "keys": "ls\n"}, cfg, network=True).kind == "run"
     assert approvals.decide("shell_start", {"command": "git push"}, cfg, network=False).kind == "run"
+
+
+def test_shell_exec_that_times_out_names_shell_start():
+    from orchestrator.config import SandboxConfig
+    from orchestrator.tools.builtin import shell_exec
+    from orchestrator.tools.registry import ToolContext
+
+    class TimedOut:
+        network_enabled = False
+
+        def call(self, op: str, **args: object) -> dict:
+            return {"output": "", "exit_code": 124, "timed_out": True, "duration_ms": 5000.0}
+
+    seen = shell_exec.TOOL.run({"command": "make"}, ToolContext(TimedOut(), SandboxConfig(), "/cairn/obs/1.txt"))
+    assert seen.footer.endswith("To run something longer, start it with shell_start and read it later with "
+                                "shell_send]")

@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,11 +16,12 @@ import docker
 import pytest
 
 from orchestrator.config import SandboxConfig
+from orchestrator.inspect.timeline import step_lines
 from orchestrator.sandbox import Sandbox, ToolError
 from orchestrator.tools.builtin import builtin_tools
 from orchestrator.tools.dispatch import BadCall, Observation
 from orchestrator.tools.registry import Registry, ToolContext
-from tests.loop_helpers import call, done, play, resume, tool_messages, turn
+from tests.loop_helpers import call, done, play, tool_messages, turn
 from tests.sandbox_fixtures import docker_client, sandbox_image  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.docker
@@ -220,6 +217,8 @@ def test_a_server_started_in_one_step_answers_a_command_in_a_later_step_and_the_
     assert "Terminal session web" not in tails[3]  # stopped: no longer listed
     shown = [c["arguments"] for s in outcome.doc["steps"] for c in s["tool_calls"]]
     assert shown[0] == {"command": "python3 -m http.server 8766", "session": "web", "wait": 2}
+    timeline = "\n".join(step_lines(outcome.doc))  # cairn show: the session call in short
+    assert "shell_start  web $ python3 -m http.server 8766  (wait 2 s)" in timeline
 
 
 def test_a_flooding_session_is_offloaded_and_all_it_printed_is_kept(tmp_path):
