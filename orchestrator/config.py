@@ -191,8 +191,9 @@ class CriticConfig(Settings):
 class ApprovalRule(Settings):
     """One rule of `approvals.rules` (orchestrator/agent/approvals.py): the first rule that matches a call answers
     it, with no person asked. `tool` is an fnmatch pattern over the tool's name; `match` one over the
-    call's subject: the command of shell_exec, the URL of web_fetch, the path of the file tools, and the
-    arguments as compact JSON (keys sorted) for every other tool."""
+    call's subject: the command of shell_exec and shell_start, the keys of shell_send, the URL of
+    web_fetch, the path of the file tools, and the arguments as compact JSON (keys sorted) for every other
+    tool."""
 
     tool: str = Field(description="The tool's name, or an fnmatch pattern of names (shell_exec, mcp_*, *).")
     match: str = Field("*", description="An fnmatch pattern over the call's subject (e.g. \"git push*\").")

@@ -17,7 +17,8 @@ What `outside` asks for:
   its server's tools/list; no annotations count as able to act outside). Annotations are hints the
   server gives: the person who configured the server trusts it, so cairn takes them as said;
 - `web_fetch`, when the network is on (without it the call fails anyway);
-- `shell_exec`, when the network is on, for a command that matches a shell pattern: the built-in ones
+- `shell_exec` (and a terminal session's `shell_start` command or `shell_send` keys), when the network
+  is on, for a command that matches a shell pattern: the built-in ones
   (SHELL_PATTERNS: git push, curl or wget sending data, publishing packages, ssh, scp, rsync to a host,
   ...) and `approvals.shell_patterns`, which add to them. The patterns are a net for the common ways, not
   a wall: a program can reach the network in ways no pattern sees. The wall is `--network none`.
@@ -154,10 +155,15 @@ class Ledger:
 def subject(name: str, args: dict[str, Any]) -> str:
     """What a rule's `match` is matched against, and what a question shows in short."""
     key = {"shell_exec": "command", "web_fetch": "url", "file_read": "path", "file_write": "path",
-           "file_edit": "path"}.get(name)
+           "file_edit": "path", **SHELL_TEXT}.get(name)
     if key is not None and isinstance(args.get(key), str):
         return args[key]
     return json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+# The calls whose text can be a shell command line, and the argument that holds it: a terminal session
+# runs commands too, started (shell_start) or typed into a shell in it (shell_send).
+SHELL_TEXT = {"shell_exec": "command", "shell_start": "command", "shell_send": "keys"}
 
 
 def rule_label(index: int, rule: ApprovalRule) -> str:
@@ -177,13 +183,14 @@ def outside_reason(name: str, args: dict[str, Any], cfg: ApprovalsConfig, networ
     """(why, grant) when the call's effects can leave the sandbox; None when they cannot."""
     if name == "web_fetch":
         return ("web_fetch reaches the network", "web_fetch") if network else None
-    if name == "shell_exec":
-        command = args.get("command")
+    if name in SHELL_TEXT:
+        command = args.get(SHELL_TEXT[name])
         if not network or not isinstance(command, str):
             return None
+        what = "the command matches" if name != "shell_send" else "the keys typed match"
         for label, pattern in shell_patterns(cfg).items():
             if re.search(pattern, command):
-                return f"the network is on and the command matches the shell pattern {label!r}", f"shell_exec:{label}"
+                return f"the network is on and {what} the shell pattern {label!r}", f"{name}:{label}"
         return None
     if name in mcp_names:
         hints = (annotations or {}).get(name)

@@ -25,6 +25,7 @@ from orchestrator.ports import Display, Model, Sandbox, Store
 from orchestrator.status import Status
 from orchestrator.tools.dispatch import AskUser, BadCall, Observation, TaskDone
 from orchestrator.tools.registry import Registry, ToolContext, force
+from orchestrator.tools.sessions.status import session_notices
 
 
 class Agent:
@@ -157,7 +158,7 @@ class Agent:
                 raise Finished("failed", f"the context is still too long after compaction: {again}") from again
 
     def prepare(self, step: int, allow_compaction: bool = True) -> Any:
-        notices = [n for n in [budget_notice(self.cfg.limits, self.state.totals, step), *self.notices] if n]
+        notices = [n for n in [budget_notice(self.cfg.limits, self.state.totals, step), *self.notices, *session_notices(self)] if n]
         todo, cut = self.read_todo()
         note = self.state.critic_note  # made after the last step, or before a stop: shown once
         tail = render_tail(todo, notices, cut, critic.tail_text(note) if note else None)

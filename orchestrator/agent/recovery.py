@@ -75,7 +75,7 @@ def recover(agent: Agent) -> None:
     if state.step and sandbox.reused:
         agent.notices.append(f"The run was resumed in the same sandbox: files in {workdir} and what was "
                              "installed outside it are intact; processes started before (servers, background "
-                             "jobs) and the shell's state are gone.")
+                             "jobs, terminal sessions) and the shell's state are gone.")
     elif state.step:
         agent.notices.append(f"The run was resumed in a new sandbox: files in {workdir} are intact; anything "
                              f"installed or started outside {workdir} is gone." +

@@ -271,6 +271,10 @@ class Sandbox:
             return args, timeout + HOST_GRACE_SECONDS
         if op == "fetch":
             return args, FETCH_SECONDS + HOST_GRACE_SECONDS
+        if op in ("session_start", "session_send"):  # the toolbox answers after `wait` at the latest
+            wait = args.get("wait")
+            numeric = isinstance(wait, (int, float)) and not isinstance(wait, bool)
+            return args, (float(wait) if numeric else DEFAULT_OP_SECONDS) + HOST_GRACE_SECONDS
         return args, DEFAULT_OP_SECONDS
 
     def _restart(self, reason: str) -> str:

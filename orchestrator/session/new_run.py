@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError, UsageError
-from orchestrator.agent.prompts import system_prompt
+from orchestrator.agent.prompts import read_instructions, system_prompt
 from orchestrator.session.settings import template_dir
 from orchestrator import events as ev
 from orchestrator.store.runs import RunDir
@@ -94,10 +94,12 @@ def copy_workdir(run: RunDir, cfg: RunConfig) -> None:
 
 
 def start_log(run: RunDir, task: str, cfg: RunConfig, extra_tools: list[dict[str, Any]] | None = None) -> None:
-    """The first events: RunStarted with the run's fixed tool list (built-in, then the run's own, then
-    MCP), and step 0."""
-    run.events.append(ev.RunStarted(task=task, system_prompt=system_prompt(cfg.system_prompt_extra, cfg.sandbox.workdir),
-                                    tools=canonical(BUILTIN_TOOLS + list(extra_tools or []))))
+    """The first events: RunStarted with the run's system prompt (its profile, the project's AGENTS.md) and
+    fixed tool list (built-in, then the run's own, then MCP), and step 0."""
+    # AGENTS.md is read once, here: the prompt stays the same for the whole run, so the prefix cache holds.
+    instructions = read_instructions(run.workspace, cfg.sandbox.workdir)
+    prompt = system_prompt(cfg.system_prompt_extra, cfg.sandbox.workdir, cfg, instructions)
+    run.events.append(ev.RunStarted(task=task, system_prompt=prompt, tools=canonical(BUILTIN_TOOLS + list(extra_tools or []))))
     initial_checkpoint(run)
 
 

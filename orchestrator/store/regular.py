@@ -21,8 +21,9 @@ def read_regular(path: Path, max_bytes: int | None = None, follow: bool = False)
         fd = os.open(path, flags)
     except OSError:  # missing, unreadable, or a symlink (ELOOP with O_NOFOLLOW)
         return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a directory with an error
+        os.close(fd)
+        return None
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         data = f.read() if max_bytes is None else f.read(max_bytes)
     return data.decode("utf-8", "replace")

@@ -160,6 +160,8 @@ class LocalSandbox:
         """Kill the shell and what it started; remove the directories this sandbox made itself."""
         toolbox, self._toolbox = self._toolbox, None
         if toolbox is not None:
+            if toolbox._sessions is not None:  # terminal sessions: in a container they would die with it
+                toolbox._sessions.close_all()
             shell = toolbox.shell
             shell._kill(lambda pid, pgid, sid: sid == shell.proc.pid)  # background jobs first, then bash
             shell.proc.kill()

@@ -61,9 +61,10 @@ def render(question: Question) -> str:
         args = json.loads(question.arguments or "{}")
     except json.JSONDecodeError:
         args = question.arguments
-    if question.name == "shell_exec" and isinstance(args, dict) and isinstance(args.get("command"), str):
-        rest = {k: v for k, v in args.items() if k != "command"}
-        body = args["command"] + (f"\n{json.dumps(rest, ensure_ascii=False)}" if rest else "")
+    text = {"shell_exec": "command", "shell_start": "command", "shell_send": "keys"}.get(question.name)
+    if text and isinstance(args, dict) and isinstance(args.get(text), str):  # the command line as it is
+        rest = {k: v for k, v in args.items() if k != text}
+        body = args[text] + (f"\n{json.dumps(rest, ensure_ascii=False)}" if rest else "")
     else:
         body = args if isinstance(args, str) else json.dumps(args, indent=2, ensure_ascii=False)
     shown = "\n".join("    " + line for line in clean(body).splitlines() or [""])

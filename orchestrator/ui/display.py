@@ -15,6 +15,7 @@ from orchestrator.agent.approvals import Answer, Question, answer_line
 from orchestrator import events as ev
 from orchestrator.agent.state import RunState
 from orchestrator.ui.terminal import clean
+from orchestrator.tools.sessions.readable import call_summary
 
 
 def short(text: str | None, width: int = 100) -> str:
@@ -36,7 +37,7 @@ def event_line(event: ev.Event) -> str | None:
 
 def _event_line(event: ev.Event) -> str | None:
     if isinstance(event, ev.ToolStarted):
-        return f"[{event.step}] {event.name} {short(event.arguments, 110)}"
+        return f"[{event.step}] {event.name} {short(call_summary(event.name, event.arguments) or event.arguments, 110)}"
     if isinstance(event, ev.ToolFinished):
         mark = "✗" if event.error else "→"
         where = f"  (saved to {event.offloaded_to})" if event.offloaded_to else ""
@@ -133,7 +134,8 @@ class LiveDisplay:
             if said is not False:
                 return said
         if isinstance(event, ev.ToolStarted):
-            self.current = f"{clean(event.name)} {short(event.arguments, 60)}"
+            shown = call_summary(event.name, event.arguments) or event.arguments  # a session call: keys as typed
+            self.current = f"{clean(event.name)} {short(shown, 60)}"
         elif isinstance(event, ev.ToolFinished):
             self.current = "thinking"
         elif is_model_retry(event):

@@ -14,7 +14,8 @@ def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
     r = ctx.sandbox.call("shell", command=args["command"], timeout=timeout, save_as=ctx.obs_path)
     footer = f"[exit code {r['exit_code']}, {r['duration_ms'] / 1000:.1f} s]"
     if r.get("timed_out"):
-        footer = f"[timed out after {timeout:g} s; the command's processes were killed; exit code 124]"
+        footer = (f"[timed out after {timeout:g} s; the command's processes were killed; exit code 124. To run "
+                  "something longer, start it with shell_start and read it later with shell_send]")
     if r.get("truncated"):
         footer += (f"\n[the output was {r['output_bytes']} bytes, {r['output_lines']} lines; only its head and "
                    f"tail came back; all of it is in {r['output_path']}]")
@@ -31,12 +32,15 @@ def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
 TOOL = Tool(
     function_spec(
         "shell_exec",
-        "Run a bash command in the sandbox (cwd starts at the work directory; cwd, variables and activated "
-        "environments persist between calls). Output is stdout and stderr merged; a big output is saved "
-        "to a file under /cairn/obs/ and you get its head, tail and path.",
+        "Run a bash command that finishes, and get its output and exit code. cwd starts at the work directory; "
+        "cwd, variables and activated environments persist between calls. stdout and stderr are merged; a big "
+        "output is saved to a file under /cairn/obs/ and you get its head, tail and path. Its stdin is empty, "
+        "and it is killed at its timeout: run servers, long jobs and programs that ask for input with "
+        "shell_start instead.",
         {
             "command": {**STRING, "description": "The command line."},
-            "timeout": {"type": "number", "description": "Seconds before the command is killed (optional)."},
+            "timeout": {"type": "number", "description": "Seconds before the command is killed (optional; the "
+                        "run's default otherwise)."},
         },
         ["command"],
     ),

@@ -34,6 +34,7 @@ from orchestrator.ui.inspect.timeline import approval_line, check_line, critic_l
 from orchestrator import events as ev
 from orchestrator.store.runs import RunDir
 from orchestrator.tools.dispatch import WRITING_TOOLS
+from orchestrator.tools.sessions.readable import call_summary
 
 RESULT_PREVIEW = 4000  # characters of a tool result shown in the page
 
@@ -47,11 +48,13 @@ def _clip(text: str | None, width: int) -> str:
     return text if len(text) <= width else text[:width] + f"\n… ({len(text) - width:,} more characters)"
 
 
-def _pretty_arguments(raw: str) -> str:
+def _pretty_arguments(raw: str, name: str = "") -> str:
+    summary = call_summary(name, raw)  # a session call: the keys as typed (⏎, ^C), above the raw JSON
     try:
-        return json.dumps(json.loads(raw), indent=2, ensure_ascii=False)
+        pretty = json.dumps(json.loads(raw), indent=2, ensure_ascii=False)
     except (ValueError, TypeError):
-        return raw
+        pretty = raw
+    return f"{summary}\n{pretty}" if summary else pretty
 
 
 # -- the data -------------------------------------------------------------------------------------
@@ -91,7 +94,7 @@ def _page_step(step: dict[str, Any], children: dict[str, Any]) -> dict[str, Any]
 
 
 def _page_call(c: dict[str, Any], child: dict[str, Any] | None) -> dict[str, Any]:
-    call = {"id": c["id"], "name": c["name"], "arguments": _pretty_arguments(c["raw"]), "raw": c["raw"],
+    call = {"id": c["id"], "name": c["name"], "arguments": _pretty_arguments(c["raw"], c["name"]), "raw": c["raw"],
             "result": c["output"], "error": c["error"], "offloaded_to": c["offloaded_to"],
             "finished": c["finished"], "duration_ms": c["duration_ms"]}
     if child:

@@ -14,6 +14,7 @@ from orchestrator.store.children import open_child
 from orchestrator.agent.state import check_verdict
 from orchestrator.store.runs import RunDir
 from orchestrator.ui.terminal import clean
+from orchestrator.tools.sessions.readable import call_summary
 from orchestrator.status import Status
 
 
@@ -279,6 +280,7 @@ def _call_lines(step: dict[str, Any], indent: str) -> list[str]:
     for call in step["tool_calls"]:
         mark = "✗" if call["error"] else ("…" if not call["finished"] else " ")
         args = call["arguments"] if isinstance(call["arguments"], str) else json.dumps(call["arguments"])
+        args = call_summary(call["name"], call["arguments"]) or args
         saved = f"  ⇢ {clean(call['offloaded_to'])}" if call["offloaded_to"] else ""
         lines.append(f"{indent}{step['index']:>4} {mark}{clean(call['name']):<12} {_preview(clean(args), 50):<50} "
                      f"→ {_preview(clean(call['result']), 50)}{saved}  [{tokens:,} tok]")
@@ -319,6 +321,9 @@ def step_text(walked: dict[str, Any], n: int) -> str:
         args = _arguments(c["raw"])
         shown = args if isinstance(args, str) else json.dumps(args, indent=2, ensure_ascii=False)
         out += ["", f"── {c['name']} ({state}{took})", "arguments:", _indented(shown)]
+        summary = call_summary(c["name"], args)  # a session call: the keys as typed
+        if summary:
+            out += ["in short:", _indented(summary)]
         if c.get("approval"):
             out += [approval_line(c["approval"])]
         if c["finished"]:
