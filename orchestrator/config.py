@@ -150,6 +150,9 @@ class ContextConfig(Settings):
     )
     keep_recent_turns: int = Field(4, ge=1, description="Most recent turns a written summary never replaces.")
     summary_tokens: int = Field(2000, ge=100, description="Room kept for a written summary when choosing its span.")
+    compact_growth: int = Field(
+        0, ge=0, description="Compact also above the low-water mark once the history grew this many tokens "
+        "since the last compaction (0: only at the high-water mark).")
 
     @field_validator("low_water")
     @classmethod

@@ -63,9 +63,18 @@ class CannotCompact(CairnError):
     """Even after compaction the request would not fit the model's window."""
 
 
-def needs_compaction(estimated_tokens: int, window: int, cfg: ContextConfig) -> bool:
-    """True when a request of `estimated_tokens` is above the high-water mark of `window`."""
-    return estimated_tokens > cfg.high_water * window
+def needs_compaction(estimated_tokens: int, window: int, cfg: ContextConfig, growth: int = 0) -> bool:
+    """True when a request of `estimated_tokens` is above the high-water mark of `window`, or above the
+    low-water mark with the history grown by more than `cfg.compact_growth` tokens (`growth`, estimated:
+    `History.growth` times the counter's ratio) since the last compaction.
+
+    The second keeps the context near the low mark all run long: each compaction then rewrites only
+    what is above the part that stays (the digests, the recent turns), and every step between reads
+    a small cached prefix. Waiting for the high mark reads twice as much at every step for fewer, larger
+    rewrites, which costs more on real work (docs/compaction.md)."""
+    if estimated_tokens > cfg.high_water * window:
+        return True
+    return bool(cfg.compact_growth) and growth > cfg.compact_growth and estimated_tokens > cfg.low_water * window
 
 
 def compact(
@@ -102,6 +111,9 @@ def compact(
     def fits(raw_history_tokens: int) -> bool:
         return estimate(raw_history_tokens) <= cfg.low_water * window
 
+    def fits_digest(raw_history_tokens: int) -> bool:
+        return estimate(raw_history_tokens) <= (cfg.low_water + cfg.high_water) / 2 * window
+
     entries = list(history)
     recent = _recent_results(entries, cfg.keep_recent_results)
     turns = _turns(entries)
@@ -115,8 +127,10 @@ def compact(
     total = sum(tokens.values())
 
     digest = None if fits(total) else make_digest(turns[: max(0, len(turns) - protected)], tokens, replacements, counter, summary_prefix, step)
-    # A digest when it reaches the low-water mark, else a summary; a digest still, when no summary can be made.
-    span = [] if fits(total) or (digest and fits(total - digest.removed + digest.tokens)) else (
+    # A digest when it leaves the request below the middle of the marks (the part that stays, the digests
+    # and the recent turns, may be above the low mark: a summary then would be written at every compaction),
+    # else a summary; a digest still, when no summary can be made.
+    span = [] if fits(total) or (digest and fits_digest(total - digest.removed + digest.tokens)) else (
         _oldest_span(turns, protected, tokens, cfg, fits))
     kind, span_ids, summary, summary_path = "pointers", [], None, None
     after = "after turning old results into pointers and summarizing old turns"
