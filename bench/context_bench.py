@@ -1219,8 +1219,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
                         help="instead of a scripted workload: real runs (mini-SWE-agent .traj.json, SWE-agent .traj) "
                              "replayed against a raw agent at a 32k window by default (bench/context_trajectories.py)")
     parser.add_argument("--keep-recent-turns", type=int, default=defaults.keep_recent_turns)
-    parser.add_argument("--compact-growth", type=int, default=defaults.compact_growth,
-                        help="cairn also compacts above the low mark after this much growth (0: off)")
+    parser.add_argument("--compact-growth", type=float, default=defaults.compact_growth,
+                        help="cairn also compacts above the low mark after this share of the window's growth (0: off)")
     parser.add_argument("--sweep", action="store_true",
                         help="instead of one run: cairn's marks and preview size over seeds and windows, as a table")
     args = parser.parse_args(argv)

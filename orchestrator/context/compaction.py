@@ -65,8 +65,8 @@ class CannotCompact(CairnError):
 
 def needs_compaction(estimated_tokens: int, window: int, cfg: ContextConfig, growth: int = 0) -> bool:
     """True when a request of `estimated_tokens` is above the high-water mark of `window`, or above the
-    low-water mark with the history grown by more than `cfg.compact_growth` tokens (`growth`, estimated:
-    `History.growth` times the counter's ratio) since the last compaction.
+    low-water mark with the history grown by more than `cfg.compact_growth` of the window (`growth`, in
+    tokens, estimated: `History.growth` times the counter's ratio) since the last compaction.
 
     The second keeps the context near the low mark all run long: each compaction then rewrites only
     what is above the part that stays (the digests, the recent turns), and every step between reads
@@ -74,7 +74,7 @@ def needs_compaction(estimated_tokens: int, window: int, cfg: ContextConfig, gro
     rewrites, which costs more on real work (docs/compaction.md)."""
     if estimated_tokens > cfg.high_water * window:
         return True
-    return bool(cfg.compact_growth) and growth > cfg.compact_growth and estimated_tokens > cfg.low_water * window
+    return bool(cfg.compact_growth) and growth > cfg.compact_growth * window and estimated_tokens > cfg.low_water * window
 
 
 def compact(
