@@ -742,6 +742,7 @@ class Ledger:
     reread_cost: float = 0.0  # what those extra requests cost (their results' later reads are not in it)
     critics: int = 0  # critic requests (--critic-every), in `requests`, `prompt`, `cached` and `output`
     _last_cached: int = 0  # the cache hit of the last `account`
+    new_messages: int = 0  # history messages appended since the last request: the policy sets it before each
     breakdown: Breakdown = field(default_factory=lambda: Breakdown(PRICE_INPUT, PRICE_CACHED, PRICE_OUTPUT))
 
     def account(self, tokens: list[int], output_tokens: int, reread: bool = False) -> int:
@@ -762,7 +763,7 @@ class Ledger:
         message is a status tail)."""
         tokens, serialized, spans = prompt_spans(messages, tools)
         self.account(tokens, output_tokens, reread)
-        self.breakdown.add(serialized, spans, len(tokens), self._last_cached, output_tokens, tail)
+        self.breakdown.add(serialized, spans, len(tokens), self._last_cached, output_tokens, self.new_messages, tail)
         return len(tokens)
 
     def account_summary(self, messages: list[Message], output_tokens: int,
@@ -881,6 +882,7 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
     limits = LimitsConfig(max_steps=len(turns))
     holders: dict[str, list[str]] = {}  # call id -> history ids of the results that carried its output whole
     originals: dict[str, str] = {}  # what each pointer must resolve to (`check_pointers`)
+    turns_played: list[Turn] = []
     ids = 0
     summaries = 0
     times: list[StepTime] = []
@@ -925,6 +927,8 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
         t.build += time.perf_counter() - started
 
         # the model call (not timed): accounting, and summaries made by this step's compaction
+        if ledger is not None:
+            ledger.new_messages = 1 + len(turns_played[-1].calls) if turns_played else 0
         prompt = send(turn.step, request.messages, request.tools, turn.output_tokens, turn.rereads is not None)
         if ledger is not None:
             # The request compaction built (`summary_request`): this step's, instruction appended.
@@ -952,6 +956,7 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
                            offloaded_to=shaped.offloaded_to)
             holders.setdefault(turn.rereads or call.id, []).append(f"e{ids}")
         t.shape = time.perf_counter() - started
+        turns_played.append(turn)
         times.append(t)
         played += 1
         originals.update({c.id: c.result for c in turn.calls})
@@ -1075,6 +1080,7 @@ def run_drop_oldest(turns: Sequence[Turn], window: int, references: dict[int, Ca
             # Drop by the stored raw counts (close to the real ones), then measure again.
             while excess > 0 and len(kept) > 1:
                 excess -= kept.popleft().verbatim_tokens
+        ledger.new_messages = len(kept[-1].verbatim) if kept else 0
         ledger.account_request(messages, TOOLS, turn.output_tokens, turn.rereads is not None, tail=False)
         kept.append(turn)
     return ledger

@@ -40,24 +40,18 @@ class Breakdown:
     _last: list[str] = field(default_factory=list)
 
     def add(self, serialized: Sequence[str], spans: Sequence[tuple[int, int]], total: int, cached: int,
-            output: int, tail: bool = True) -> None:
+            output: int, new: int, tail: bool = True) -> None:
         """One agent request: `serialized[i]` is message i's bytes, `spans[i]` its tokens' [start, end) in
-        the request, `total` its length, `cached` the cache hit; `tail`: its last message is a tail. The
-        first two messages are the system prompt and the task."""
+        the request, `total` its length, `cached` the cache hit, `new` how many history messages were
+        appended since the last request; `tail`: its last message is a tail. The first two messages are
+        the system prompt and the task."""
         self.requests += 1
         last = self._last
         end = len(serialized) - tail  # the history ends here
         shared = 0
         while shared < min(len(last) - tail, end) and last[shared] == serialized[shared]:
             shared += 1
-        before = set(last)
-        first_new = end  # the new messages are the unseen ones at the end of the history
-        while first_new > shared and serialized[first_new - 1] not in before:
-            first_new -= 1
-        if not last:
-            first_new = 2  # the first request: all of its history is new
-        elif shared == len(last) - tail:
-            first_new = shared  # nothing changed: all after the old history is new (even a repeated output)
+        first_new = 2 if not last else max(shared, end - new)  # the first request's history is all new
         category = ["rounding"] * shared + ["rewrite"] * (first_new - shared) + ["new"] * (end - first_new)
         category += ["tail"] * tail
         category[:2] = ["prefix" if not last or shared < 2 else "rounding"] * 2

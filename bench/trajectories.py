@@ -53,15 +53,17 @@ def load(path: Path) -> Trajectory:
     messages = (data.get("messages") or data.get("history")) if isinstance(data, dict) else data
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
         raise TrajectoryError(f"{path}: no list of chat messages under 'messages' or 'history'")
-    return from_messages(path.name.removesuffix(".json").removesuffix(".traj"), messages)
+    return from_messages(path.name.removesuffix(".json").removesuffix(".traj"), messages, where=str(path))
 
 
-def from_messages(name: str, messages: Sequence[dict[str, Any]]) -> Trajectory:
-    """The task (the first user message) and the steps of one chat transcript."""
+def from_messages(name: str, messages: Sequence[dict[str, Any]], where: str | None = None) -> Trajectory:
+    """The task (the first user message) and the steps of one chat transcript; errors name `where`
+    (default: `name`)."""
+    where = where or name
     chat = [{key: m[key] for key in _KEEP if m.get(key) is not None} for m in messages]
     task = next((_text(m) for m in chat if m["role"] == "user"), None)
     if task is None:
-        raise TrajectoryError(f"{name}: no user message holds a task")
+        raise TrajectoryError(f"{where}: no user message holds a task")
     start = next(i for i, m in enumerate(chat) if m["role"] == "user") + 1
     steps: list[tuple[dict[str, Any], list[tuple[str, str, str, bool]]]] = []
     i = start
@@ -77,7 +79,7 @@ def from_messages(name: str, messages: Sequence[dict[str, Any]]) -> Trajectory:
             i += 1
         steps.append(_step(number, message, replies))
     if not steps:
-        raise TrajectoryError(f"{name}: no assistant message after the task")
+        raise TrajectoryError(f"{where}: no assistant message after the task")
     return Trajectory(name, task, steps)
 
 

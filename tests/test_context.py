@@ -281,6 +281,41 @@ def test_needs_compaction_only_above_high_water() -> None:
     assert not needs_compaction(750, 1000, cfg) and needs_compaction(751, 1000, cfg)
 
 
+def test_needs_compaction_above_the_low_mark_once_the_history_grew_its_share_of_the_window() -> None:
+    cfg = ContextConfig(high_water=0.5, low_water=0.15, compact_growth=0.1)
+    assert needs_compaction(200, 1000, cfg, growth=101)
+    assert not needs_compaction(200, 1000, cfg, growth=100)  # grown too little since the last compaction
+    assert not needs_compaction(150, 1000, cfg, growth=500)  # at the low mark there is nothing to gain
+    assert not needs_compaction(200, 1000, ContextConfig(high_water=0.5, low_water=0.15, compact_growth=0), growth=900)
+
+
+def test_growth_counts_from_the_last_recorded_compaction_also_in_a_replayed_history() -> None:
+    history = make_history(10)
+    assert history.growth() == history.tokens()  # no compaction yet: all of it
+    event = run_compact(history, ContextConfig(keep_recent_results=2, low_water=0.25))
+    assert (event.replacements or event.span) and history.growth() == 0
+    history.append("e100", {"role": "assistant", "content": "next"}, step=11)
+    replayed = make_history(10)
+    replayed.apply(parse_event(dump_event(event)))
+    replayed.append("e100", {"role": "assistant", "content": "next"}, step=11)
+    assert replayed.growth() == history.growth() > 0
+    nothing = Compaction(step=12, kind="pointers", replacements={}, span=[], tokens_before=1, tokens_after=1)
+    replayed.apply(nothing)  # an event that changes nothing is not recorded, so it must not move the mark
+    assert replayed.growth() == history.growth()
+
+
+def test_a_digest_that_leaves_room_below_the_middle_of_the_marks_needs_no_summary() -> None:
+    history = make_history(30, result="y" * 400)
+
+    def summarize(messages: list[dict]) -> str:
+        raise AssertionError("no summary should be asked for")
+
+    # The recent turns alone are above the low mark: a summary could not reach it either.
+    cfg = ContextConfig(keep_recent_results=6, keep_recent_turns=6, low_water=0.1, high_water=0.6)
+    event = run_compact(history, cfg, summarize=summarize)
+    assert event.kind == "digest" and event.tokens_after <= 0.35 * window_for(make_history(30, result="y" * 400))
+
+
 def test_compaction_turns_old_results_into_pointers_oldest_first() -> None:
     history = make_history(10)
     # Marks that leave some old results whole, so the order shows.

@@ -120,8 +120,8 @@ def compact(
     protected = _protected_turns(turns, recent, cfg)
     # The calls whose results stay whole keep their arguments; only the last `keep_recent_turns`
     # turns keep the assistant's text as well (its reasoning is worth less once its step is done).
-    calls = {e.id for turn in turns[len(turns) - protected :] for e in turn if e.kind == "assistant"}
-    last = {e.id for turn in turns[len(turns) - cfg.keep_recent_turns :] for e in turn if e.kind == "assistant"}
+    calls = {e.id for turn in turns[max(0, len(turns) - protected) :] for e in turn if e.kind == "assistant"}
+    last = {e.id for turn in turns[max(0, len(turns) - cfg.keep_recent_turns) :] for e in turn if e.kind == "assistant"}
     tokens = {entry.id: entry.tokens for entry in entries}  # as they will be after the compaction
     replacements = _pointers(entries, recent | last, calls, tokens, counter, save, fits)
     total = sum(tokens.values())
@@ -178,7 +178,7 @@ def compact(
 def _recent_results(entries: list[Entry], keep: int) -> set[str]:
     """Ids of the `keep` most recent tool results: the agent is probably still working with them."""
     results = [entry.id for entry in entries if entry.kind == "tool"]
-    return set(results[len(results) - keep :]) if keep else set()
+    return set(results[max(0, len(results) - keep) :]) if keep else set()  # fewer than `keep`: all
 
 
 def _pointers(
