@@ -170,9 +170,8 @@ class Agent:
         note = self.state.critic_note  # made after the last step, or before a stop: shown once
         tail = render_tail(todo, notices, cut, critic.tail_text(note) if note else None)
         request = self._build(tail)
-        growth = round(self.state.history.growth() * self.counter.ratio)
         if allow_compaction and needs_compaction(self.counter.estimate(request), self.model.context_window(),
-                                                 self.cfg.context, growth):
+                                                 self.cfg.context, round(self.state.history.growth() * self.counter.ratio)):
             self.compact(step, request)
             request = self._build(tail)
         return request

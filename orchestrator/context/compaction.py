@@ -72,9 +72,8 @@ def needs_compaction(estimated_tokens: int, window: int, cfg: ContextConfig, gro
     what is above the part that stays (the digests, the recent turns), and every step between reads
     a small cached prefix. Waiting for the high mark reads twice as much at every step for fewer, larger
     rewrites, which costs more on real work (docs/compaction.md)."""
-    if estimated_tokens > cfg.high_water * window:
-        return True
-    return bool(cfg.compact_growth) and growth > cfg.compact_growth * window and estimated_tokens > cfg.low_water * window
+    grown = cfg.compact_growth > 0 and growth > cfg.compact_growth * window
+    return estimated_tokens > (cfg.low_water if grown else cfg.high_water) * window
 
 
 def compact(
@@ -108,11 +107,8 @@ def compact(
     def estimate(raw_history_tokens: int) -> int:
         return round(overhead_tokens + raw_history_tokens * counter.ratio)
 
-    def fits(raw_history_tokens: int) -> bool:
-        return estimate(raw_history_tokens) <= cfg.low_water * window
-
-    def fits_digest(raw_history_tokens: int) -> bool:
-        return estimate(raw_history_tokens) <= (cfg.low_water + cfg.high_water) / 2 * window
+    def fits(raw_history_tokens: int, mark: float = cfg.low_water) -> bool:
+        return estimate(raw_history_tokens) <= mark * window
 
     entries = list(history)
     recent = _recent_results(entries, cfg.keep_recent_results)
@@ -130,7 +126,7 @@ def compact(
     # A digest when it leaves the request below the middle of the marks (the part that stays, the digests
     # and the recent turns, may be above the low mark: a summary then would be written at every compaction),
     # else a summary; a digest still, when no summary can be made.
-    span = [] if fits(total) or (digest and fits_digest(total - digest.removed + digest.tokens)) else (
+    span = [] if fits(total) or (digest and fits(total - digest.removed + digest.tokens, (cfg.low_water + cfg.high_water) / 2)) else (
         _oldest_span(turns, protected, tokens, cfg, fits))
     kind, span_ids, summary, summary_path = "pointers", [], None, None
     after = "after turning old results into pointers and summarizing old turns"
@@ -161,15 +157,10 @@ def compact(
 
     _fail_if_over(estimate(total), window, after)
     event = Compaction(
-        step=step,
-        kind=kind,
+        step=step, kind=kind, span=span_ids, summary=summary, summary_path=summary_path,
         # A message inside the span disappears into the summary or digest; its pointer lives on in the file.
         replacements={id: content for id, content in replacements.items() if id not in span_ids},
-        span=span_ids,
-        summary=summary,
-        summary_path=summary_path,
-        tokens_before=estimate(history.tokens()),
-        tokens_after=estimate(total),
+        tokens_before=estimate(history.tokens()), tokens_after=estimate(total),
     )
     history.apply(event)
     return event
