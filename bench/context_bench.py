@@ -43,7 +43,11 @@ preview or summary names (the window of lines an offloaded output's preview invi
 Each extra step is a full request plus its result; both are counted, and logged apart.
 
 `--workload real-shaped` plays a 150-step run shaped like real SWE-agent trajectories at a 32k
-window (`make_real_shaped`), and adds a raw agent that keeps its whole history with no limit.
+window (`make_real_shaped`), and adds a raw agent that keeps its whole history with no limit; it also
+prints where each policy's tokens and cost go (`context_breakdown`: uncached new messages, tail,
+compaction rewrites, cache-block rounding; cached prefix and history; summaries; answers).
+`--trajectories FILE...` replays real published runs instead (bench/context_trajectories.py, the
+formats in bench/trajectories.py) against the same raw agent, with the same breakdown.
 `--sweep` measures the marks and the preview size over seeds and windows (bench/context_sweep.py).
 
 A fourth run is cairn again with `--critic-every 10` (orchestrator/critic.py: after every tenth step, a
@@ -1298,6 +1302,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
                   "window; a real model would refuse it (it is counted as if accepted)")
 
     if raw is not None:
+        print()
+        print("where the tokens and the cost go:")
+        print("\n".join(table([("cairn", cairn.breakdown), ("raw, no limit", raw.breakdown)])))
         floor, parts = cost_floor(turns, raw, cfg)
         print(f"floor: any policy keeping the last {cfg.keep_recent_results} results whole pays at least "
               f"${floor:.2f} ({floor / raw.cost:.3f} of the raw agent's ${raw.cost:.2f}): the raw agent's answers and "
