@@ -1,7 +1,9 @@
 """Compaction: making room in the context without losing anything.
 
-It runs rarely and in bulk. When a request crosses the high-water mark, one compaction brings the
-history down to the low-water mark, so the prefix cache is rebuilt once, not at every step.
+It runs in bulk, every few steps at most. When a request crosses the high-water mark, or is above the
+low-water mark after the history grew by `compact_growth` of the window since the last compaction
+(`needs_compaction`), one compaction brings the history down towards the low-water mark, so the prefix
+cache is rebuilt once for several steps, and every step between reads a small cached prefix.
 
 Three moves, cheapest first:
 
@@ -17,9 +19,11 @@ Three moves, cheapest first:
 2. If that does not reach the low-water mark, the old turns since the last summary or digest are
    folded into a digest (context/digest.py): one message, a line a step with its calls and where
    each result is, and a file with the turns as they were. No model call, nothing lost, about a
-   quarter of the tokens of the same turns as pointers; earlier digests stay as they are.
-3. If the digest does not reach it either, the oldest turns (earlier digests included) are
-   summarized by the model. The summary is saved as a file with the paths of every saved output of
+   quarter of the tokens of the same turns as pointers; earlier digests stay as they are. The
+   digest is enough when it leaves the request below the middle of the two marks: what stays (the
+   prefix, the digests, the recent turns) may itself be above the low mark.
+3. If the digest does not leave that room (the digests have piled up), the oldest turns (earlier
+   digests included) are summarized by the model. The summary is saved as a file with the paths of every saved output of
    those turns and the turns themselves, and one message holding the summary and that file's path
    takes their place. The summary request is the agent's own request as it stands (the history
    not yet compacted) with the instruction appended as one user message, so the provider's prefix
