@@ -23,9 +23,9 @@ Three moves, cheapest first:
    digest is enough when it leaves the request below the middle of the two marks: what stays (the
    prefix, the digests, the recent turns) may itself be above the low mark.
 3. If the digest does not leave that room (the digests have piled up), the oldest turns (earlier
-   digests included) are summarized by the model. The summary is saved as a file with the paths of every saved output of
-   those turns and the turns themselves, and one message holding the summary and that file's path
-   takes their place. The summary request is the agent's own request as it stands (the history
+   digests included) are summarized by the model. The summary is saved as a file with the paths of
+   every saved output of those turns and the turns themselves, and one message holding the summary
+   and that file's path takes their place. The summary request is the agent's own request as it stands (the history
    not yet compacted) with the instruction appended as one user message, so the provider's prefix
    cache serves all of it but that message, as Claude Code and Codex CLI send theirs.
 
