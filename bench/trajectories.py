@@ -13,7 +13,7 @@ Formats read (`load`):
   a `shell_exec` call whose `command` is the block, the rest of the answer stays the message's text. The
   tool-calling agent's `tool_calls` and `tool` messages are kept as they are.
 - SWE-agent's `.traj` (a `history` list in the same chat format, with `thought`/`action` on assistant
-  messages), read the same way.
+  messages and the command in a ``` block), read the same way; its demonstration (`is_demo`) is left out.
 
 Where the runs used by docs/compaction.md come from is written there; none is committed here.
 """
@@ -60,7 +60,8 @@ def from_messages(name: str, messages: Sequence[dict[str, Any]], where: str | No
     """The task (the first user message) and the steps of one chat transcript; errors name `where`
     (default: `name`)."""
     where = where or name
-    chat = [{key: m[key] for key in _KEEP if m.get(key) is not None} for m in messages]
+    # SWE-agent puts a demonstration before the task (`is_demo`): the agent's prompt, not the run's task.
+    chat = [{key: m[key] for key in _KEEP if m.get(key) is not None} for m in messages if not m.get("is_demo")]
     task = next((_text(m) for m in chat if m["role"] == "user"), None)
     if task is None:
         raise TrajectoryError(f"{where}: no user message holds a task")

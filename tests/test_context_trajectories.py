@@ -65,6 +65,21 @@ def test_a_tool_calling_agent_keeps_its_calls_and_their_answers(tmp_path: Path) 
     assert (call_id, tool, failed) == ("toolu_1", "bash", False) and "a.py" in observation
 
 
+def test_a_swe_agent_history_leaves_its_demonstration_out_and_reads_its_plain_blocks(tmp_path: Path) -> None:
+    history = [
+        {"role": "system", "content": "SETTING: ...", "agent": "primary"},
+        {"role": "user", "content": "Here is a demonstration ...", "agent": "primary", "is_demo": True},
+        {"role": "user", "content": TASK, "agent": "primary"},
+        {"role": "assistant", "content": "Let me look.\n\n```\nfind_file setup.py\n```", "thought": "Let me look."},
+        {"role": "user", "content": "Found 1 matches for \"setup.py\"", "agent": "primary"},
+    ]
+    run = load(write(tmp_path, "i1.traj", {"environment": "e", "trajectory": [], "history": history, "info": {}}))
+    [(message, [(_, tool, observation, failed)])] = run.steps
+    assert run.name == "i1" and run.task == TASK and message["content"] == "Let me look."
+    assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"command": "find_file setup.py"}
+    assert (tool, failed) == ("shell_exec", False) and observation.startswith("Found 1 matches")
+
+
 @pytest.mark.parametrize(("content", "reason"), [
     ("{not json", "not a readable JSON trajectory"),
     ('{"messages": 3}', "no list of chat messages"),
