@@ -43,7 +43,11 @@ preview or summary names (the window of lines an offloaded output's preview invi
 Each extra step is a full request plus its result; both are counted, and logged apart.
 
 `--workload real-shaped` plays a 150-step run shaped like real SWE-agent trajectories at a 32k
-window (`make_real_shaped`), and adds a raw agent that keeps its whole history with no limit.
+window (`make_real_shaped`), and adds a raw agent that keeps its whole history with no limit; it also
+prints where each policy's tokens and cost go (`context_breakdown`: uncached new messages, tail,
+compaction rewrites, cache-block rounding; cached prefix and history; summaries; answers).
+`--trajectories FILE...` replays real published runs instead (bench/context_trajectories.py, the
+formats in bench/trajectories.py) against the same raw agent, with the same breakdown.
 `--sweep` measures the marks and the preview size over seeds and windows (bench/context_sweep.py).
 
 A fourth run is cairn again with `--critic-every 10` (orchestrator/agent/critic.py: after every tenth step, a
@@ -104,6 +108,9 @@ from orchestrator.agent.guards import Totals, budget_notice  # noqa: E402
 from orchestrator.llm.scripted import PrefixCache, canonical_prompt  # noqa: E402
 from orchestrator.llm.tokenizer import count_tokens, encoding  # noqa: E402
 from orchestrator.agent.prompts import system_prompt  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench's own modules, beside this file
+from context_breakdown import Breakdown, table  # noqa: E402
 from orchestrator.tools.specs import BUILTIN_TOOLS, canonical  # noqa: E402
 
 Message = dict[str, Any]
@@ -561,6 +568,22 @@ def make_real_shaped(steps: int, seed: int) -> list[Turn]:
     return turns
 
 
+def trajectory_turns(steps: Sequence[tuple[Message, Sequence[tuple[str, str, str, bool]]]]) -> list[Turn]:
+    """A real run's steps (`trajectories.Trajectory.steps`) as turns, shaped for the bench like the others."""
+    turns: list[Turn] = []
+    for step, (message, results) in enumerate(steps, start=1):
+        calls = tuple(Call(id, name, text, failed) for id, name, text, failed in results)
+        verbatim = (message, *({"role": "tool", "tool_call_id": c.id, "content": c.result} for c in calls))
+        answer = str(message.get("content") or "") + "".join(
+            c["function"]["name"] + c["function"]["arguments"] for c in message.get("tool_calls") or [])
+        size = max((len(c.result) for c in calls), default=0)
+        kind = "failure" if any(c.error for c in calls) else "small" if size < 1000 else "medium" if size < 8000 \
+            else "large"
+        raw = sum(count_tokens(canonical_json(m)) for m in verbatim)
+        turns.append(Turn(step, message, calls, None, kind, count_tokens(answer), verbatim, raw))
+    return turns
+
+
 def _cut_lines(text: str, chars: int) -> str:
     """The first `chars` characters of `text`, ending at a line's end where one is near."""
     if len(text) <= chars:
@@ -585,7 +608,9 @@ def make_references(turns: Sequence[Turn], seed: int, rate: float = REREAD_RATE)
     rng = random.Random(f"references-{seed}")
     later = [turn.step for turn in turns[1:]]
     needing = sorted(rng.sample(later, round(rate * len(later)))) if later else []
-    return {step: rng.choice(turns[: step - 1]).calls[-1] for step in needing}
+    # A step that ran no command (a real run's format error) has no observation to need.
+    return {step: rng.choice([t for t in turns[: step - 1] if t.calls] or turns[:1]).calls[-1] for step in needing
+            if any(t.calls for t in turns[: step - 1])}
 
 
 def _reread_turn(turn: Turn, source: Call, tool: str, arguments: dict[str, Any], result: str, say: str) -> Turn:
@@ -680,14 +705,24 @@ def prompt_tokens_of(messages: list[Message], tools: list[dict[str, Any]]) -> li
     or so per message more than the server would: the same for every policy, and it is what makes
     the sweep affordable on a shared 2-core machine.
     """
+    return prompt_spans(messages, tools)[0]
+
+
+def prompt_spans(messages: list[Message], tools: list[dict[str, Any]]
+                 ) -> tuple[list[int], list[str], list[tuple[int, int]]]:
+    """`prompt_tokens_of`, with each message's serialization and its tokens' [start, end) in the request."""
     dump = lambda value: json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)  # noqa: E731
     tokens = list(_piece(dump(tools))) + _piece("[")
+    serialized, spans = [], []
     for i, message in enumerate(messages):
         if i:
             tokens += _piece(",")
-        tokens += _piece(dump(message))
+        serialized.append(dump(message))
+        start = len(tokens)
+        tokens += _piece(serialized[-1])
+        spans.append((start, len(tokens)))
     tokens += _piece("]")
-    return tokens
+    return tokens, serialized, spans
 
 
 @dataclass
@@ -710,16 +745,29 @@ class Ledger:
     rereads: int = 0  # extra steps paid to get an earlier observation back (a read, or a re-run)
     reread_cost: float = 0.0  # what those extra requests cost (their results' later reads are not in it)
     critics: int = 0  # critic requests (--critic-every), in `requests`, `prompt`, `cached` and `output`
+    _last_cached: int = 0  # the cache hit of the last `account`
+    new_messages: int = 0  # history messages appended since the last request: the policy sets it before each
+    breakdown: Breakdown = field(default_factory=lambda: Breakdown(PRICE_INPUT, PRICE_CACHED, PRICE_OUTPUT))
 
     def account(self, tokens: list[int], output_tokens: int, reread: bool = False) -> int:
         """One agent request: its prefix is looked up in, then stored into, the shared cache."""
         cached = self.cache.lookup(tokens)
         self.cache.store(tokens)
+        self._last_cached = cached
         self._add(len(tokens), cached, output_tokens)
         self.peak = max(self.peak, len(tokens))
         if reread:
             self.rereads += 1
             self.reread_cost += (len(tokens) - cached) * PRICE_INPUT + cached * PRICE_CACHED + output_tokens * PRICE_OUTPUT
+        return len(tokens)
+
+    def account_request(self, messages: list[Message], tools: list[dict[str, Any]], output_tokens: int,
+                        reread: bool = False, tail: bool = True) -> int:
+        """`account`, with the request's tokens attributed to the `breakdown`'s categories (`tail`: its last
+        message is a status tail)."""
+        tokens, serialized, spans = prompt_spans(messages, tools)
+        self.account(tokens, output_tokens, reread)
+        self.breakdown.add(serialized, spans, len(tokens), self._last_cached, output_tokens, self.new_messages, tail)
         return len(tokens)
 
     def account_summary(self, messages: list[Message], output_tokens: int,
@@ -731,6 +779,7 @@ class Ledger:
         cached = self.cache.lookup(tokens) if from_cache else 0
         self._add(len(tokens), cached, output_tokens)
         self.peak_summarize = max(self.peak_summarize, len(tokens))
+        self.breakdown.add_summary(len(tokens), cached, output_tokens)
         self.summaries += 1
         self.summarize_prompt += len(tokens)
         self.summarize_cached += cached
@@ -820,7 +869,7 @@ Send = Callable[[int, list[Message], list[dict[str, Any]], int, bool], int]
 
 def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | None,
               cfg: ContextConfig | None = None, references: dict[int, Call] | None = None,
-              critic_every: int | None = None) -> list[StepTime]:
+              critic_every: int | None = None, task: str = TASK) -> list[StepTime]:
     """Drive the real context engine the way the loop does; return each step's context-work time.
 
     Before a step that needs an earlier observation (`references`) which is not in the request
@@ -836,6 +885,8 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
     summarizer = _Summarizer()
     limits = LimitsConfig(max_steps=len(turns))
     holders: dict[str, list[str]] = {}  # call id -> history ids of the results that carried its output whole
+    originals: dict[str, str] = {}  # what each pointer must resolve to (`check_pointers`)
+    turns_played: list[Turn] = []
     ids = 0
     summaries = 0
     times: list[StepTime] = []
@@ -860,8 +911,8 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
         tail = render_tail(turn.todo, [budget_notice(limits, Totals(), turn.step)], None,
                            tail_text(note) if note else None)
         note = None
-        request = build_request(SYSTEM, TOOLS, TASK, history, tail)
-        over = needs_compaction(counter.estimate(request), window, cfg)
+        request = build_request(SYSTEM, TOOLS, task, history, tail)
+        over = needs_compaction(counter.estimate(request), window, cfg, round(history.growth() * counter.ratio))
         t.build = time.perf_counter() - started
         if over:
             started, before = time.perf_counter(), summarizer.elapsed
@@ -870,7 +921,7 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
                             overhead_tokens=counter.overhead(request), counter=counter,
                             prefix=request.messages[:2])
             summaries += event.kind == "summary"
-            request = build_request(SYSTEM, TOOLS, TASK, history, tail)
+            request = build_request(SYSTEM, TOOLS, task, history, tail)
             t.compact = time.perf_counter() - started - (summarizer.elapsed - before)
             t.compacted = True
             if ledger is not None:
@@ -880,6 +931,8 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
         t.build += time.perf_counter() - started
 
         # the model call (not timed): accounting, and summaries made by this step's compaction
+        if ledger is not None:
+            ledger.new_messages = 1 + len(turns_played[-1].calls) if turns_played else 0
         prompt = send(turn.step, request.messages, request.tools, turn.output_tokens, turn.rereads is not None)
         if ledger is not None:
             # The request compaction built (`summary_request`): this step's, instruction appended.
@@ -907,14 +960,37 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
                            offloaded_to=shaped.offloaded_to)
             holders.setdefault(turn.rereads or call.id, []).append(f"e{ids}")
         t.shape = time.perf_counter() - started
+        turns_played.append(turn)
         times.append(t)
         played += 1
+        originals.update({c.id: c.result for c in turn.calls})
+        originals[turn.message.get("tool_calls", [{}])[0].get("id", "") + "/text"] = str(turn.message.get("content") or "")
         if critic_every and played % critic_every == 0 and ledger is not None:
             recent = [e.message for e in history if e.step > turn.step - critic_every]
             text = summary_text(recent, CRITIC_TOKENS, f"critic-{played}")
-            ledger.account_critic(critic_request(TASK, turn.todo, recent, critic_every), count_tokens(text))
+            ledger.account_critic(critic_request(task, turn.todo, recent, critic_every), count_tokens(text))
             note = CriticNote(step=played, text=text, path=f"{CRITIC_DIR}/{played:03d}.md", model="bench", usage={})
+    check_pointers(history, files, originals)
     return times
+
+
+def check_pointers(history: History, files: dict[str, str], originals: dict[str, str]) -> None:
+    """Every pointer left in the history names a saved file holding what it replaced, byte for byte.
+
+    `originals` maps a call id to its result as the tool returned it, and `<call id>/text` to the
+    assistant's text of that call's message. Raises AssertionError naming the first that does not resolve.
+    """
+    for entry in history:
+        if entry.kind in ("summary", "digest"):
+            path = re.search(r"(/cairn/summaries/\S+\.md)", entry.content)
+            assert path and path.group(1) in files, f"{entry.id}: its file is not saved"
+        elif entry.kind == "tool" and (entry.pointer or entry.offloaded_to):
+            path = entry.offloaded_to or pointer_path(entry.content)
+            assert path in files and files[path] == originals.get(entry.call_id or ""), f"{entry.id}: {path}"
+        elif entry.kind == "assistant" and entry.pointer and entry.content.startswith("[your text of step"):
+            path = pointer_path(entry.content)
+            calls = entry.message.get("tool_calls") or [{}]
+            assert path in files and files[path] == originals.get(calls[0].get("id", "") + "/text"), f"{entry.id}: {path}"
 
 
 def _with_rereads(turns: Sequence[Turn], references: dict[int, Call], whole: Callable[[Call], bool],
@@ -951,7 +1027,7 @@ def _request_key(messages: list[Message], tools: list[dict[str, Any]]) -> str:
 
 
 def measure_cairn(turns: Sequence[Turn], window: int, repeats: int, cfg: ContextConfig | None = None,
-                  references: dict[int, Call] | None = None) -> tuple[Ledger, list[list[StepTime]]]:
+                  references: dict[int, Call] | None = None, task: str = TASK) -> tuple[Ledger, list[list[StepTime]]]:
     """One accounted run, then `repeats - 1` timing-only runs that must send the same bytes.
 
     The repeats skip the tokenizing and caching (minutes over three runs) and calibrate the counter
@@ -962,7 +1038,7 @@ def measure_cairn(turns: Sequence[Turn], window: int, repeats: int, cfg: Context
 
     def accounted(step: int, messages: list[Message], tools: list[dict[str, Any]], output: int,
                   reread: bool) -> int:
-        prompt = ledger.account(prompt_tokens_of(messages, tools), output, reread)
+        prompt = ledger.account_request(messages, tools, output, reread)
         sizes[_request_key(messages, tools)] = prompt
         return prompt
 
@@ -973,8 +1049,8 @@ def measure_cairn(turns: Sequence[Turn], window: int, repeats: int, cfg: Context
             raise AssertionError(f"step {step}: a repeat sent other bytes than the accounted run")
         return sizes[key]
 
-    runs = [run_cairn(turns, window, accounted, ledger, cfg, references)]
-    runs += [run_cairn(turns, window, replayed, None, cfg, references) for _ in range(repeats - 1)]
+    runs = [run_cairn(turns, window, accounted, ledger, cfg, references, task=task)]
+    runs += [run_cairn(turns, window, replayed, None, cfg, references, task=task) for _ in range(repeats - 1)]
     return ledger, runs
 
 
@@ -982,7 +1058,7 @@ def measure_cairn(turns: Sequence[Turn], window: int, repeats: int, cfg: Context
 
 
 def run_drop_oldest(turns: Sequence[Turn], window: int, references: dict[int, Call] | None = None,
-                    name: str = "drop-oldest") -> Ledger:
+                    name: str = "drop-oldest", task: str = TASK) -> Ledger:
     """Everything verbatim; while the request is over the window, drop the oldest whole turn.
 
     Whole turns, so a tool result is never left without the call it answers (providers refuse
@@ -999,7 +1075,7 @@ def run_drop_oldest(turns: Sequence[Turn], window: int, references: dict[int, Ca
 
     for turn in _with_rereads(turns, references or {}, whole, lambda t, c: rerun_turn(t, c, by_call)):
         while True:
-            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK},
+            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task},
                         *(m for t in kept for m in t.verbatim)]
             tokens = prompt_tokens_of(messages, TOOLS)
             excess = len(tokens) - window
@@ -1008,7 +1084,8 @@ def run_drop_oldest(turns: Sequence[Turn], window: int, references: dict[int, Ca
             # Drop by the stored raw counts (close to the real ones), then measure again.
             while excess > 0 and len(kept) > 1:
                 excess -= kept.popleft().verbatim_tokens
-        ledger.account(tokens, turn.output_tokens, turn.rereads is not None)
+        ledger.new_messages = len(kept[-1].verbatim) if kept else 0
+        ledger.account_request(messages, TOOLS, turn.output_tokens, turn.rereads is not None, tail=False)
         kept.append(turn)
     return ledger
 
@@ -1056,7 +1133,8 @@ def run_summarize(turns: Sequence[Turn], window: int, appended: bool = False,
 # --- a floor under cairn's cost on the real-shaped workload -----------------------------------------
 
 
-def cost_floor(turns: Sequence[Turn], raw: Ledger, cfg: ContextConfig) -> tuple[float, dict[str, float]]:
+def cost_floor(turns: Sequence[Turn], raw: Ledger, cfg: ContextConfig, task: str = TASK
+               ) -> tuple[float, dict[str, float]]:
     """What any policy that keeps the last `keep_recent_results` turns' results whole must pay at least.
 
     From the raw agent's own figures: its answers and its new tokens (each step's, sent uncached once)
@@ -1067,7 +1145,7 @@ def cost_floor(turns: Sequence[Turn], raw: Ledger, cfg: ContextConfig) -> tuple[
     compacting every `d` tokens of growth costs per step C (L + d/2) + 9 C R g / d, least at
     d = sqrt(18 R g). The older history is counted as free: no pointers, digests, summaries or rereads.
     """
-    prefix = len(prompt_tokens_of([{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}], TOOLS))
+    prefix = len(prompt_tokens_of([{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}], TOOLS))
 
     def tokens(turn: Turn, whole_text: bool) -> int:
         if whole_text:
@@ -1121,7 +1199,8 @@ def _workload(name: str, steps: int, seed: int) -> list[Turn]:
 
 def _config(args: argparse.Namespace, **overrides: Any) -> ContextConfig:
     fields = {"high_water": args.high_water, "low_water": args.low_water, "preview_lines": args.preview_lines,
-              "preview_chars": args.preview_chars, "keep_recent_results": args.keep_recent_results}
+              "preview_chars": args.preview_chars, "keep_recent_results": args.keep_recent_results,
+              "keep_recent_turns": args.keep_recent_turns, "compact_growth": args.compact_growth}
     return ContextConfig(**(fields | overrides))
 
 
@@ -1146,9 +1225,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--summary-request", choices=["fresh", "appended", "both"], default="both",
                         help="which summarize@90%% baselines run: its summarize request as a prompt of its own "
                              "(uncached), appended to the agent's request (cached), or both")
+    parser.add_argument("--trajectories", nargs="+", metavar="FILE",
+                        help="instead of a scripted workload: real runs (mini-SWE-agent .traj.json, SWE-agent .traj) "
+                             "replayed against a raw agent at a 32k window by default (bench/context_trajectories.py)")
+    parser.add_argument("--keep-recent-turns", type=int, default=defaults.keep_recent_turns)
+    parser.add_argument("--compact-growth", type=float, default=defaults.compact_growth,
+                        help="cairn also compacts above the low mark after this share of the window's growth (0: off)")
     parser.add_argument("--sweep", action="store_true",
                         help="instead of one run: cairn's marks and preview size over seeds and windows, as a table")
     args = parser.parse_args(argv)
+    if args.trajectories:
+        from context_trajectories import run_set  # noqa: PLC0415 - only this mode needs it
+
+        args.rereads = args.rereads if "--rereads" in (argv if argv is not None else sys.argv) else 0.0
+        return run_set(sys.modules[__name__], args, args.window or REAL_WINDOW)
     steps = args.steps or (REAL_STEPS if args.workload == "real-shaped" else DEFAULT_STEPS)
     window = args.window or (REAL_WINDOW if args.workload == "real-shaped" else DEFAULT_WINDOW)
     if args.sweep:
@@ -1212,6 +1302,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
                   "window; a real model would refuse it (it is counted as if accepted)")
 
     if raw is not None:
+        print()
+        print("where the tokens and the cost go:")
+        print("\n".join(table([("cairn", cairn.breakdown), ("raw, no limit", raw.breakdown)])))
         floor, parts = cost_floor(turns, raw, cfg)
         print(f"floor: any policy keeping the last {cfg.keep_recent_results} results whole pays at least "
               f"${floor:.2f} ({floor / raw.cost:.3f} of the raw agent's ${raw.cost:.2f}): the raw agent's answers and "

@@ -281,6 +281,41 @@ def test_needs_compaction_only_above_high_water() -> None:
     assert not needs_compaction(750, 1000, cfg) and needs_compaction(751, 1000, cfg)
 
 
+def test_needs_compaction_above_the_low_mark_once_the_history_grew_its_share_of_the_window() -> None:
+    cfg = ContextConfig(high_water=0.5, low_water=0.15, compact_growth=0.1)
+    assert needs_compaction(200, 1000, cfg, growth=101)
+    assert not needs_compaction(200, 1000, cfg, growth=100)  # grown too little since the last compaction
+    assert not needs_compaction(150, 1000, cfg, growth=500)  # at the low mark there is nothing to gain
+    assert not needs_compaction(200, 1000, ContextConfig(high_water=0.5, low_water=0.15, compact_growth=0), growth=900)
+
+
+def test_growth_counts_from_the_last_recorded_compaction_also_in_a_replayed_history() -> None:
+    history = make_history(10)
+    assert history.growth() == history.tokens()  # no compaction yet: all of it
+    event = run_compact(history, ContextConfig(keep_recent_results=2, low_water=0.25))
+    assert (event.replacements or event.span) and history.growth() == 0
+    history.append("e100", {"role": "assistant", "content": "next"}, step=11)
+    replayed = make_history(10)
+    replayed.apply(parse_event(dump_event(event)))
+    replayed.append("e100", {"role": "assistant", "content": "next"}, step=11)
+    assert replayed.growth() == history.growth() > 0
+    nothing = Compaction(step=12, kind="pointers", replacements={}, span=[], tokens_before=1, tokens_after=1)
+    replayed.apply(nothing)  # an event that changes nothing is not recorded, so it must not move the mark
+    assert replayed.growth() == history.growth()
+
+
+def test_a_digest_that_leaves_room_below_the_middle_of_the_marks_needs_no_summary() -> None:
+    history = make_history(30, result="y" * 400)
+
+    def summarize(messages: list[dict]) -> str:
+        raise AssertionError("no summary should be asked for")
+
+    # The recent turns alone are above the low mark: a summary could not reach it either.
+    cfg = ContextConfig(keep_recent_results=6, keep_recent_turns=6, low_water=0.1, high_water=0.6)
+    event = run_compact(history, cfg, summarize=summarize)
+    assert event.kind == "digest" and event.tokens_after <= 0.35 * window_for(make_history(30, result="y" * 400))
+
+
 def test_compaction_turns_old_results_into_pointers_oldest_first() -> None:
     history = make_history(10)
     # Marks that leave some old results whole, so the order shows.
@@ -310,7 +345,7 @@ def test_failed_result_pointer_keeps_its_error_lines() -> None:
 def test_every_pointer_resolves_to_a_saved_file_holding_the_result() -> None:
     files = Files()
     history = make_history(10)
-    run_compact(history, ContextConfig(keep_recent_results=2), files=files)
+    run_compact(history, ContextConfig(keep_recent_results=2, keep_recent_turns=4, low_water=0.25), files=files)
     pointers = [e for e in history if e.pointer]
     assert pointers
     for entry in pointers:
@@ -346,7 +381,7 @@ def test_summary_replaces_oldest_whole_turns_and_saves_numbered_file() -> None:
     files = Files()
     history = make_history(12, result="ok", say=LONG_THOUGHTS)
     # A low mark only a summary reaches: a digest of these turns would not.
-    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100, low_water=0.2)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100, low_water=0.2, high_water=0.21)
     seen: list[list[dict]] = []
     event = run_compact(history, cfg, files=files, number=3, summarize=lambda m: seen.append(m) or "Listed twice.")
     assert event.kind == "summary" and event.summary_path == "/cairn/summaries/003.md"
@@ -362,7 +397,7 @@ def test_the_summary_request_is_the_request_as_it_was_plus_one_instruction() -> 
     before = history.messages()
     prefix = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
     # A low mark only a summary reaches: a digest of these turns would not.
-    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100, low_water=0.2)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100, low_water=0.2, high_water=0.21)
     seen: list[list[dict]] = []
     event = compact(history, window=window_for(history), cfg=cfg, save=Files(), step=100, next_summary_number=1,
                     summarize=lambda m: seen.append(m) or "S.", prefix=prefix)
@@ -375,7 +410,7 @@ def test_the_summary_request_is_the_request_as_it_was_plus_one_instruction() -> 
 def test_a_history_over_the_window_is_summarized_from_its_span_alone() -> None:
     # As after the provider refused a request as too long: the history as it is cannot be sent again.
     history = make_history(12, say=LONG_THOUGHTS)
-    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100, low_water=0.25, high_water=0.26)
     seen: list[list[dict]] = []
     event = run_compact(history, cfg, window=int(history.tokens() / 0.99) // 2, summarize=lambda m: seen.append(m) or "S.")
     assert [m["role"] for m in seen[0]] == ["assistant", "tool"] * (len(event.span) // 2) + ["user"]
@@ -385,7 +420,7 @@ def test_a_history_over_the_window_is_summarized_from_its_span_alone() -> None:
 def test_every_saved_output_stays_reachable_after_a_summary() -> None:
     files = Files()
     history = make_history(12, say=LONG_THOUGHTS)
-    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100, low_water=0.25, high_water=0.26)
     # So full that pointers alone are not enough.
     event = run_compact(history, cfg, window=int(history.tokens() / 0.99) // 2, files=files, summarize=lambda m: "Sum.")
     in_context = canonical_json(history.messages())
@@ -405,7 +440,7 @@ def test_a_lone_earlier_summary_is_not_summarized_again() -> None:
 
 def test_replaying_the_compaction_event_gives_identical_messages() -> None:
     live = make_history(12, say=LONG_THOUGHTS)
-    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100, low_water=0.25, high_water=0.26)
     event = run_compact(live, cfg, window=int(live.tokens() / 0.99) // 2, summarize=lambda m: "Summary.")
     replayed = make_history(12, say=LONG_THOUGHTS)
     replayed.apply(parse_event(dump_event(event)))  # as a resume reads it back from events.jsonl
@@ -416,7 +451,7 @@ def test_replaying_the_compaction_event_gives_identical_messages() -> None:
 
 def test_applying_a_compaction_twice_changes_nothing_the_second_time() -> None:
     history = make_history(12, say=LONG_THOUGHTS)
-    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100, low_water=0.25, high_water=0.26)
     event = run_compact(history, cfg, window=int(history.tokens() / 0.99), summarize=lambda m: "Summary.")
     after = canonical_json(history.messages())
     history.apply(event)  # as the loop does when it records the event it got from compact()
@@ -487,7 +522,7 @@ def test_replaying_an_argument_pointer_compaction_gives_identical_messages_and_i
 def test_summary_file_lists_the_saved_arguments_of_its_span() -> None:
     history = make_write_history(12)
     files = Files()
-    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100, low_water=0.25, high_water=0.26)
     run_compact(history, cfg, window=int(history.tokens() / 0.99) // 3, files=files, summarize=lambda m: "S.")
     summary = files.saved["/cairn/summaries/001.md"]
     assert "step 0, tool call: /cairn/obs/0-file_write-args-call_0.txt" in summary
@@ -497,7 +532,7 @@ def test_summary_file_lists_the_saved_arguments_of_its_span() -> None:
 def test_a_summary_prefix_names_the_summary_file() -> None:
     history = make_write_history(12)
     files = Files()
-    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100, low_water=0.25, high_water=0.26)
     event = run_compact(history, cfg, window=int(history.tokens() / 0.99) // 3, files=files,
                         summarize=lambda m: "S.", summary_prefix="sub-x-")
     assert event.summary_path == "/cairn/summaries/sub-x-001.md" and event.summary_path in files.saved
@@ -550,7 +585,7 @@ def test_replaying_an_assistant_text_pointer_compaction_gives_identical_messages
 def test_summary_file_lists_the_saved_assistant_text_of_its_span() -> None:
     history = make_history(12, result="ok", say=REASONING)
     files = Files()
-    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100)
+    cfg = ContextConfig(keep_recent_results=1, keep_recent_turns=2, summary_tokens=100, low_water=0.25, high_water=0.26)
     run_compact(history, cfg, window=int(history.tokens() / 0.99) // 4, files=files, summarize=lambda m: "S.")
     summary = files.saved["/cairn/summaries/001.md"]
     assert "step 0, tool call: /cairn/obs/0-assistant-call_0.txt" in summary

@@ -125,7 +125,7 @@ def test_context_overflow_compacts_and_retries_once(tmp_path):
         turn(call("shell_exec", command="seq 401 800")),
         {"fail": "overflow"},
         done(),
-    ], settings={"context": {"keep_recent_results": 0}})
+    ], settings={"context": {"keep_recent_results": 0, "keep_recent_turns": 4, "low_water": 0.25}})
     assert out.status == "done"
     assert [c.kind for c in out.events("compaction")] == ["pointers"]
     before, after = tool_messages(out.requests[-2])[0], tool_messages(out.requests[-1])[0]

@@ -164,7 +164,7 @@ class Agent:
         tail = render_tail(todo, notices, cut, critic.tail_text(note) if note else None)
         request = self._build(tail)
         if allow_compaction and needs_compaction(self.counter.estimate(request), self.model.context_window(),
-                                                 self.cfg.context):
+                                                 self.cfg.context, round(self.state.history.growth() * self.counter.ratio)):
             self.compact(step, request)
             request = self._build(tail)
         return request

@@ -1,7 +1,9 @@
 """Compaction: making room in the context without losing anything.
 
-It runs rarely and in bulk. When a request crosses the high-water mark, one compaction brings the
-history down to the low-water mark, so the prefix cache is rebuilt once, not at every step.
+It runs in bulk, every few steps at most. When a request crosses the high-water mark, or is above the
+low-water mark after the history grew by `compact_growth` of the window since the last compaction
+(`needs_compaction`), one compaction brings the history down towards the low-water mark, so the prefix
+cache is rebuilt once for several steps, and every step between reads a small cached prefix.
 
 Three moves, cheapest first:
 
@@ -17,11 +19,13 @@ Three moves, cheapest first:
 2. If that does not reach the low-water mark, the old turns since the last summary or digest are
    folded into a digest (context/digest.py): one message, a line a step with its calls and where
    each result is, and a file with the turns as they were. No model call, nothing lost, about a
-   quarter of the tokens of the same turns as pointers; earlier digests stay as they are.
-3. If the digest does not reach it either, the oldest turns (earlier digests included) are
-   summarized by the model. The summary is saved as a file with the paths of every saved output of
-   those turns and the turns themselves, and one message holding the summary and that file's path
-   takes their place. The summary request is the agent's own request as it stands (the history
+   quarter of the tokens of the same turns as pointers; earlier digests stay as they are. The
+   digest is enough when it leaves the request below the middle of the two marks: what stays (the
+   prefix, the digests, the recent turns) may itself be above the low mark.
+3. If the digest does not leave that room (the digests have piled up), the oldest turns (earlier
+   digests included) are summarized by the model. The summary is saved as a file with the paths of
+   every saved output of those turns and the turns themselves, and one message holding the summary
+   and that file's path takes their place. The summary request is the agent's own request as it stands (the history
    not yet compacted) with the instruction appended as one user message, so the provider's prefix
    cache serves all of it but that message, as Claude Code and Codex CLI send theirs.
 
@@ -63,9 +67,17 @@ class CannotCompact(CairnError):
     """Even after compaction the request would not fit the model's window."""
 
 
-def needs_compaction(estimated_tokens: int, window: int, cfg: ContextConfig) -> bool:
-    """True when a request of `estimated_tokens` is above the high-water mark of `window`."""
-    return estimated_tokens > cfg.high_water * window
+def needs_compaction(estimated_tokens: int, window: int, cfg: ContextConfig, growth: int = 0) -> bool:
+    """True when a request of `estimated_tokens` is above the high-water mark of `window`, or above the
+    low-water mark with the history grown by more than `cfg.compact_growth` of the window (`growth`, in
+    tokens, estimated: `History.growth` times the counter's ratio) since the last compaction.
+
+    The second keeps the context near the low mark all run long: each compaction then rewrites only
+    what is above the part that stays (the digests, the recent turns), and every step between reads
+    a small cached prefix. Waiting for the high mark reads twice as much at every step for fewer, larger
+    rewrites, which costs more on real work (docs/compaction.md)."""
+    grown = cfg.compact_growth > 0 and growth > cfg.compact_growth * window
+    return estimated_tokens > (cfg.low_water if grown else cfg.high_water) * window
 
 
 def compact(
@@ -99,8 +111,8 @@ def compact(
     def estimate(raw_history_tokens: int) -> int:
         return round(overhead_tokens + raw_history_tokens * counter.ratio)
 
-    def fits(raw_history_tokens: int) -> bool:
-        return estimate(raw_history_tokens) <= cfg.low_water * window
+    def fits(raw_history_tokens: int, mark: float = cfg.low_water) -> bool:
+        return estimate(raw_history_tokens) <= mark * window
 
     entries = list(history)
     recent = _recent_results(entries, cfg.keep_recent_results)
@@ -108,15 +120,17 @@ def compact(
     protected = _protected_turns(turns, recent, cfg)
     # The calls whose results stay whole keep their arguments; only the last `keep_recent_turns`
     # turns keep the assistant's text as well (its reasoning is worth less once its step is done).
-    calls = {e.id for turn in turns[len(turns) - protected :] for e in turn if e.kind == "assistant"}
-    last = {e.id for turn in turns[len(turns) - cfg.keep_recent_turns :] for e in turn if e.kind == "assistant"}
+    calls = {e.id for turn in turns[max(0, len(turns) - protected) :] for e in turn if e.kind == "assistant"}
+    last = {e.id for turn in turns[max(0, len(turns) - cfg.keep_recent_turns) :] for e in turn if e.kind == "assistant"}
     tokens = {entry.id: entry.tokens for entry in entries}  # as they will be after the compaction
     replacements = _pointers(entries, recent | last, calls, tokens, counter, save, fits)
     total = sum(tokens.values())
 
     digest = None if fits(total) else make_digest(turns[: max(0, len(turns) - protected)], tokens, replacements, counter, summary_prefix, step)
-    # A digest when it reaches the low-water mark, else a summary; a digest still, when no summary can be made.
-    span = [] if fits(total) or (digest and fits(total - digest.removed + digest.tokens)) else (
+    # A digest when it leaves the request below the middle of the marks (the part that stays, the digests
+    # and the recent turns, may be above the low mark: a summary then would be written at every compaction),
+    # else a summary; a digest still, when no summary can be made.
+    span = [] if fits(total) or (digest and fits(total - digest.removed + digest.tokens, (cfg.low_water + cfg.high_water) / 2)) else (
         _oldest_span(turns, protected, tokens, cfg, fits))
     kind, span_ids, summary, summary_path = "pointers", [], None, None
     after = "after turning old results into pointers and summarizing old turns"
@@ -147,15 +161,10 @@ def compact(
 
     _fail_if_over(estimate(total), window, after)
     event = Compaction(
-        step=step,
-        kind=kind,
+        step=step, kind=kind, span=span_ids, summary=summary, summary_path=summary_path,
         # A message inside the span disappears into the summary or digest; its pointer lives on in the file.
         replacements={id: content for id, content in replacements.items() if id not in span_ids},
-        span=span_ids,
-        summary=summary,
-        summary_path=summary_path,
-        tokens_before=estimate(history.tokens()),
-        tokens_after=estimate(total),
+        tokens_before=estimate(history.tokens()), tokens_after=estimate(total),
     )
     history.apply(event)
     return event
@@ -164,7 +173,7 @@ def compact(
 def _recent_results(entries: list[Entry], keep: int) -> set[str]:
     """Ids of the `keep` most recent tool results: the agent is probably still working with them."""
     results = [entry.id for entry in entries if entry.kind == "tool"]
-    return set(results[len(results) - keep :]) if keep else set()
+    return set(results[max(0, len(results) - keep) :]) if keep else set()  # fewer than `keep`: all
 
 
 def _pointers(

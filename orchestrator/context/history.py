@@ -59,6 +59,7 @@ class History:
         self._entries: list[Entry] = []
         self._index: dict[str, int] = {}
         self._tokens = 0
+        self._compacted_at = 0  # raw tokens the last compaction left: what `growth` counts from
 
     def append(
         self,
@@ -110,6 +111,13 @@ class History:
             self._entries[position] = replace(entry, message=message, tokens=tokens, pointer=True)
         if event.kind in ("summary", "digest"):
             self._replace_span(event)
+        if event.replacements or event.span:  # as recorded: an event that changes nothing is not logged
+            self._compacted_at = self._tokens
+
+    def growth(self) -> int:
+        """Raw tokens the history grew by since the last compaction (since it began, before any): a
+        compaction's event sets the mark, so a history rebuilt from the events has the same growth."""
+        return self._tokens - self._compacted_at
 
     def messages(self) -> list[dict[str, Any]]:
         """Copies of the messages, in order: whatever a caller does to them, the history is unchanged.
