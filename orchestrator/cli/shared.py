@@ -37,15 +37,11 @@ def _version(value: bool) -> None:
 
 
 def version() -> str:
-    """The installed package's version (the source tree's, when run from a checkout that is not installed)."""
-    from importlib.metadata import PackageNotFoundError, version as installed
+    """cairn's version: `orchestrator.__version__`, the one place it is written (pyproject.toml reads it
+    from there, and the sandbox image carries it as its `org.cairn.version` label)."""
+    from orchestrator import __version__
 
-    try:
-        return installed("cairn-agent")
-    except PackageNotFoundError:
-        from orchestrator import __version__
-
-        return __version__
+    return __version__
 
 
 @app.callback()
