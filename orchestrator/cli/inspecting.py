@@ -44,12 +44,21 @@ def show(
     step: Optional[int] = typer.Option(None, "--step", help="Show one step whole: its messages, text, calls and whole results."),
     runs_dir: Optional[Path] = RunsDir,
     json_output: bool = JsonOut,
+    atif: bool = typer.Option(False, "--atif", help="The run as one ATIF trajectory (Harbor's trajectory format), "
+                                                    "one JSON document on stdout."),
 ) -> None:
     """The timeline of a run (with the messages it got, and why it ended), or one step whole."""
     from orchestrator.inspect.timeline import check_line, critic_line, one_line, step_lines, step_text, timeline, walk
     from orchestrator.terminal import page
 
     run_dir = _find(runs_dir, run_ref)
+    if atif:
+        if step is not None:
+            raise UsageError("--atif gives the whole run as one trajectory; it takes no --step")
+        from orchestrator.integrations.atif import trajectory
+
+        _print_json(_readable(run_dir, lambda: trajectory(run_dir)))
+        return
     walked = _readable(run_dir, lambda: walk(run_dir))
     doc = timeline(run_dir, walked)
     if step is not None:
