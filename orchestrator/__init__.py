@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"  # the one place: pyproject.toml, `cairn --version` and the image label read it
+from orchestrator.version import __version__
+
 __all__ = ["Agent", "RunResult", "resume", "run"]
 
 if TYPE_CHECKING:

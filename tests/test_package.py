@@ -126,4 +126,4 @@ def test_the_version_is_written_once() -> None:
     pyproject = (REPO / "pyproject.toml").read_text()
     assert 'dynamic = ["version"]' in pyproject and "\nversion =" not in pyproject.split("[tool.setuptools.dynamic]")[0]
     written = [path for path in (REPO / "orchestrator").rglob("*.py") if "__version__ = " in path.read_text()]
-    assert written == [REPO / "orchestrator/__init__.py"]
+    assert written == [REPO / "orchestrator/version.py"]

@@ -37,9 +37,8 @@ def _version(value: bool) -> None:
 
 
 def version() -> str:
-    """cairn's version: `orchestrator.__version__`, the one place it is written (pyproject.toml reads it
-    from there, and the sandbox image carries it as its `org.cairn.version` label)."""
-    from orchestrator import __version__
+    """cairn's version (orchestrator/version.py, the one place it is written)."""
+    from orchestrator.version import __version__
 
     return __version__
 

@@ -31,9 +31,9 @@ import docker
 import docker.errors
 from docker.utils import parse_repository_tag
 
-from orchestrator import __version__
 from orchestrator.errors import SandboxError, first_line
 from orchestrator.sandbox.engine import connect
+from orchestrator.version import __version__
 
 Progress = Callable[[str], None]
 

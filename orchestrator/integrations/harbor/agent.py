@@ -30,8 +30,8 @@ from harbor.agents.capabilities import AgentCapabilities
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
-from orchestrator import __version__
 from orchestrator.errors import CairnError, UsageError
+from orchestrator.version import __version__
 
 TRAJECTORY = "trajectory.json"
 STOPPED_BY = "Harbor (the trial's timeout or cancellation)"
