@@ -186,6 +186,11 @@ def test_the_scripted_solution_scores_1_and_harbor_gets_the_tokens_trajectory_an
     run_files = [p for p in (trial.agent_dir / shown["id"]).rglob("*") if p.is_file() and ".git" not in p.parts]
     assert not [p for p in run_files if SECRET.encode() in p.read_bytes()]
     assert SECRET not in (trial.agent_dir / "trajectory.json").read_text()
+    # The run's workspace followed the task's work directory: `cairn diff` shows what each step changed.
+    diff = subprocess.run([str(REPO / ".venv" / "bin" / "cairn"), "diff", shown["id"], "--step", "2", "--stat",
+                           "--runs-dir", str(trial.agent_dir)], capture_output=True, text=True)
+    assert diff.returncode == 0 and "answer.txt" in diff.stdout and "notes.md" not in diff.stdout, diff
+    assert (trial.agent_dir / shown["id"] / "workspace" / "answer.txt").read_text() == "42\n"
     # The trajectory is valid ATIF to Harbor, and its totals are the run's.
     atif = _validate_atif(trial.agent_dir / "trajectory.json")
     assert atif["final_metrics"]["total_prompt_tokens"] == served["prompt"]

@@ -108,12 +108,17 @@ class CairnAgent(BaseAgent):
         from orchestrator.store.runs import RunDir
 
         run = self.run_dir = RunDir.create(private, {"task": instruction, "status": "running",
-                                                     "config": cfg.model_dump(mode="json"),
-                                                     "harbor": {"environment": type(environment).__name__}})
-        start_log(run, instruction, cfg)
+                                                     "config": cfg.model_dump(mode="json")})
         sandbox = self._sandbox = HarborSandbox(environment, loop, cfg.sandbox, run.cairn_dir)
         session = None
         try:
+            # Started before the log, so the step-0 checkpoint holds the work directory as the task gave it.
+            sandbox.start()
+            unfollowed = sandbox.follow_workspace(run.workspace)
+            run.update_meta(harbor={"environment": type(environment).__name__, "workdir": cfg.sandbox.workdir,
+                                    "workspace_follows_workdir": unfollowed is None,
+                                    **({"workspace_note": unfollowed} if unfollowed else {})})
+            start_log(run, instruction, cfg)
             with Session(run, cfg, _Sink(None), sandbox=sandbox) as session:
                 self._loop_agent = session.agent
                 if sandbox.cancelled:
@@ -121,6 +126,7 @@ class CairnAgent(BaseAgent):
                 return session.go()
         except CairnError as exc:
             if session is None:
+                sandbox.stop()
                 mark_failed(run, exc.message)  # a run whose sandbox never started says why in its log
             raise
 

@@ -7,6 +7,10 @@ client: one round trip, and the shell's state, terminal sessions and the call jo
 without a Python 3.9+ gets one carried in: this host's own Python with the libraries it needs and its
 loader (python_volume.py's fill script, run here), uploaded once per trial to /opt/cairn-python.
 
+The run's workspace/ on the host follows the work directory when it is small (under WORKSPACE_LIMIT):
+it is brought back before each checkpoint, so `cairn diff` shows what each step changed there. A bigger
+one is left where it is; run.json says so.
+
 Harbor's environment is asyncio; cairn's loop runs in a thread of its own. Each op is handed to the
 event loop (`run_coroutine_threadsafe`) and waited for in the loop's thread; `cancel()` cancels the ops
 in flight, so a trial's timeout never waits on a long command.
@@ -19,8 +23,10 @@ import base64
 import concurrent.futures
 import hashlib
 import json
+import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -41,6 +47,7 @@ SOCKET = "/tmp/cairn-toolbox.sock"
 MAX_ARGUMENT = 96 * 1024  # a request longer than this goes as a file (Linux caps one argument at 128 KiB)
 SETUP_SECONDS = 600  # uploading a carried Python to a remote environment takes a while
 STOP_SECONDS = 30
+WORKSPACE_LIMIT = (20 * 2**20, 2000)  # bytes and files of a work directory brought back at each checkpoint
 
 
 class HarborSandbox:
@@ -61,6 +68,7 @@ class HarborSandbox:
         self._pending: set[concurrent.futures.Future] = set()
         self._lock = threading.Lock()
         self._cancelled = False
+        self.workspace: Path | None = None  # the run's workspace/, when it follows the work directory
 
     @property
     def network_enabled(self) -> bool:
@@ -176,8 +184,32 @@ class HarborSandbox:
         except SandboxError:
             return None
 
+    def follow_workspace(self, workspace: Path) -> str | None:
+        """Make `workspace` (the run's, on the host) a copy of the work directory, kept up to date before
+        each checkpoint, if the work directory is small; else return why it is not followed."""
+        workdir = shlex.quote(self.cfg.workdir)
+        counted = self._exec(f"cd {workdir} && find . -xdev -type f | wc -l && du -skx . | cut -f1", 120)
+        numbers = (counted.stdout or "").split()
+        if counted.return_code != 0 or len(numbers) != 2 or not all(n.isdigit() for n in numbers):
+            return f"cannot measure {self.cfg.workdir}: {_last_line(counted.stderr) or 'no answer'}"
+        files, size = int(numbers[0]), int(numbers[1]) * 1024
+        if size > WORKSPACE_LIMIT[0] or files > WORKSPACE_LIMIT[1]:
+            return (f"{self.cfg.workdir} holds {files} files, {size / 2**20:.0f} MiB: more than is brought back "
+                    f"at each step ({WORKSPACE_LIMIT[1]} files, {WORKSPACE_LIMIT[0] // 2**20} MiB)")
+        self.workspace = workspace
+        self._bring_back_workspace()
+        return None
+
     def give_back_files(self) -> list[str]:
-        return []  # nothing of the host is mounted into a Harbor environment
+        """Before a checkpoint: the work directory comes back to the run's workspace/ (when it follows it)."""
+        if self.workspace is not None and self._started and not self._cancelled:
+            self._bring_back_workspace()
+        return []
+
+    def _bring_back_workspace(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="cairn-harbor-workdir-") as copy:
+            self._await(self.environment.download_dir(self.cfg.workdir, copy), SETUP_SECONDS)
+            _mirror(Path(copy), self.workspace)
 
     def disk_usage(self) -> int | None:
         return None  # Harbor's environments do not say
@@ -259,6 +291,27 @@ def carried_python(cache: Path | None = None) -> Path:
             archive.add(Path(dest) / "python", arcname="python")
         partial.replace(tar)
     return tar
+
+
+def _mirror(source: Path, target: Path) -> None:
+    """Make `target` hold what `source` holds: regular files, folders and symbolic links (as links, never
+    followed); anything else (a FIFO, a device) is left out."""
+    for entry in list(target.iterdir()):
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    for folder, dirs, files in os.walk(source):
+        here = target / Path(folder).relative_to(source)
+        for name in dirs + files:
+            path, copy = Path(folder) / name, here / name
+            if path.is_symlink():
+                copy.symlink_to(os.readlink(path))
+            elif path.is_dir():
+                copy.mkdir()
+            elif path.is_file():
+                shutil.copy2(path, copy)
+        dirs[:] = [name for name in dirs if not (Path(folder) / name).is_symlink()]
 
 
 def _last_line(text: str | None) -> str:
