@@ -204,6 +204,8 @@ def test_a_no_op_scores_0(harbor, tmp_path, sandbox_image):
     assert trial.reward == 0.0
     assert trial.show()["status"] == "done"
     _validate_atif(trial.agent_dir / "trajectory.json")
+    # The model is told where it is: the task's container, not cairn's own sandbox.
+    assert "run by Harbor" in json.dumps(trial.requests[0]["messages"][0])
 
 
 @pytest.mark.docker

@@ -35,6 +35,11 @@ from orchestrator.version import __version__
 
 TRAJECTORY = "trajectory.json"
 STOPPED_BY = "Harbor (the trial's timeout or cancellation)"
+# What the model is told must be true: here the sandbox is the task's container, not cairn's own.
+HARBOR_PROMPT = ("In this run the sandbox is the task's own container, run by Harbor; this replaces what is said "
+                 "above about the user and the filesystem: commands run as the container's user, as the task set "
+                 "it up, the filesystem is writable where that user may write, and the network is what the task "
+                 "allows. After task_done, the task's own tests check the container.")
 
 
 class CairnAgent(BaseAgent):
@@ -67,6 +72,7 @@ class CairnAgent(BaseAgent):
         workdir = (await environment.exec("pwd")).stdout
         cfg.sandbox.workdir = (workdir or "/").strip() or "/"
         cfg.sandbox.network = "bridge"  # the task's environment decides what it can reach, not cairn
+        cfg.system_prompt_extra = "\n".join(filter(None, [HARBOR_PROMPT, cfg.system_prompt_extra]))
         private = Path(tempfile.mkdtemp(prefix="cairn-harbor-"))
         done = asyncio.get_running_loop().create_future()
         worker = threading.Thread(target=self._drive, args=(instruction, cfg, environment, private, done),
