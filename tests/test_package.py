@@ -28,17 +28,20 @@ PACKAGE_DATA = [
 ]
 
 
-def _build(kind: str, out: Path) -> Path:
-    done = subprocess.run([sys.executable, "-m", "build", f"--{kind}", "--outdir", str(out), str(REPO)],
-                          capture_output=True, text=True)
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`python -m build` as a release makes them: the sdist, then the wheel built from the sdist alone
+    (so the wheel cannot take anything from the checkout that the sdist lacks)."""
+    pytest.importorskip("build", reason="python -m build needs the `build` package (the test extra)")
+    out = tmp_path_factory.mktemp("dist")
+    done = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return next(out.iterdir())
+    return out
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("build", reason="python -m build needs the `build` package (the test extra)")
-    return _build("wheel", tmp_path_factory.mktemp("dist"))
+def wheel(dist: Path) -> Path:
+    return next(dist.glob("*.whl"))
 
 
 def test_the_wheel_carries_the_package_data_and_the_one_version(wheel: Path) -> None:
@@ -48,11 +51,10 @@ def test_the_wheel_carries_the_package_data_and_the_one_version(wheel: Path) -> 
     assert not any(name.startswith(("sandbox_image/", "workspace_templates/", "tests/")) for name in names)
 
 
-def test_the_sdist_carries_the_package_data(tmp_path: Path) -> None:
-    pytest.importorskip("build", reason="python -m build needs the `build` package (the test extra)")
+def test_the_sdist_carries_the_package_data(dist: Path) -> None:
     import tarfile
 
-    sdist = _build("sdist", tmp_path)
+    sdist = next(dist.glob("*.tar.gz"))
     top = f"cairn_agent-{orchestrator.__version__}"
     names = set(tarfile.open(sdist).getnames())
     assert [name for name in PACKAGE_DATA if f"{top}/{name}" not in names] == []
