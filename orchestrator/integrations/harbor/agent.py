@@ -82,7 +82,7 @@ class CairnAgent(BaseAgent):
             await asyncio.shield(done)
         except asyncio.CancelledError:
             self._stop_between_actions()
-            while worker.is_alive():  # the thread ends after its current action; it is never left running
+            while not done.done():  # the run ends after its current action; its thread is never left running
                 try:
                     await asyncio.shield(done)
                 except asyncio.CancelledError:
@@ -91,6 +91,7 @@ class CairnAgent(BaseAgent):
                     break
             raise
         finally:
+            worker.join()  # past its last line once `done` is settled
             self._finish(context, private)
 
     # -- the run, in its own thread ---------------------------------------------------------------
@@ -111,6 +112,7 @@ class CairnAgent(BaseAgent):
         from orchestrator.integrations.harbor.sandbox import HarborSandbox
         from orchestrator.new_run import start_log
         from orchestrator.runner import Session, mark_failed
+        from orchestrator.store import events as ev
         from orchestrator.store.runs import RunDir
 
         run = self.run_dir = RunDir.create(private, {"task": instruction, "status": "running",
@@ -133,7 +135,11 @@ class CairnAgent(BaseAgent):
         except CairnError as exc:
             if session is None:
                 sandbox.stop()
-                mark_failed(run, exc.message)  # a run whose sandbox never started says why in its log
+                if sandbox.cancelled:  # Harbor stopped the trial before the loop began: nothing failed
+                    run.events.append(ev.StatusChanged(status="interrupted", reason=f"stopped by {STOPPED_BY}"))
+                    run.update_meta(status="interrupted", result=None)
+                else:
+                    mark_failed(run, exc.message)  # a run whose sandbox never started says why in its log
             raise
 
     def _stop_between_actions(self) -> None:

@@ -116,12 +116,11 @@ class HarborSandbox:
         if not self._started:
             return
         self._started = 0
-        self._cancelled = False  # the stop's own two execs run even after a cancellation
-        try:
+        try:  # even after a cancellation: these two are quick, and the run's files need the second
             # The relay's end closes the toolbox's stdin: the toolbox ends with it.
-            self._exec(f"kill $(cat {SOCKET}.pid) 2>/dev/null; true", STOP_SECONDS)
+            self._exec(f"kill $(cat {SOCKET}.pid) 2>/dev/null; true", STOP_SECONDS, force=True)
             self.cairn_dir.mkdir(parents=True, exist_ok=True)
-            self._await(self.environment.download_dir(CAIRN_DIR, self.cairn_dir), SETUP_SECONDS)
+            self._await(self.environment.download_dir(CAIRN_DIR, self.cairn_dir), SETUP_SECONDS, force=True)
         except (SandboxError, OSError):
             pass  # an environment that is gone has no toolbox left, and nothing to bring back
 
@@ -244,13 +243,15 @@ class HarborSandbox:
 
     # -- the bridge to Harbor's event loop --------------------------------------------------------
 
-    def _exec(self, command: str, timeout: float, user: str | None = None) -> Any:  # noqa: ANN401
+    def _exec(self, command: str, timeout: float, user: str | None = None, force: bool = False) -> Any:  # noqa: ANN401
         """One `exec` in the environment (Harbor adds its own variables; cairn passes none: no key
         of the host's ever goes this way)."""
-        return self._await(self.environment.exec(command, timeout_sec=int(timeout) + 1, user=user), timeout + 30)
+        return self._await(self.environment.exec(command, timeout_sec=int(timeout) + 1, user=user), timeout + 30,
+                           force)
 
-    def _await(self, coroutine: Coroutine, timeout: float) -> Any:  # noqa: ANN401
-        if self._cancelled:
+    def _await(self, coroutine: Coroutine, timeout: float, force: bool = False) -> Any:  # noqa: ANN401
+        """The coroutine's result, run on Harbor's event loop; after a cancellation only a `force`d one runs."""
+        if self._cancelled and not force:
             coroutine.close()
             raise SandboxError("the trial was cancelled")
         future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
