@@ -104,7 +104,8 @@ class Agent:
         self.take_messages(step)
         check_budget(self.cfg.limits, self.state.totals, step)
         reply = self.ask_model(step)
-        self.emit(ev.AssistantMessage(step=step, message=reply.message))
+        self.emit(ev.AssistantMessage(step=step, message=reply.message,
+                                      **({"reasoning": reply.reasoning} if reply.reasoning else {})))
         if not reply.tool_calls:
             raise Finished("stopped", "the model answered without a tool call", result=reply.message.get("content"))
         self.end_step(step, self.run_tools(reply.tool_calls, step))

@@ -39,10 +39,10 @@ def play(tmp_path: Path, turns: list[dict[str, Any]], task: str = "test task", s
 
 
 def resume(outcome: Outcome, message: str | None = None, turns: list[dict[str, Any]] | None = None,
-           tmp_path: Path | None = None) -> Outcome:
+           tmp_path: Path | None = None, script_extra: dict | None = None) -> Outcome:
     """Resumes the run (as `cairn resume` does: its journal read, its open calls closed) with a new script."""
     cfg = load_config(outcome.run)
-    model = ScriptedModel({"turns": turns or []}, context_window=cfg.model.context_window)
+    model = ScriptedModel({"turns": turns or [], **(script_extra or {})}, context_window=cfg.model.context_window)
     sandbox = LocalSandbox(cfg=cfg.sandbox)
     agent = Agent(model, sandbox, runs_dir=outcome.run.root.parent)
     agent.run_dir = outcome.run

@@ -93,6 +93,31 @@ def test_non_streaming_answer_gives_the_same_message_as_streaming(scripted):
     assert whole.usage.prompt_tokens == streamed.usage.prompt_tokens > 0
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_models_reasoning_comes_back_beside_the_message_never_in_it(scripted, stream):
+    thinking = "The workspace may be empty; listing it costs nothing. " * 3
+    llm = scripted([{"reasoning": thinking, "content": "Listing.", "tool_calls": [{"name": "shell_exec",
+                                                                                  "arguments": {"command": "ls"}}]}],
+                   stream=stream)
+    reply = llm.complete([SYSTEM, TASK], TOOLS)
+    assert reply.reasoning == thinking
+    assert reply.message["content"] == "Listing." and "reasoning_content" not in reply.message  # never sent back
+    assert scripted([{"content": "Listing."}], stream=stream).complete([SYSTEM, TASK], TOOLS).reasoning is None
+
+
+def test_the_reasoning_of_a_direct_request_comes_back_too():
+    from orchestrator.llm.scripted import ScriptedServer
+
+    server = ScriptedServer({"turns": [{"reasoning": "Think first.", "content": "Done thinking."}]})
+    try:
+        llm = LLM(ModelConfig(model="openai/scripted", api_base=server.start()))
+        assert llm._direct is not None  # sent without litellm (orchestrator/llm/openai_compat.py)
+        reply = llm.complete([SYSTEM, TASK], TOOLS)
+    finally:
+        server.stop()
+    assert (reply.reasoning, reply.message["content"]) == ("Think first.", "Done thinking.")
+
+
 def test_text_only_answer_has_no_tool_calls_key(scripted):
     reply = scripted([{"content": "Nothing to do."}]).complete([SYSTEM, TASK], TOOLS)
     assert "tool_calls" not in reply.message

@@ -47,7 +47,8 @@ def show(
     atif: bool = typer.Option(False, "--atif", help="The run as one ATIF trajectory (Harbor's trajectory format), "
                                                     "one JSON document on stdout."),
 ) -> None:
-    """The timeline of a run (with the messages it got, and why it ended), or one step whole."""
+    """The timeline of a run (with the messages it got, and why it ended), or one step whole; with --atif,
+    the run as one ATIF trajectory (docs/atif.md)."""
     from orchestrator.inspect.timeline import check_line, critic_line, one_line, step_lines, step_text, timeline, walk
     from orchestrator.terminal import page
 

@@ -101,6 +101,13 @@ def walk(run: RunDir) -> dict[str, Any]:
             calls[e.call_id].update(output=e.output or e.content, error=e.error, offloaded_to=e.offloaded_to,
                                     finished=True, duration_ms=e.duration_ms, child=getattr(e, "child", None))
         elif isinstance(e, ev.Compaction):
+            if e.usage:  # a summary's request counts in the run's totals, as in run.json (store/replay.py)
+                for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+                    usage[key] += e.usage.get(key, 0) or 0
+                if e.usage.get("cost_usd") is None:
+                    cost_known = False
+                else:
+                    usage["cost_usd"] += e.usage["cost_usd"]
             compactions.append({"step": e.step, "kind": e.kind, "tokens_before": e.tokens_before,
                                 "tokens_after": e.tokens_after, "summary_path": e.summary_path})
         elif isinstance(e, ev.Notice):

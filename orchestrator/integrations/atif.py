@@ -65,6 +65,8 @@ def _tally() -> dict[str, Any]:
 
 
 def _add(tally: dict[str, Any], usage: dict[str, Any], requests: int = 1) -> None:
+    """Adds one request's usage (or a sub-agent's sum of `requests`) to a tally; its cost stays None once
+    one request's price was unknown."""
     tally["requests"] += requests
     for key in USAGE_KEYS:
         tally[key] += usage.get(key, 0) or 0
@@ -99,13 +101,16 @@ class _Export:
         self.events, self.torn = run.events.read()
         cfg = safe_config(self.meta, run.id)
         self.model = cfg.model.model
-        self.replay = RunState(cfg.context, TokenCounter())
+        # Only a compaction's step needs the context replayed (its messages are counted: tokenizing costs)
+        compacted = any(isinstance(e, ev.Compaction) for e in self.events)
+        self.replay = RunState(cfg.context, TokenCounter()) if compacted else None
         self.steps: list[dict[str, Any]] = []
         self.calls: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # call id -> (its step, its call)
         self.approvals: dict[str, dict[str, Any]] = {}  # call id -> question and answer, until the call starts
         self.subagents: list[dict[str, Any]] = []
         self.tools: list[dict[str, Any]] = []
         self.own, self.delegated, self.critic, self.summaries = _tally(), _tally(), _tally(), _tally()
+        self.total = _tally()  # all of them in the log's order: the sum `cairn show --json` makes, to the last bit
         self.status, self.result = self.meta.get("status", "running"), self.meta.get("result")
         self.index = 0
         self.task = self.meta.get("task", "")
@@ -116,7 +121,8 @@ class _Export:
 
     def document(self) -> dict[str, Any]:
         for self.index, e in enumerate(self.events):
-            self.replay.apply(e)  # first: a compaction's step shows the context as it is after it
+            if self.replay is not None:
+                self.replay.apply(e)  # first: a compaction's step shows the context as it is after it
             handler = getattr(self, "_on_" + e.type, None)
             if handler is not None:
                 handler(e)
@@ -159,9 +165,9 @@ class _Export:
 
     def _on_model_request(self, e: ev.ModelRequest) -> None:
         if getattr(e, "child", None) is not None:  # a sub-agent's summed usage: its trajectory has the steps
-            _add(self.delegated, e.usage, int(e.usage.get("requests", 1) or 1))
+            self._spend(self.delegated, e.usage, int(e.usage.get("requests", 1) or 1))
             return
-        _add(self.own, e.usage)
+        self._spend(self.own, e.usage)
         fields: dict[str, Any] = {"llm_call_count": 1, "metrics": _metrics(e.usage, e),
                                   "extra": {"cairn": {"step": e.step}}}
         if e.model != self.model:
@@ -226,6 +232,10 @@ class _Export:
                 result["subagent_trajectory_ref"] = [ref]
         step.setdefault("observation", {"results": []})["results"].append(result)
 
+    def _spend(self, share: dict[str, Any], usage: dict[str, Any], requests: int = 1) -> None:
+        _add(share, usage, requests)
+        _add(self.total, usage, requests)
+
     def _subagent(self, call_id: str, info: dict[str, Any] | None) -> dict[str, Any] | None:
         child = open_child(self.run, call_id, info)
         if child is None:
@@ -236,9 +246,11 @@ class _Export:
 
     def _on_compaction(self, e: ev.Compaction) -> None:
         if e.usage:
-            _add(self.summaries, e.usage)
-        context = [{"role": "system", "content": self.replay.system_prompt},
-                   {"role": "user", "content": self.replay.task}, *self.replay.history.messages()]
+            self._spend(self.summaries, e.usage)
+        replay = self.replay
+        assert replay is not None  # made whenever the log holds a compaction
+        context = [{"role": "system", "content": replay.system_prompt},
+                   {"role": "user", "content": replay.task}, *replay.history.messages()]
         what = {"pointers": "old tool results and long arguments became pointers to the files holding them",
                 "digest": "old turns were folded into a digest, a line a step, saved whole",
                 "summary": "old turns were summarized by the model, saved whole"}.get(e.kind, e.kind)
@@ -253,7 +265,7 @@ class _Export:
                    extra={"context_management": management, "cairn": cairn})
 
     def _on_critic_note(self, e: ev.CriticNote) -> None:
-        _add(self.critic, e.usage)
+        self._spend(self.critic, e.usage)
         self._step("system", e.text, e.ts, extra={"cairn": _drop_none({"source": "critic", "step": e.step,
                                                                        "model": e.model, "path": e.path,
                                                                        "usage": e.usage})})
@@ -281,11 +293,10 @@ class _Export:
 
     def _final_metrics(self) -> dict[str, Any]:
         parts = {"agent": self.own, "subagents": self.delegated, "critic": self.critic, "summaries": self.summaries}
-        total = {key: sum(p[key] for p in parts.values()) for key in USAGE_KEYS}
-        costs = [p["cost_usd"] for p in parts.values() if p["requests"]]
-        cost = None if any(c is None for c in costs) else round(sum(costs), 6)
-        extra = {name: {**p, "cost_usd": None if p["cost_usd"] is None else round(p["cost_usd"], 6)}
-                 for name, p in parts.items()}
+        total = self.total
+        cost = None if total["cost_usd"] is None else round(total["cost_usd"], 6)
+        extra: dict[str, Any] = {name: {**p, "cost_usd": None if p["cost_usd"] is None else round(p["cost_usd"], 6)}
+                                 for name, p in parts.items() if p["requests"] or name == "agent"}
         extra["cache_hit_ratio"] = round(total["cached_tokens"] / total["prompt_tokens"], 4) if total["prompt_tokens"] else 0.0
         return _drop_none({"total_prompt_tokens": total["prompt_tokens"],
                            "total_completion_tokens": total["completion_tokens"],

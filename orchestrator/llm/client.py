@@ -198,6 +198,7 @@ class LLM:
             usage=answer.usage(cost, latency_s=time.monotonic() - started),
             finish_reason=answer.finish_reason,
             retries=sum(retried.values()),
+            reasoning=answer.reasoning or None,
         )
 
     def _request(
@@ -311,6 +312,7 @@ class _Answer:
     """One answer assembled from a stream's chunks, or from a whole response (one chunk, so to speak)."""
 
     content: str = ""
+    reasoning: str = ""  # litellm's `reasoning_content` (Anthropic's thinking, DeepSeek's, vLLM's parsers)
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str | None = None
     raw_usage: object | None = None  # litellm's Usage, kept for litellm's cost calculation
@@ -321,6 +323,9 @@ class _Answer:
             self.finish_reason = choice.finish_reason or self.finish_reason
             # A stream's chunk carries a delta; a whole response, the message (its calls without an index).
             delta = getattr(choice, "delta", None) or choice.message
+            thought = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+            if isinstance(thought, str):  # what some servers send directly as `reasoning`
+                self.reasoning += thought
             if delta.content:
                 self.content += delta.content
                 if on_text is not None:

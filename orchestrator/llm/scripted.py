@@ -3,7 +3,8 @@
 cairn reaches it through litellm like any other provider (`openai/scripted` at this server's URL),
 so tests and demos run the real client code: streaming, retries, usage and cost. The script format
 and the turn semantics are in CONTRACTS.md ("The scripted model"); in short, each request consumes
-the next turn, and a turn is an answer (`content`, `tool_calls`) or a failure (`fail`).
+the next turn, and a turn is an answer (`content`, `tool_calls`, and `reasoning`: the model's thinking,
+sent as `reasoning_content` as litellm gives a reasoning model's) or a failure (`fail`).
 
 Usage is reported like a provider with automatic prefix caching, so cache hit ratios can be tested:
 `prompt_tokens` counts the request, and `cached_tokens` is the longest prefix, in 128-token blocks
@@ -176,9 +177,10 @@ class ScriptedServer:
             cached = self._cache.lookup(tokens)
             self._cache.store(tokens)
         content, tool_calls = _answer(f"{self.id_prefix}_{index}", turn)
+        reasoning = turn.get("reasoning") or ""
         usage = {
             "prompt_tokens": len(tokens),
-            "completion_tokens": _count_answer(content, tool_calls),
+            "completion_tokens": _count_answer(reasoning + content, tool_calls),
             "prompt_tokens_details": {"cached_tokens": cached},
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
@@ -186,11 +188,13 @@ class ScriptedServer:
         finish = "tool_calls" if tool_calls else "stop"
         if not body.get("stream"):
             message = {"role": "assistant", "content": content or None}
+            if reasoning:
+                message["reasoning_content"] = reasoning
             if tool_calls:
                 message["tool_calls"] = tool_calls
             choice = {"index": 0, "message": message, "finish_reason": finish}
             return Response(body=_envelope(answer_id, "chat.completion", choices=[choice], usage=usage))
-        chunks = _stream_chunks(answer_id, content, tool_calls, finish)
+        chunks = _stream_chunks(answer_id, content, tool_calls, finish, reasoning)
         if (body.get("stream_options") or {}).get("include_usage"):
             chunks.append(_envelope(answer_id, "chat.completion.chunk", choices=[], usage=usage))
         return Response(chunks=chunks)
@@ -248,12 +252,13 @@ def _envelope(answer_id: str, kind: str, **fields: object) -> dict:
     return {"id": answer_id, "object": kind, "created": int(time.time()), "model": "scripted", **fields}
 
 
-def _stream_chunks(answer_id: str, content: str, tool_calls: list[dict], finish: str) -> list[dict]:
+def _stream_chunks(answer_id: str, content: str, tool_calls: list[dict], finish: str, reasoning: str = "") -> list[dict]:
     def chunk(delta: dict, finish_reason: str | None = None) -> dict:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
         return _envelope(answer_id, "chat.completion.chunk", choices=[choice])
 
     chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"reasoning_content": piece}) for piece in _pieces(reasoning)]  # as litellm streams thinking
     chunks += [chunk({"content": piece}) for piece in _pieces(content)]
     for i, call in enumerate(tool_calls):
         function = {"name": call["function"]["name"], "arguments": ""}

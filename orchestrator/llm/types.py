@@ -34,6 +34,8 @@ class Reply(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     finish_reason: str | None = None
     retries: int = Field(0, description="Failed attempts before this answer (rate limits, timeouts, 5xx).")
+    reasoning: str | None = Field(None, description="The model's reasoning, where the provider gave it "
+                                                    "(`reasoning_content`): recorded, never sent back.")
 
 
 class ModelError(CairnError):

@@ -77,7 +77,7 @@ class ScriptedModel:
                       cached_tokens=(raw.get("prompt_tokens_details") or {}).get("cached_tokens", 0),
                       completion_tokens=raw.get("completion_tokens", 0), cost_usd=self._cost(raw))
         return Reply(message=assistant_message(content, calls), tool_calls=calls, usage=usage,
-                     finish_reason=choice.get("finish_reason"))
+                     finish_reason=choice.get("finish_reason"), reasoning=message.get("reasoning_content") or None)
 
     def _cost(self, usage: dict[str, Any]) -> float | None:
         """USD from the script's `pricing` (per token: `input`, `output`, `cached_input`), as litellm prices
