@@ -101,6 +101,9 @@ def test_installed_from_the_wheel_outside_any_clone_cairn_builds_checks_and_runs
     assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
     shown = json.loads(cairn("show", "@last", "--json").stdout)
     assert shown["status"] == "done"
+    report = cairn("report", shown["id"], "-o", str(tmp_path / "report.html"))
+    assert report.returncode == 0, report.stderr
+    assert "<script>" in (tmp_path / "report.html").read_text()
 
     # The run's sandbox had the installed package's toolbox mounted, not a checkout's.
     import docker
