@@ -36,12 +36,9 @@ RUN apt-get update \
 WORKDIR /opt/cairn
 COPY pyproject.toml README.md ./
 COPY orchestrator/ orchestrator/
-COPY sandbox_image/ sandbox_image/
-COPY workspace_templates/ workspace_templates/
 
-# Editable, because cairn finds sandbox_image/ and workspace_templates/ beside its package directory,
-# which a plain install into site-packages would leave behind.
-RUN pip install --no-cache-dir -e .
+# A plain install: the toolbox, the sandbox's Dockerfile and the templates are package data.
+RUN pip install --no-cache-dir .
 
 # litellm would otherwise fetch its model price list from the internet every time it is imported.
 ENV LITELLM_LOCAL_MODEL_COST_MAP=True

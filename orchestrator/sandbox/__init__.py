@@ -258,24 +258,7 @@ class Sandbox:
         self.stop()
 
     def _with_defaults(self, op: str, args: dict) -> tuple[dict, float]:
-        """The op's arguments with the config's defaults filled in, and how long the host waits for it."""
-        if op == "shell":
-            timeout = args.get("timeout")
-            if timeout is None or (isinstance(timeout, (int, float)) and not isinstance(timeout, bool)):
-                timeout = self.cfg.shell_timeout(timeout)
-                args = {**args, "timeout": timeout}
-            else:  # not a number: the toolbox refuses it with a clear message
-                timeout = self.cfg.command_timeout
-            args = {"inline_bytes": self.cfg.inline_output_bytes,
-                    "max_file_bytes": self.cfg.max_output_file_bytes, **args}
-            return args, timeout + HOST_GRACE_SECONDS
-        if op == "fetch":
-            return args, FETCH_SECONDS + HOST_GRACE_SECONDS
-        if op in ("session_start", "session_send"):  # the toolbox answers after `wait` at the latest
-            wait = args.get("wait")
-            numeric = isinstance(wait, (int, float)) and not isinstance(wait, bool)
-            return args, (float(wait) if numeric else DEFAULT_OP_SECONDS) + HOST_GRACE_SECONDS
-        return args, DEFAULT_OP_SECONDS
+        return with_defaults(self.cfg, op, args)
 
     def _restart(self, reason: str) -> str:
         if self.toolbox is not None:
@@ -302,3 +285,24 @@ class Sandbox:
         if state.get("Status") != "running":
             return f"the sandbox container stopped ({state.get('Status')}, exit code {state.get('ExitCode')})"
         return f"the toolbox process died ({detail or 'no detail'})"
+
+
+def with_defaults(cfg: SandboxConfig, op: str, args: dict) -> tuple[dict, float]:
+    """The op's arguments with the config's defaults filled in, and how long the host waits for it (every
+    backend of the toolbox: this one, and Harbor's in orchestrator/integrations/harbor)."""
+    if op == "shell":
+        timeout = args.get("timeout")
+        if timeout is None or (isinstance(timeout, (int, float)) and not isinstance(timeout, bool)):
+            timeout = cfg.shell_timeout(timeout)
+            args = {**args, "timeout": timeout}
+        else:  # not a number: the toolbox refuses it with a clear message
+            timeout = cfg.command_timeout
+        args = {"inline_bytes": cfg.inline_output_bytes, "max_file_bytes": cfg.max_output_file_bytes, **args}
+        return args, timeout + HOST_GRACE_SECONDS
+    if op == "fetch":
+        return args, FETCH_SECONDS + HOST_GRACE_SECONDS
+    if op in ("session_start", "session_send"):  # the toolbox answers after `wait` at the latest
+        wait = args.get("wait")
+        numeric = isinstance(wait, (int, float)) and not isinstance(wait, bool)
+        return args, (float(wait) if numeric else DEFAULT_OP_SECONDS) + HOST_GRACE_SECONDS
+    return args, DEFAULT_OP_SECONDS

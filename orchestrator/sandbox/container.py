@@ -84,7 +84,7 @@ NON_ROOT = (1000, 1000)  # the user cairn's image makes; used under lockdown whe
 ROOT_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL", "NET_BIND_SERVICE"]
 STOP_SECONDS = 3  # the main process is `sleep` under an init: it ends at once on SIGTERM
 TOOLBOX_IN_IMAGE = "/opt/cairn/toolbox.py"  # mounted there from TOOLBOX_SOURCE, read-only, in every image
-TOOLBOX_SOURCE = Path(__file__).resolve().parents[2] / "sandbox_image" / "toolbox.py"  # beside the package
+TOOLBOX_SOURCE = Path(__file__).resolve().parents[1] / "sandbox_image" / "toolbox.py"  # package data
 CAIRN_IMAGE_LABEL = "org.cairn.build-hash"  # cairn's image (and images built on it) has a python3 that fits
 
 # What a call to the engine raises when the engine refuses, or is not there at all.

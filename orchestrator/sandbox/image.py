@@ -1,8 +1,9 @@
 """The sandbox image: its tag, and building it when it is missing.
 
-The tag is `cairn-sandbox:<12 hex>`, a hash of everything that goes into the build context: the files
-of `sandbox_image/` and the host's extra CA certificates. The same inputs always give the same tag, so
-an image that exists is never built again, and any change to the inputs gives a new one.
+The tag is `cairn-sandbox:<12 hex>`, a hash of everything that goes into the build: cairn's version
+(the image's `org.cairn.version` label), the files of `orchestrator/sandbox_image/` (package data) and
+the host's extra CA certificates. The same inputs always give the same tag, so an image that exists is
+never built again, and any change to the inputs gives a new one.
 
 The Dockerfile starts `FROM ${BASE}`. The base is, in order of preference: one given by the caller;
 `python:3.12-slim` if it is already here; `cairn-base:bookworm` if an earlier build made it;
@@ -32,10 +33,11 @@ from docker.utils import parse_repository_tag
 
 from orchestrator.errors import SandboxError, first_line
 from orchestrator.sandbox.engine import connect
+from orchestrator.version import __version__
 
 Progress = Callable[[str], None]
 
-SANDBOX_DIR = Path(__file__).resolve().parents[2] / "sandbox_image"  # beside the orchestrator package
+SANDBOX_DIR = Path(__file__).resolve().parents[1] / "sandbox_image"  # package data: in a wheel as in a checkout
 HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
 REPOSITORY = "cairn-sandbox"
 DEFAULT_BASE = "python:3.12-slim"
@@ -58,7 +60,7 @@ _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 def image_tag(source: Path | None = None, ca_dir: Path | None = None) -> str:
     """`cairn-sandbox:<12 hex>` for the build context made from `source` and `ca_dir`.
 
-    Defaults: `sandbox_image/` of this checkout and the host's `/usr/local/share/ca-certificates`.
+    Defaults: cairn's `sandbox_image/` (package data) and the host's `/usr/local/share/ca-certificates`.
     """
     return f"{REPOSITORY}:{_context_hash(_context_files(source, ca_dir))[:12]}"
 
@@ -103,7 +105,8 @@ def build_image(
             _pull(client, base, say)
         with tempfile.TemporaryDirectory(prefix="cairn-image-") as context:
             _write_context(files, Path(context))
-            _docker_build(client, Path(context), tag, {"BASE": base, "CAIRN_BUILD_HASH": digest}, say)
+            _docker_build(client, Path(context), tag,
+                          {"BASE": base, "CAIRN_BUILD_HASH": digest, "CAIRN_VERSION": __version__}, say)
     if not _image_exists(client, tag):
         raise SandboxError(f"docker build ended without error but {tag} is not in the engine")
     announce(f"built {tag} on {base} in {time.monotonic() - started:.0f} s")
@@ -149,6 +152,8 @@ def _ignored(relative: Path) -> bool:
 
 def _context_hash(files: list[tuple[str, Path]]) -> str:
     digest = hashlib.sha256()
+    # The version is a build argument (the image's label), so it is an input like the files.
+    digest.update(f"version\0{__version__}\0".encode())
     for relative, path in files:
         content = path.read_bytes()
         # Name and length delimit each entry, so moving bytes from one file to the next changes it.

@@ -36,11 +36,11 @@ PYTHON = f"{HOME}/bin/python3"
 CA_BUNDLE = f"{HOME}/etc/ca-certificates.crt"  # cairn's image's: the host's local CAs are in it
 LABEL = "cairn.python"
 
-# Runs as root in a container of cairn's image, with the volume at /dest.
+# Runs as root in a container of cairn's image, with the volume at /dest (or on a host, into another folder).
 FILL_SCRIPT = r'''
 import glob, os, secrets, shutil, subprocess, sys, sysconfig
 
-DEST = "/dest"
+DEST = sys.argv[1] if len(sys.argv) > 1 else "/dest"  # another folder: a Harbor environment's copy (integrations/harbor)
 if os.path.isdir(f"{DEST}/python"):
     sys.exit(0)  # filled already (by another cairn process)
 fill = f"{DEST}/.fill-{secrets.token_hex(4)}"

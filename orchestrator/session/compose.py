@@ -27,6 +27,7 @@ from orchestrator.status import Status
 if TYPE_CHECKING:
     from orchestrator.agent.loop import Agent
     from orchestrator.ports import Display
+    from orchestrator.ports import Sandbox as SandboxPort
     from orchestrator.tools.registry import Tool
 
 EXIT_CODES = {"done": EXIT_DONE, "budget": EXIT_BUDGET, "interrupted": EXIT_INTERRUPTED}
@@ -47,11 +48,9 @@ class Session:
     use it as a context manager, whose entry waits for that start, so the sandbox always stops with the run."""
 
     def __init__(self, run: RunDir, cfg: RunConfig, display: Display, resumed: bool = False,
-                 tools: Sequence[Tool] = ()) -> None:
-        """`tools`: the run's own tools, as given to `create_run`."""
-        from orchestrator.sandbox import Sandbox
-        from orchestrator.sandbox.image import ensure_image
-
+                 tools: Sequence[Tool] = (), sandbox: SandboxPort | None = None) -> None:
+        """`tools`: the run's own tools, as given to `create_run`. `sandbox`: another backend of the
+        Sandbox port than cairn's Docker one (the Harbor agent's, orchestrator/integrations/harbor)."""
         run.check_workspace()  # a run on a user's folder that is gone: say so before anything starts
         self.run, self.cfg, self.resumed, self.own_tools = run, cfg, resumed, list(tools)
         self.aside = run.events.set_aside_torn_line() if resumed else None
@@ -59,22 +58,9 @@ class Session:
             from orchestrator.session.agent_folder import restore_secrets
 
             cfg = self.cfg = restore_secrets(cfg)  # never stored: read from the run's agent.json again
-        image = cfg.sandbox.image or ensure_image()
         self.hub = None
-        if cfg.mcp.servers:
-            from orchestrator.tools.mcp import McpHub
-            from orchestrator.tools.mcp_packages import image_for
-
-            image = image_for(image, cfg.mcp.servers, progress=progress)  # uvx/pipx/npx packages, installed
-            self.hub = McpHub(cfg.mcp.servers, start_timeout=cfg.mcp.start_timeout,
-                              call_timeout=cfg.mcp.call_timeout,
-                              reserved={*tool_names(BUILTIN_TOOLS), *(t.name for t in self.own_tools)},
-                              progress=progress)
         run.cairn_dir.mkdir(exist_ok=True)  # a run made before cairn/ existed gets one now
-        carried = carried_machine(run)
-        self.sandbox = Sandbox(run.id, run.workspace, cfg.sandbox, image=carried or image, cairn_mount=run.cairn_dir,
-                               external=run.external_workspace is not None, keep=True, run_dir=run.root,
-                               machine=carried is not None)
+        self.sandbox = sandbox if sandbox is not None else self._docker_sandbox()
         # The container starts (I/O on the engine) while this thread loads the model library (CPU): a
         # start waits for the longer of the two, not for both (bench/startup_bench.py).
         self._starting = _Starting(self.sandbox)
@@ -84,6 +70,27 @@ class Session:
             self._starting.wait()  # a half-started sandbox is stopped, never left running
             self.sandbox.stop()
             raise
+
+    def _docker_sandbox(self) -> SandboxPort:
+        """cairn's own sandbox: a container of the run's image (with its MCP servers' packages)."""
+        from orchestrator.sandbox import Sandbox
+        from orchestrator.sandbox.image import ensure_image
+
+        run, cfg = self.run, self.cfg
+        image = cfg.sandbox.image or ensure_image()
+        if cfg.mcp.servers:
+            from orchestrator.tools.mcp import McpHub
+            from orchestrator.tools.mcp_packages import image_for
+
+            image = image_for(image, cfg.mcp.servers, progress=progress)  # uvx/pipx/npx packages, installed
+            self.hub = McpHub(cfg.mcp.servers, start_timeout=cfg.mcp.start_timeout,
+                              call_timeout=cfg.mcp.call_timeout,
+                              reserved={*tool_names(BUILTIN_TOOLS), *(t.name for t in self.own_tools)},
+                              progress=progress)
+        carried = carried_machine(run)
+        return Sandbox(run.id, run.workspace, cfg.sandbox, image=carried or image, cairn_mount=run.cairn_dir,
+                       external=run.external_workspace is not None, keep=True, run_dir=run.root,
+                       machine=carried is not None)
 
     def _make_agent(self, display: Display) -> Agent:
         """The loop's Agent with its ports: this sandbox, the model's client (which imports litellm: only

@@ -38,7 +38,8 @@ class Driven:
 
 def drive(run: RunDir, cfg: RunConfig, display: Display, *, resumed: bool = False, message: str | None = None,
           source: str | None = None, opened: Callable[[Session], None] | None = None,
-          more: Callable[[Session, str], str | None] | None = None, record_every_failure: bool = False) -> Driven:
+          more: Callable[[Session, str], str | None] | None = None, record_every_failure: bool = False,
+          sandbox: Any = None) -> Driven:
     """Drive `run` until it ends (or, with `more`, until `more` has nothing more to say).
 
     `message`: the person's words for the first request (an answer, when `resumed`). `opened(session)`:
@@ -46,11 +47,12 @@ def drive(run: RunDir, cfg: RunConfig, display: Display, *, resumed: bool = Fals
     the next message after each end, or None to finish (interactive mode). A failure before the run
     started raises, and a new run records why; with `record_every_failure` (batches, where nobody reads
     the exception) every failure is recorded in the run, a resumed one's too, and nothing is raised but
-    a KeyboardInterrupt: the `Driven` then holds the error."""
+    a KeyboardInterrupt: the `Driven` then holds the error. `sandbox`: another backend of the Sandbox port
+    than cairn's Docker one (the Harbor agent's)."""
     run.take_stop_request()  # a `cairn stop` that came as the run last ended is not for this one
     session: Session | None = None
     try:
-        with Session(run, cfg, display, resumed=resumed) as session:
+        with Session(run, cfg, display, resumed=resumed, sandbox=sandbox) as session:
             if opened is not None:
                 opened(session)
             status = session.go(message, source=source or ("answer" if resumed and message else "user"))

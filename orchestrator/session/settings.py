@@ -14,7 +14,7 @@ from orchestrator.config import RunConfig, default_model
 from orchestrator.errors import UsageError
 from orchestrator.store.runs import RunDir
 
-TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "workspace_templates"
+TEMPLATES_DIR = Path(__file__).resolve().parents[1] / "workspace_templates"  # package data
 
 
 def template_dir(name: str) -> Path:

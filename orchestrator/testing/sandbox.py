@@ -29,7 +29,7 @@ from typing import Any
 from orchestrator.config import SandboxConfig
 from orchestrator.sandbox import ToolError
 
-TOOLBOX_SOURCE = Path(__file__).resolve().parents[2] / "sandbox_image" / "toolbox.py"  # beside the package
+TOOLBOX_SOURCE = Path(__file__).resolve().parents[1] / "sandbox_image" / "toolbox.py"  # package data
 CAIRN = "/cairn"
 
 

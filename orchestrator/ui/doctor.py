@@ -54,7 +54,7 @@ def _check_image(client: Engine | None) -> Check:
     try:
         tag = image_tag()
     except SandboxError as exc:
-        return Check("sandbox image", False, exc.message, "restore sandbox_image/ from cairn's repository")
+        return Check("sandbox image", False, exc.message, "reinstall cairn: its orchestrator/sandbox_image/ is incomplete")
     if client is None:
         return Check("sandbox image", False, f"{tag}: no engine to look in", "start the engine first")
     if not has_image(client, tag):
