@@ -104,6 +104,14 @@ def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def run_row(run: RunDir) -> dict[str, Any]:
+    """One run's row of `ls` (its container not asked for): what `cairn serve` shows atop a run's page."""
+    try:
+        return _row(run)
+    except (UsageError, ValidationError):
+        return _unreadable_row(run, unreadable_reason(run) or "its event log cannot be read", None)
+
+
 def _unreadable_row(run: RunDir, why: str, held: States | None) -> dict[str, Any]:
     return {"id": run.id, "task": "", "status": UNREADABLE, "reason": why, "steps": 0, "tokens": 0,
             "cache_hit_ratio": 0.0, "cost_usd": None, "started": 0, "duration_s": None, "check": None,
