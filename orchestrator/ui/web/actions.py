@@ -72,7 +72,9 @@ class Launcher:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = self.logs / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}-{os.urandom(3).hex()}.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args, "--runs-dir", str(self.runs_dir)],
+            command, *rest = args  # the options before a `--` that ends them
+            proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", command, "--runs-dir", str(self.runs_dir),
+                                     *rest],
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True, close_fds=True, env=_environment())
         threading.Thread(target=proc.wait, name=f"cairn-serve-wait-{proc.pid}", daemon=True).start()
@@ -154,7 +156,9 @@ def _error_line(log: Path) -> str | None:
         if line.startswith("cairn: error: "):
             hint = lines[k + 1].strip() if k + 1 < len(lines) and lines[k + 1].startswith("  hint:") else ""
             return line.removeprefix("cairn: error: ") + (f" ({hint})" if hint else "")
-    return lines[-1][:300] if lines else None
+    said = [line.strip(" │╭╰─╮╯") for line in lines]  # the last line with words, out of a usage box
+    said = [line for line in said if any(c.isalpha() for c in line)]
+    return said[-1][:300] if said else None
 
 
 def _environment() -> dict[str, str]:

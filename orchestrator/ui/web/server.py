@@ -80,4 +80,8 @@ def serve(host: str, port: int, runs_dir: Path, say: Callable[[str], None], warn
         say("Ctrl-C stops the server (runs started from the page go on).")
         config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=1,
                                 lifespan="off", server_header=False)
-        uvicorn.Server(config).run(sockets=[sock])
+        try:
+            uvicorn.Server(config).run(sockets=[sock])
+        except KeyboardInterrupt:  # uvicorn raises the Ctrl-C again once it has shut down: the normal end
+            pass
+        say("cairn serve: stopped")
