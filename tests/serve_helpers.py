@@ -100,8 +100,8 @@ def served(runs_dir: Path, *more: str) -> Iterator[Server]:
         stop_server(server)
 
 
-def cairn(*args: str, runs_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args, "--runs-dir", str(runs_dir)],
+def cairn(command: str, *args: str, runs_dir: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", command, "--runs-dir", str(runs_dir), *args],
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
