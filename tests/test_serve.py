@@ -232,3 +232,17 @@ def test_a_port_in_use_is_one_clear_line(tmp_path):
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 2
     assert out.stderr.startswith(f"cairn: error: cannot listen on 127.0.0.1:{port}: Address already in use")
+
+
+def test_an_image_of_the_workspace_is_served_as_an_image_and_nothing_else_is(server, made):
+    png = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+                        "0000000d4944415478da63f8cfc0f01f0005000201a5ad6b9b0000000049454e44ae426082")
+    (made.workspace / "plot.png").write_bytes(png)
+    (made.workspace / "evil.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>')
+    status, headers, body = server.request("GET", f"/api/runs/{made.id}/raw?path=plot.png")
+    assert status == 200 and body == png and headers["content-type"] == "image/png"
+    assert "sandbox" in headers["content-security-policy"]
+    status, _headers, body = server.request("GET", f"/api/runs/{made.id}/raw?path=evil.svg")
+    assert status == 403 and b"<script>" not in body
+    status, _headers, body = server.request("GET", f"/api/runs/{made.id}/file?path=evil.svg")
+    assert status == 200 and json.loads(body)["image"] is None  # shown as text on the page

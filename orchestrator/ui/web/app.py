@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from importlib.resources import files as package_files
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -33,6 +34,9 @@ MAX_BODY = 256 * 1024
 
 def create_app(runs_dir: Path, token: str, port: int, loopback_only: bool, logs: Path) -> Guard:
     launcher = actions.Launcher(runs_dir, logs)
+    rows: dict[str, Any] = {}  # the runs list's rows, kept while their files do not change
+    # Read them once now, in the background: the first look at the list is then as quick as the next.
+    threading.Thread(target=views.runs, args=(runs_dir, rows), name="cairn-serve-warm-up", daemon=True).start()
 
     def run_of(request: Request) -> RunDir:
         run_id = request.path_params["run_id"]
@@ -55,7 +59,7 @@ def create_app(runs_dir: Path, token: str, port: int, loopback_only: bool, logs:
         return Response(status_code=204)
 
     async def api_runs(request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(views.runs, runs_dir))
+        return JSONResponse(await run_in_threadpool(views.runs, runs_dir, rows))
 
     async def api_summary(request: Request) -> Response:
         return JSONResponse(await run_in_threadpool(views.summary, run_of(request)))

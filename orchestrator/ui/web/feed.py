@@ -18,6 +18,8 @@ import json
 import os
 from typing import Any, AsyncIterator
 
+from starlette.concurrency import run_in_threadpool
+
 from orchestrator.approvals import answer_line
 from orchestrator.inspect.report import RESULT_PREVIEW
 from orchestrator.inspect.timeline import check_line
@@ -85,6 +87,10 @@ def item(e: Any) -> dict[str, Any] | None:
     return None
 
 
+def _new_items(tail: EventTail) -> list[dict[str, Any]]:
+    return [i for i in (item(e) for e in tail.new()) if i is not None]
+
+
 def sse(data: str, event_id: int | None = None, event: str | None = None) -> str:
     head = (f"id: {event_id}\n" if event_id is not None else "") + (f"event: {event}\n" if event else "")
     return head + "".join(f"data: {line}\n" for line in data.split("\n")) + "\n"
@@ -105,7 +111,7 @@ async def stream(run: RunDir, offset: int) -> AsyncIterator[str]:
             now = 0
         if now != size:
             size = now
-            items = [i for i in (item(e) for e in tail.new()) if i is not None]
+            items = await run_in_threadpool(_new_items, tail)  # a long log is parsed off the event loop
             for k in range(0, len(items), BATCH):
                 yield sse(json.dumps(items[k:k + BATCH], ensure_ascii=False, separators=(",", ":")), tail.offset, "items")
             if items:

@@ -5,6 +5,8 @@ diff and the charts (the report's own), the todo (`cairn todo`)."""
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +24,9 @@ from orchestrator.store.runs import RunDir
 SVG_STYLE = "<style>text { font: 11px system-ui, sans-serif; fill: #667085; }</style>"
 
 
-def runs(runs_dir: Path) -> list[dict[str, Any]]:
-    """`cairn ls --json`, newest first."""
-    return list(reversed(list_runs(runs_dir)))
+def runs(runs_dir: Path, remember: dict[str, Any]) -> list[dict[str, Any]]:
+    """`cairn ls --json`, newest first; `remember` keeps the rows of runs whose files did not change."""
+    return list(reversed(list_runs(runs_dir, remember)))
 
 
 def summary(run: RunDir) -> dict[str, Any]:
@@ -71,9 +73,30 @@ def todo(run: RunDir) -> str | None:
     return read_regular(run.workspace / "todo.md", max_bytes=256 * 1024)
 
 
+_charts: dict[str, tuple[Any, tuple[str, str]]] = {}
+_charts_lock = threading.Lock()  # the page asks for both charts at once: the second waits for the first's work
+
+
 def charts(run: RunDir) -> tuple[str, str]:
     """The report's two charts, tokens and cost per step and the time axis, each one SVG document (shown
-    by the page as an image: nothing in it can run)."""
+    by the page as an image: nothing in it can run); drawn again only when the event log has grown."""
+    try:
+        info = os.stat(run.events.path)
+        stamp: Any = (info.st_size, info.st_mtime_ns)
+    except OSError:
+        stamp = None
+    with _charts_lock:
+        kept = _charts.get(str(run.root))
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        drawn = _draw_charts(run)
+        if len(_charts) >= 64:
+            _charts.clear()
+        _charts[str(run.root)] = (stamp, drawn)
+        return drawn
+
+
+def _draw_charts(run: RunDir) -> tuple[str, str]:
     walked = walk(run)
     times = step_times(walked["events"])
     steps = [{"index": n, "usage": s["spent"], "time": times.get(n)}

@@ -270,6 +270,7 @@
     schedule();
   });
   source.addEventListener("caught-up", function () {
+    if (!caughtUp) { refresh.charts(); }  // once the log so far is read; then as it grows
     caughtUp = true;
     document.getElementById("waiting-events").hidden = true;
     schedule();
@@ -282,7 +283,8 @@
   var timers = {};
   function refreshSoon(what) {
     if (timers[what]) { return; }
-    timers[what] = setTimeout(function () { timers[what] = null; refresh[what](); }, what === "summary" ? 150 : 1000);
+    var wait = { summary: 150, todo: 500, files: 1500, charts: 4000 }[what];  // the charts walk the whole log
+    timers[what] = setTimeout(function () { timers[what] = null; refresh[what](); }, wait);
   }
 
   var chartVersion = 0;
@@ -409,7 +411,6 @@
   });
 
   refresh.summary();
-  refresh.charts();
   refresh.todo();
   refresh.files();
   setInterval(function () { if (summary && summary.live) { refresh.summary(); } }, 5000);
