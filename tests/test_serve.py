@@ -113,6 +113,8 @@ def test_a_button_that_cannot_act_says_why_in_one_line(server, made):
     assert status == 400 and json.loads(data)["error"] == f"run {made.id} is not running"
     status, data = server.post(f"/api/runs/{made.id}/answer", {"approve": True})
     assert status == 400 and "waits for no approval" in json.loads(data)["error"]
+    status, data = server.post(f"/api/runs/{made.id}/answer", {"approve": False, "reason": " "})
+    assert status == 400 and json.loads(data)["error"] == "a denial needs a reason (it is told to the model)"
     status, data = server.post(f"/api/runs/{made.id}/say", {"text": "  "})
     assert status == 400 and json.loads(data)["error"] == "the message is empty"
     status, data = server.post(f"/api/runs/{made.id}/say", b"not json")
@@ -246,3 +248,20 @@ def test_an_image_of_the_workspace_is_served_as_an_image_and_nothing_else_is(ser
     assert status == 403 and b"<script>" not in body
     status, _headers, body = server.request("GET", f"/api/runs/{made.id}/file?path=evil.svg")
     assert status == 200 and json.loads(body)["image"] is None  # shown as text on the page
+
+
+def test_the_list_the_server_keeps_is_read_again_when_a_runs_files_change(made):
+    from orchestrator.inspect.listing import list_runs
+
+    kept: dict = {}
+    (first,) = list_runs(made.root.parent, kept)
+    assert first["status"] == "interrupted" and made.id in kept
+    assert list_runs(made.root.parent, kept) == list_runs(made.root.parent)  # kept: the same rows
+    made.events.append(ev.StatusChanged(step=0, status="stopped", reason="the model answered without a tool call"))
+    made.update_meta(status="stopped")
+    (after,) = list_runs(made.root.parent, kept)
+    assert after["status"] == "stopped" and after["reason"] == "the model answered without a tool call"
+    import shutil
+
+    shutil.rmtree(made.root)
+    assert list_runs(made.root.parent, kept) == [] and kept == {}
