@@ -265,3 +265,25 @@ def test_the_list_the_server_keeps_is_read_again_when_a_runs_files_change(made):
 
     shutil.rmtree(made.root)
     assert list_runs(made.root.parent, kept) == [] and kept == {}
+
+
+def test_the_charts_of_a_long_run_draw_groups_of_steps():
+    from orchestrator.ui.web.views import CHART_STEPS, grouped
+
+    def step(n: int) -> dict:
+        start = 1000.0 + n
+        return {"index": n, "usage": {"prompt_tokens": n, "cached_tokens": n // 2, "cost_usd": 0.001},
+                "time": {"start": start, "end": start + 0.9, "ms": 900.0,
+                         "model": [{"start": start, "ms": 500.0}],
+                         "tools": [{"start": start + 0.6, "ms": 300.0, "name": "shell_exec", "error": n == 7}]}}
+
+    few = [step(n) for n in range(1, CHART_STEPS + 1)]
+    assert grouped(few, [(1000.0, 1400.0)]) == few  # each step, as the report draws them
+    many = [step(n) for n in range(1, 3001)]
+    groups = grouped(many, [(1000.0, 4001.0)])
+    assert len(groups) == CHART_STEPS and groups[-1]["index"] == 3000
+    first = groups[0]
+    assert first["usage"] == {"prompt_tokens": 10, "cached_tokens": 5, "cost_usd": pytest.approx(0.01)}
+    # 3,000 s on ~1,000 pixels: spans 0.5 s apart are joined, but never an error's
+    assert len(first["time"]["model"]) == 1 and first["time"]["model"][0]["ms"] == pytest.approx(9500.0)
+    assert [t["error"] for t in first["time"]["tools"]] == [False, True, False]

@@ -101,8 +101,55 @@ def _draw_charts(run: RunDir) -> tuple[str, str]:
     times = step_times(walked["events"])
     steps = [{"index": n, "usage": s["spent"], "time": times.get(n)}
              for n, s in sorted(walked["steps"].items()) if n > 0]
+    spans = sessions(walked["events"])
+    steps = grouped(steps, spans)
     return (_document(report_chart(steps, walked["compactions"]), "no model calls yet"),
-            _document(time_axis(steps, sessions(walked["events"])), "no timed steps yet"))
+            _document(time_axis(steps, spans), "no timed steps yet"))
+
+
+CHART_STEPS = 300  # points on a chart at most: a browser draws an SVG image on the page's own thread
+
+
+def grouped(steps: list[dict[str, Any]], spans: list[tuple[float, float]]) -> list[dict[str, Any]]:
+    """The steps as the charts draw them: each step while there are at most CHART_STEPS, else groups of
+    consecutive steps, each named by its last step, with its largest prompt and cached tokens and its
+    summed cost, and on the time axis its spans joined where they are less than a pixel apart (as they
+    would look drawn one by one). The report draws every step; a live run of thousands would make an
+    image of megabytes that holds the page up while it is drawn."""
+    if len(steps) <= CHART_STEPS:
+        return steps
+    size = -(-len(steps) // CHART_STEPS)
+    running_s = max(sum(b - a for a, b in spans), 1.0)
+    pixel = running_s * 1000 / 1000  # ms of running time under one of the axis' ~1000 pixels
+    out = []
+    for k in range(0, len(steps), size):
+        group = steps[k:k + size]
+        costs = [s["usage"]["cost_usd"] for s in group if s["usage"]["cost_usd"] is not None]
+        usage = {key: max(s["usage"][key] for s in group) for key in ("prompt_tokens", "cached_tokens")}
+        usage["cost_usd"] = sum(costs) if costs else None
+        times = [s["time"] for s in group if s["time"]]
+        time = None
+        if times:
+            start, end = min(t["start"] for t in times), max(t["end"] for t in times)
+            time = {"start": start, "end": end, "ms": (end - start) * 1000,
+                    "model": _joined([m for t in times for m in t["model"]], pixel),
+                    "tools": _joined([c for t in times for c in t["tools"]], pixel)}
+        out.append({"index": group[-1]["index"], "usage": usage, "time": time})
+    return out
+
+
+def _joined(spans: list[dict[str, Any]], pixel_ms: float) -> list[dict[str, Any]]:
+    """Spans (`start` in s, `ms`) joined where the gap between them is under a pixel; an error's stays apart."""
+    out: list[dict[str, Any]] = []
+    for span in sorted(spans, key=lambda s: s["start"]):
+        last = out[-1] if out else None
+        if last is not None and not span.get("error") and not last.get("error") and \
+                (span["start"] - last["start"]) * 1000 - (last["ms"] or 0.0) < pixel_ms:
+            end = max(last["start"] * 1000 + (last["ms"] or 0.0), span["start"] * 1000 + (span["ms"] or 0.0))
+            last["ms"] = end - last["start"] * 1000
+        else:
+            out.append(dict(span))
+    return out
 
 
 def _document(fragment: str, empty: str) -> str:

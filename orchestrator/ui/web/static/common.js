@@ -39,7 +39,8 @@ var cairn = (function () {
     box.className = bad ? "flash bad" : "flash";
   }
 
-  function number(n) { return n === null || n === undefined ? "-" : Number(n).toLocaleString("en-US"); }
+  var numbers = new Intl.NumberFormat("en-US");  // one formatter: toLocaleString makes one a call
+  function number(n) { return n === null || n === undefined ? "-" : numbers.format(n); }
   function cost(usd) { return usd === null || usd === undefined ? "unknown" : "$" + Number(usd).toFixed(4); }
   function percent(ratio) { return Math.round((ratio || 0) * 100) + "%"; }
   function seconds(ms) {  // as the report says it (inspect/report_time.seconds)
