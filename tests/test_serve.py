@@ -72,6 +72,8 @@ def test_a_host_that_is_not_loopback_is_refused_on_a_loopback_server(server):
     """A DNS-rebinding page reaches 127.0.0.1 under its own name: refused before anything is read."""
     status, _headers, body = server.request("GET", "/", headers={"Host": f"evil.example:{server.port}"})
     assert status == 403 and b"loopback" in body
+    status, _headers, _body = server.request("GET", "/", headers={"Host": "localhost:9000"})  # a tunnel's end
+    assert status == 200
 
 
 # -- changes: POST, same origin, JSON -------------------------------------------------------------

@@ -9,8 +9,9 @@
   server (the `Host` it was sent to), `Sec-Fetch-Site`, where the browser sends it, says same-origin, and
   its body is JSON (a form on another site cannot send that without a preflight we never answer). A
   SameSite=Strict cookie is not even sent by another site's request; the origin check holds without it.
-- **The Host.** Bound to loopback, only a loopback name is accepted in `Host`: a DNS-rebinding page that
-  resolves its own name to 127.0.0.1 is refused before anything is read.
+- **The Host.** Bound to loopback, only a loopback name is accepted in `Host` (on any port: a tunnel may
+  end on another): a DNS-rebinding page that resolves its own name to 127.0.0.1 is refused before
+  anything is read.
 - **Headers.** A strict Content-Security-Policy (scripts and styles only from this server's files, no
   inline script, no framing), nosniff, no referrer, no caching of what a run holds.
 """
@@ -107,9 +108,11 @@ class Guard:
         return None
 
     def _host_allowed(self, host: str) -> bool:
+        """Any port: an SSH tunnel may bring the server to another port on the viewer's machine."""
         if not self.loopback_only:
             return True
-        return host in {f"{name}:{self.port}" for name in LOOPBACK_NAMES}
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") else host
+        return name in LOOPBACK_NAMES
 
 
 def foreign(headers: Headers) -> str | None:
