@@ -9,15 +9,17 @@ are written here, event by event, with cairn's own EventLog, as a run's process 
   and the time until its step is on the page is taken (Playwright waits on the DOM). Baseline in the same
   run: `cairn watch` on the same run, the time until it prints that event's line. Median and 90th
   percentile over `--events` appends, one every ~0.3 s. Target: median under 0.5 s.
-- **the list.** `--runs` finished runs (17 events each): the time until the list page shows all of
-  them, and the JSON behind it alone; baseline: `cairn ls --json` (a fresh process, as a person runs it).
+- **the list.** `--runs` finished runs (17 events each): the time from asking for the list page until
+  its first rows are on screen and until all are (the page draws a screenful, then the rest in chunks),
+  and the JSON behind it alone; baseline: `cairn ls --json` (a fresh process, as a person runs it).
   The server keeps each run's row while the run's files do not change (listing.list_runs' `remember`)
   and reads them all once as it starts, so this is the list as a person sees it after the first
   seconds; `list_json_cold_s` is the same list read without what the server kept, in this process.
-- **a long run.** One run of `--long` events: the time until its page has them all (caught up, every
-  step drawn), and then until a click opens its last step; baseline: `cairn show RUN --json`.
+- **a long run.** One run of `--long` events: the time from asking for its page until it shows them all
+  (caught up, every step drawn), and then until a click opens its last step; baseline: `cairn show RUN --json`.
 
-Each section prints its figures and the ratio to its baseline; the last line holds them all.
+Each section prints its figures and the ratio to its baseline; the last line holds them all, with the
+machine's load average at the end (a shared machine's load stretches every figure, the baselines too).
 """
 
 from __future__ import annotations
@@ -101,6 +103,12 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p * (len(ordered) - 1))))]
 
 
+def in_page(page, *marks: str) -> list[float]:
+    """Seconds from the page's request to the moments it marked (`body[data-*-ms]`, set after the frame
+    that showed them): what a person waits, without the driver's own round trips."""
+    return [int(page.evaluate(f"document.body.dataset.{mark}")) / 1000 for mark in marks]
+
+
 def bench_events(page, base: str, runs_dir: Path, count: int) -> dict[str, float]:
     run = new_run(runs_dir, "live")
     (run.state / "pid").write_text(json.dumps(process_identity(os.getpid())))  # this process plays the live run
@@ -157,17 +165,17 @@ def bench_list(page, base: str, runs_dir: Path, count: int) -> dict[str, float]:
         response = page.request.get(f"{base}/api/runs")
         assert len(response.json()) >= count
         api.append(time.perf_counter() - started)
-        started = time.perf_counter()
         page.goto(f"{base}/")
-        page.wait_for_selector(f"body[data-runs='{count}']", timeout=60_000)
-        pages.append(time.perf_counter() - started)
+        page.wait_for_selector(f"body[data-runs='{count}'][data-all-ms]", timeout=60_000)
+        pages.append(in_page(page, "shownMs", "allMs"))
         ls.append(timed(cairn("ls", "--json", "--runs-dir", str(runs_dir))))
     from orchestrator.inspect.listing import list_runs
 
     started = time.perf_counter()
     list_runs(runs_dir)
     cold = time.perf_counter() - started
-    return {"list_page_s": statistics.median(pages), "list_json_s": statistics.median(api),
+    return {"list_page_first_rows_s": statistics.median(p[0] for p in pages),
+            "list_page_s": statistics.median(p[1] for p in pages), "list_json_s": statistics.median(api),
             "list_json_cold_s": cold, "cairn_ls_json_s": statistics.median(ls)}
 
 
@@ -177,10 +185,9 @@ def bench_long(page, base: str, runs_dir: Path, events: int) -> dict[str, float]
     write_events(run, [e for n in range(1, steps + 1) for e in step_events(n)])
     loads, opens, shows = [], [], []
     for _ in range(3):
-        started = time.perf_counter()
         page.goto(f"{base}/runs/{run.id}", wait_until="domcontentloaded")  # not waiting for the charts' images
-        page.wait_for_selector(f"body[data-caught-up='1'][data-steps='{steps}']", timeout=120_000)
-        loads.append(time.perf_counter() - started)
+        page.wait_for_selector(f"body[data-caught-up='1'][data-steps='{steps}'][data-shown-ms]", timeout=120_000)
+        loads.append(in_page(page, "shownMs")[0])
         started = time.perf_counter()
         page.click(f"#step-{steps} summary")
         page.wait_for_selector(f"#step-{steps} pre.result")
@@ -225,7 +232,8 @@ def main() -> None:
     figures["long_ratio_page_to_show"] = figures["long_run_page_s"] / figures["cairn_show_json_s"]
     print(f"event → browser: median {figures['event_to_browser_median_s']:.3f} s (target < 0.5 s), "
           f"cairn watch {figures['cairn_watch_median_s']:.3f} s, ratio {figures['event_ratio_browser_to_watch']:.2f}")
-    print(f"list of {args.runs} runs: page {figures['list_page_s']:.3f} s (JSON {figures['list_json_s']:.3f} s, "
+    figures["load_average_1min"] = os.getloadavg()[0]
+    print(f"list of {args.runs} runs: first rows {figures['list_page_first_rows_s']:.3f} s, all {figures['list_page_s']:.3f} s (JSON {figures['list_json_s']:.3f} s, "
           f"cold {figures['list_json_cold_s']:.3f} s), cairn ls --json {figures['cairn_ls_json_s']:.3f} s, ratio {figures['list_ratio_page_to_ls']:.2f}")
     print(f"run of {args.long} events: page {figures['long_run_page_s']:.3f} s, last step opened in "
           f"{figures['long_run_open_last_step_s']:.3f} s, cairn show --json {figures['cairn_show_json_s']:.3f} s, "

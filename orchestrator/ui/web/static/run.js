@@ -256,7 +256,14 @@
       chunk.forEach(fold);
     }
     drawSteps();
-    if (queue.length) { schedule(); } else if (caughtUp) { document.body.dataset.caughtUp = "1"; }
+    if (queue.length) {
+      schedule();
+    } else if (caughtUp && !document.body.dataset.caughtUp) {
+      document.body.dataset.caughtUp = "1";
+      requestAnimationFrame(function () {  // the log so far on screen, in ms since the page was asked for
+        setTimeout(function () { document.body.dataset.shownMs = String(Math.round(performance.now())); }, 0);
+      });
+    }
   }
 
   function schedule() {
