@@ -12,7 +12,7 @@ from typing import Any
 
 from orchestrator.approvals import approval_wait, subject
 from orchestrator.inspect.listing import list_runs, run_row
-from orchestrator.inspect.report import _chart as report_chart
+from orchestrator.inspect.report import chart as report_chart
 from orchestrator.inspect.report_data import sessions, step_diffs, step_times
 from orchestrator.inspect.report_time import time_axis
 from orchestrator.inspect.timeline import step_text, walk
