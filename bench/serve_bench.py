@@ -10,7 +10,7 @@ are written here, event by event, with cairn's own EventLog, as a run's process 
   run: `cairn watch` on the same run, the time until it prints that event's line. Median and 90th
   percentile over `--events` appends, one every ~0.3 s. Target: median under 0.5 s.
 - **the list.** `--runs` finished runs (17 events each): the time from asking for the list page until
-  its first rows are on screen and until all are (the page draws a screenful, then the rest in chunks),
+  its first rows are on screen and until all are (the page draws a screenful, then the rest),
   and the JSON behind it alone; baseline: `cairn ls --json` (a fresh process, as a person runs it).
   The server keeps each run's row while the run's files do not change (listing.list_runs' `remember`)
   and reads them all once as it starts, so this is the list as a person sees it after the first

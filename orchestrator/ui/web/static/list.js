@@ -29,9 +29,8 @@
     return tr;
   }
 
-  // The first screenful goes up at once and the rest in chunks, one a frame: a thousand rows are on
-  // screen from the first frame, not after the whole table was laid out. A refresh that changes
-  // nothing draws nothing.
+  // The first screenful goes up at once and the rest after it is painted: the first rows are on screen
+  // without waiting for a thousand to be laid out. A refresh that changes nothing draws nothing.
   var generation = 0;
   function render() {
     var mine = ++generation, wanted = filter.value, at = 0;
@@ -41,7 +40,7 @@
     function chunk() {
       if (mine !== generation) { return; }
       var fragment = replacing ? done : document.createDocumentFragment();
-      for (var end = replacing ? list.length : Math.min(at + (at ? 250 : 60), list.length); at < end; at++) {
+      for (var end = replacing || at ? list.length : Math.min(60, list.length); at < end; at++) {
         fragment.appendChild(row(list[at]));
       }
       if (replacing) { body.replaceChildren(fragment); } else { body.appendChild(fragment); }
