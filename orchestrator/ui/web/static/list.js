@@ -29,30 +29,35 @@
     return tr;
   }
 
-  // The first screenful goes up at once and the rest after it is painted: the first rows are on screen
-  // without waiting for a thousand to be laid out. A refresh that changes nothing draws nothing.
-  var generation = 0;
-  function render() {
-    var mine = ++generation, wanted = filter.value, at = 0;
-    var list = rows.filter(function (r) { return !wanted || r.status === wanted; });
-    var replacing = body.children.length > 0;
-    var done = document.createDocumentFragment();
-    function chunk() {
-      if (mine !== generation) { return; }
-      var fragment = replacing ? done : document.createDocumentFragment();
-      for (var end = replacing || at ? list.length : Math.min(60, list.length); at < end; at++) {
-        fragment.appendChild(row(list[at]));
-      }
-      if (replacing) { body.replaceChildren(fragment); } else { body.appendChild(fragment); }
-      if (at < list.length) { setTimeout(chunk, 16); return; }  // after a paint
-      document.getElementById("count").textContent = list.length + " of " + rows.length + " runs";
-      document.body.dataset.runs = String(list.length);
-      mark("allMs");
-    }
-    if (!replacing) { body.replaceChildren(); }
+  // Rows go up a page at a time, the next when the end of the table comes into view: a list of
+  // thousands costs the browser no more than a few hundred rows until one scrolls through it. A
+  // refresh that changes nothing draws nothing; one that does keeps as many rows as were shown.
+  var PAGE = 100, list = [], shown = 0;
+  function render(keep) {
+    var wanted = filter.value, before = keep ? shown : 0;
+    list = rows.filter(function (r) { return !wanted || r.status === wanted; });
+    shown = 0;
+    body.replaceChildren();
+    more(Math.max(before, PAGE));
     mark("shownMs");
-    chunk();
   }
+
+  function more(count) {
+    var fragment = document.createDocumentFragment(), end = Math.min(shown + count, list.length);
+    for (; shown < end; shown++) { fragment.appendChild(row(list[shown])); }
+    body.appendChild(fragment);
+    document.getElementById("count").textContent = list.length + " of " + rows.length + " runs" +
+      (shown < list.length ? " (" + shown + " shown: scroll for more)" : "");
+    document.body.dataset.runs = String(list.length);
+    document.body.dataset.shown = String(shown);
+  }
+
+  var end = document.getElementById("more");
+  function nearEnd() {
+    if (shown < list.length && end.getBoundingClientRect().top < window.innerHeight + 600) { more(PAGE); }
+  }
+  window.addEventListener("scroll", nearEnd, { passive: true });
+  window.addEventListener("resize", nearEnd);
 
   function mark(name) {  // when the rows were first on screen, in ms since the page was asked for
     if (document.body.dataset[name]) { return; }
@@ -65,17 +70,17 @@
 
   var last = null;
   function load() {
-    return cairn.api("/api/runs").then(function (list) {
-      var text = JSON.stringify(list);
+    return cairn.api("/api/runs").then(function (fresh) {
+      var text = JSON.stringify(fresh);
       if (text === last) { return; }
       last = text;
-      rows = list;
-      render();
+      rows = fresh;
+      render(true);
       document.body.dataset.ready = "1";
     }, function (e) { cairn.flash("could not list the runs: " + e.message, true); });
   }
 
-  filter.addEventListener("change", function () { body.replaceChildren(); render(); });
+  filter.addEventListener("change", function () { render(false); });
   document.getElementById("new-run").addEventListener("submit", function (e) {
     e.preventDefault();
     var form = e.target, data = {};
