@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# What some tests need besides cairn; where it cannot be had, those tests are skipped. On Debian as root:
-#   - a headless Chromium, for the test that loads a `cairn report` page;
+# What some tests need besides cairn, on Debian as root; elsewhere (or if apt fails) they are skipped.
+#   - a headless Chromium, for the tests that load a `cairn report` page and `cairn serve`'s pages (these
+#     drive it with the playwright package of the test extras, never a browser of its own download);
 #   - gVisor's runsc, for the test of `cairn run --runtime runsc` (registered with dockerd, see below);
 #   - an OpenSSH server binary, for the test that reaches the engine through DOCKER_HOST=ssh:// (the
 #     test starts its own sshd, on a free port with its own keys). The package would start and enable
@@ -56,7 +57,7 @@ apt_install() {  # the package lists may not be there yet on a fresh machine
 }
 
 if ! command -v chromium >/dev/null 2>&1; then
-    echo "setup: installing chromium (for the report test)"
+    echo "setup: installing chromium (for the report and serve tests)"
     apt_install chromium || echo "setup: could not install chromium; the report's browser test will be skipped" >&2
 fi
 

@@ -21,6 +21,8 @@ def held_by(run: RunDir, held: States | None) -> str | None:
     """"running" or "stopped" when the run holds a container, else None (also when no engine answered).
     A container made for another directory of the same run id (a copy's original) is not this run's."""
     held = held or {}
+    if not any(key[0] == run.id for key in held):  # most runs hold none: no need to resolve the path
+        return None
     return held.get((run.id, str(run.root.resolve()))) or held.get((run.id, None))
 
 

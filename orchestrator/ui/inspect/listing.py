@@ -92,16 +92,57 @@ def check_readable(run: RunDir, events_too: bool = False) -> None:
 CRASHED = "the cairn process ended without recording how (a crash or a kill); cairn resume continues it"
 
 
-def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
-    rows = []
-    runs = sorted(RunDir.all(runs_dir), key=lambda r: (r.started(), r.id))  # ids do not sort by time
+def list_runs(runs_dir: Path, remember: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every run's row, oldest first. `remember` (a dict that `cairn serve` keeps between calls) holds
+    each run's row and start time with the sizes and times of the files they were read from, which are
+    read again only when one of those changed; a running run's row is always read again (whether its
+    process still lives is in no file)."""
+    runs = RunDir.all(runs_dir)
     held = container_states() if runs else {}
+    listed = []
     for run in runs:
+        started, row = _remembered(run, remember)
+        listed.append((started, run.id, {**row, "container": held_by(run, held)}))
+    if remember is not None:
+        for gone in set(remember) - {run.id for run in runs}:
+            remember.pop(gone, None)
+    listed.sort(key=lambda entry: (entry[0], entry[1]))  # ids do not sort by time
+    return [row for _started, _id, row in listed]
+
+
+def _remembered(run: RunDir, remember: dict[str, Any] | None) -> tuple[float, dict[str, Any]]:
+    stamp = _stamp(run) if remember is not None else None
+    kept = remember.get(run.id) if remember is not None else None
+    if kept is not None and kept[0] == stamp:
+        return kept[1], kept[2]
+    try:
+        row = _row(run)
+    except (UsageError, ValidationError):
+        row = _unreadable_row(run, unreadable_reason(run) or "its event log cannot be read", None)
+    started = row["started"] or run.started()  # run.started() reads run.json again
+    if remember is not None and row["status"] != Status.RUNNING:
+        remember[run.id] = (stamp, started, row)
+    return started, row
+
+
+def _stamp(run: RunDir) -> tuple[Any, ...]:
+    """What changes when a run's row may: its run.json, its event log and its pid file (a resume)."""
+    out: list[Any] = []
+    for path in (run.meta_path, run.events.path, run.state / "pid"):
         try:
-            rows.append({**_row(run), "container": held_by(run, held)})
-        except (UsageError, ValidationError):
-            rows.append(_unreadable_row(run, unreadable_reason(run) or "its event log cannot be read", held))
-    return rows
+            info = os.stat(path)
+            out.append((info.st_mtime_ns, info.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+def run_row(run: RunDir) -> dict[str, Any]:
+    """One run's row of `ls` (its container not asked for): what `cairn serve` shows atop a run's page."""
+    try:
+        return _row(run)
+    except (UsageError, ValidationError):
+        return _unreadable_row(run, unreadable_reason(run) or "its event log cannot be read", None)
 
 
 def _unreadable_row(run: RunDir, why: str, held: States | None) -> dict[str, Any]:

@@ -208,7 +208,7 @@ def render_report(run: RunDir) -> str:
         f'<pre id="result">{esc(result)}</pre>' if result else '<p class="meta" id="result">(no result)</p>',
         *_check(data["check"], data["check_rounds"]),
         "<h2>Tokens and cost per step</h2>",
-        _chart(data["steps"], data["compactions"]),
+        chart(data["steps"], data["compactions"]),
         "<h2>Time</h2>",
         time_axis(data["steps"], data["sessions"]),
         "<h2>Timeline</h2>",
@@ -383,9 +383,9 @@ def _files(steps: list[dict[str, Any]], source: str) -> str:
             f"<th>path</th></tr></thead><tbody>{body}</tbody></table>")
 
 
-def _chart(steps: list[dict[str, Any]], compactions: list[dict[str, Any]]) -> str:
+def chart(steps: list[dict[str, Any]], compactions: list[dict[str, Any]]) -> str:
     """Prompt and cached tokens (lines, left axis) and cost (bars, right axis) per step; compactions
-    as dashed lines. Plain inline SVG."""
+    as dashed lines. Plain inline SVG; `cairn serve` shows it too, as an image of its own."""
     if not steps:
         return '<p class="meta">(no model calls yet)</p>'
     width, height, left, right, top, bottom = 1000, 260, 64, 64, 14, 30

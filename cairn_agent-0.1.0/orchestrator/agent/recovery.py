@@ -1,0 +1,124 @@
+"""After a stop or a crash, before the loop goes on: every tool call that began and never finished is
+closed with what became of it, and is never run again (exactly once, docs/design.md).
+
+What became of it is read from the toolbox's journal (store/journal.py): a result it had is shaped as
+it would have been live; a call that was killed, or never reached the sandbox, says so. A call whose
+tool can take it up (agent_delegate: the sub-agent goes on where its log ends) is finished first
+thing in the next `Agent.run`, and the calls after it in its step are closed after it.
+
+The sandbox was started before this, which removed the crashed session's container: a command that
+was cut off is dead by now, and its journal can no longer change.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Protocol
+
+from orchestrator.config import RunConfig
+from orchestrator.llm.types import ToolCall
+from orchestrator.errors import ToolError
+from orchestrator.ports import Sandbox, Store, ToolContext
+from orchestrator import events as ev
+from orchestrator.store import journal
+from orchestrator.agent.state import RunState
+from orchestrator.tools.dispatch import BadCall, Observation
+from orchestrator.tools.registry import Registry
+
+
+class Agent(Protocol):
+    """What recovery needs of the agent (loop.Agent, which calls it)."""
+
+    run_dir: Store
+    cfg: RunConfig
+    sandbox: Sandbox
+    state: RunState
+    tools: Registry
+    notices: list[str]
+    cut_off: tuple[ToolCall, Callable[[int], Observation]] | None
+    approval_step: bool
+
+    def emit(self, event: ev._Event) -> None: ...
+
+    def finish(self, call: ToolCall, step: int, observation: Observation, duration_ms: float | None = None,
+               label: str | None = None) -> None: ...
+
+    def journal_key(self, step: int, call: ToolCall) -> str: ...
+
+    def tool_context(self, step: int, call: ToolCall, label: str | None, sandbox: Any = None) -> ToolContext: ...
+
+    def checkpoint(self, step: int) -> None: ...
+
+
+def recover(agent: Agent) -> None:
+    record = agent.run_dir.read_journal()
+    state = agent.state
+    if record.problem:
+        agent.emit(ev.Notice(step=state.step, text=f"the toolbox's journal was not read: {record.problem}"))
+    for call in list(state.open_calls.values()):
+        began = call.id in state.started
+        if not began and state.approvals.holds(call.id):
+            agent.approval_step = True  # asked or answered (agent/approvals.py): it and the calls after it go on in `run`
+            break
+        tool = agent.tools.get(call.name)
+        go_on = tool.take_up(agent, call) if began and tool is not None and tool.take_up else None
+        if go_on is not None:
+            agent.cut_off = (call, go_on)
+            break  # the calls after it are closed after it, in their order
+        if not began:
+            agent.finish(call, state.step, Observation("not executed: the run stopped before this call", error=True))
+            continue
+        entry = record.get(agent.journal_key(state.step, call))
+        # Named after its call id, like every call closed here: the step's other calls are not known.
+        agent.finish(call, state.step, recovered(agent, call, entry), label=call.id)
+    workdir, sandbox = agent.cfg.sandbox.workdir, agent.sandbox
+    if state.step and sandbox.reused:
+        agent.notices.append(f"The run was resumed in the same sandbox: files in {workdir} and what was "
+                             "installed outside it are intact; processes started before (servers, background "
+                             "jobs, terminal sessions) and the shell's state are gone.")
+    elif state.step:
+        agent.notices.append(f"The run was resumed in a new sandbox: files in {workdir} are intact; anything "
+                             f"installed or started outside {workdir} is gone." +
+                             (f" ({sandbox.replaced})" if sandbox.replaced else ""))
+
+
+def recovered(agent: Agent, call: ToolCall, entry: journal.Entry | None) -> Observation:
+    """The observation of a call cut off by a crash, from its journal entry."""
+    if entry is not None and entry.state == "finished":
+        replay = journal.Replay(entry.response, agent.sandbox.network_enabled)
+        try:
+            args = agent.tools.parse_arguments(call.name, call.arguments)
+            return agent.tools.run(call.name, args, agent.tool_context(agent.state.step, call, call.id, replay))
+        except (BadCall, ToolError) as exc:
+            return Observation(f"error: {exc}", error=True)
+        except (KeyError, TypeError, ValueError, AttributeError):  # the sandbox can write the journal
+            return Observation("the run stopped after this call finished, and the journal's record of its "
+                               "result is unreadable: it ran, its result is lost", error=True)
+    if entry is not None:
+        what = "command" if call.name == "shell_exec" else "call"
+        ran = f" (it ran {entry.seconds:.1f} s)" if entry.seconds is not None else ""
+        partial = entry.partial or {}
+        footer = f"[killed: the run stopped while this {what} ran; it may have partly run{ran}]"
+        if partial.get("truncated"):
+            footer += (f"\n[its output so far was {partial.get('output_bytes')} bytes; only its head and tail "
+                       f"came back; all of it is in {partial.get('output_path')}]")
+        return Observation(str(partial.get("output") or ""), error=True, footer=footer,
+                           saved_path=partial.get("output_path") if partial.get("truncated") else None)
+    tool = agent.tools.get(call.name)
+    if tool is None or tool.journaled:  # MCP calls go to their servers, not through the journal
+        return Observation("not executed: the run stopped before this call reached the sandbox", error=True)
+    return Observation("interrupted: the run stopped while this call went to its MCP server; it may or may "
+                       "not have taken effect", error=True)
+
+
+def finish_cut_off_step(agent: Agent) -> None:
+    """The rest of the step a crash cut off inside a call its tool takes up (agent_delegate): that call
+    goes on, the calls after it are not executed, and the step ends as every step does."""
+    (call, go_on), agent.cut_off = agent.cut_off, None
+    step, started = agent.state.step, time.monotonic()
+    observation = go_on(step)
+    # Named after its call id: another agent_delegate call of this step may have saved an output.
+    agent.finish(call, step, observation, (time.monotonic() - started) * 1000, label=call.id)
+    for rest in list(agent.state.open_calls.values()):
+        agent.finish(rest, step, Observation("not executed: the run stopped before this call", error=True))
+    agent.checkpoint(step)

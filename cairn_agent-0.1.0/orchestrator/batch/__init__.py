@@ -1,0 +1,1 @@
+"""`cairn batch`: many runs at once, on threads of this process or on a Ray cluster."""

@@ -1,0 +1,97 @@
+"""One run of a batch as a person sees it: its row in the live table and the summary, kept up to date by
+the run's events (`RowDisplay`) and filled from its run.json when it ends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.status import Status
+from orchestrator import events as ev
+from orchestrator.store.runs import RunDir
+
+
+@dataclass
+class Row:
+    """One run of the batch, as the live table and the summary show it."""
+
+    line: int
+    task: str
+    id: str | None = None
+    action: str = "pending"  # started, resumed, skipped, left (ended otherwise), pending (never started)
+    status: str = "pending"
+    step: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = 0.0
+    result: str | None = None
+    error: str | None = None
+    seconds: float | None = None
+    check: dict[str, Any] | None = None  # the run's last check (--check): command, passed, exit_code, output_path
+    ray: bool = False  # a run of a batch on Ray (batch/ray_driver.py): its rows say where it ran
+    node: str | None = None  # the Ray node it runs (or ran) on
+    notes: list[str] = field(default_factory=list)  # what happened on the way: a node lost, the run taken up
+
+    @property
+    def ok(self) -> bool:
+        """Done, and its check passed when it has one."""
+        return self.status == Status.DONE and (self.check is None or self.check.get("passed") is not False)
+
+    def doc(self) -> dict[str, Any]:
+        return {"line": self.line, "id": self.id, "task": self.task, "action": self.action, "status": self.status,
+                "steps": self.step, "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "tokens": self.prompt_tokens + self.completion_tokens, "cost_usd": self.cost_usd,
+                "result": self.result, "error": self.error, "seconds": self.seconds, "check": self.check,
+                **({"node": self.node, "notes": self.notes} if self.ray else {})}
+
+
+class RowDisplay:
+    """The Display of one run's Agent: keeps that run's row up to date (read by the live table)."""
+
+    def __init__(self, row: Row) -> None:
+        self.row = row
+
+    def event(self, event: ev.Event, state: Any) -> None:
+        t = state.totals
+        self.row.step = state.step
+        self.row.prompt_tokens, self.row.completion_tokens = t.prompt_tokens, t.completion_tokens
+        self.row.cost_usd = t.cost_usd if t.cost_known else None
+        if isinstance(event, ev.StatusChanged):
+            self.row.status = event.status
+        elif isinstance(event, ev.ToolStarted):
+            self.row.status = f"running: {event.name}"
+        elif isinstance(event, ev.ToolFinished):
+            self.row.status = "running"
+        elif isinstance(event, ev.Notice) and getattr(event, "kind", None) == "model_retry":
+            self.row.status = f"running: {event.text.split(':', 1)[0]}"  # "retry 2/6 in 8 s"
+
+    def close(self) -> None:
+        pass
+
+
+def fill(row: Row, run: RunDir, action: str) -> None:
+    """The row from the run's own record (run.json), as `cairn ls` reads it."""
+    meta = run.read_meta()
+    usage = meta.get("usage") or {}
+    row.action, row.id = action, run.id
+    row.status = meta.get("status", "running")
+    row.step = meta.get("steps", row.step)
+    row.prompt_tokens = usage.get("prompt_tokens", row.prompt_tokens)
+    row.completion_tokens = usage.get("completion_tokens", row.completion_tokens)
+    row.cost_usd = usage.get("cost_usd", row.cost_usd) if usage else row.cost_usd
+    row.result = meta.get("result")
+    row.check = meta.get("check")
+    if row.status not in (Status.DONE, Status.RUNNING) and not row.error:  # every end but done says why
+        row.error = _end_reason(run, row.status, row.result)
+
+
+def _end_reason(run: RunDir, status: str, result: str | None) -> str | None:
+    """The one-line reason `cairn show` gives for the run's end (inspect/timeline.end_error)."""
+    from orchestrator.ui.inspect.timeline import end_error
+
+    for event in reversed(run.events.read()[0]):
+        if isinstance(event, ev.StatusChanged):
+            error = end_error(status, result, {"reason": event.reason, "index": None, "type": event.type,
+                                               "step": event.step})
+            return error["reason"] if error else None
+    return None

@@ -1,0 +1,350 @@
+"""The commands that drive the agent loop: run, demo, resume (and its fork, --from-step) and batch."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from pydantic import ValidationError
+
+from orchestrator.cli.shared import JsonOut, RunsDir, _find, _print_json, _runs_dir, _status_colour, app
+from orchestrator.config import RunConfig
+from orchestrator.errors import UsageError
+from orchestrator.ui.terminal import clean
+
+
+@app.command()
+def run(
+    task: Optional[str] = typer.Argument(None, help="The task. Without one, an interactive session."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="A litellm model string, or scripted:PATH (default: the template's, else $CAIRN_MODEL)."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="An OpenAI-compatible endpoint (vLLM, llama.cpp, Ollama)."),
+    runs_dir: Optional[Path] = RunsDir,
+    template: Optional[str] = typer.Option(None, "--template", help="Starter workspace from workspace_templates/ (default, coding, research); default: default."),
+    workspace: Optional[Path] = typer.Option(None, "--workspace", help="Work on this existing folder in place (mounted, not copied)."),
+    from_git: Optional[str] = typer.Option(None, "--from-git", metavar="URL", help="Start from a clone of this git repository."),
+    ref: Optional[str] = typer.Option(None, "--ref", help="With --from-git: the branch, tag or commit to check out."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1, help="Model calls at most (default 100)."),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0, help="USD at most."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Prompt plus completion tokens at most."),
+    network: Optional[str] = typer.Option(None, "--network", help="none (the default, unless the template says otherwise) or bridge."),
+    image: Optional[str] = typer.Option(None, "--image", help="Sandbox image (default: the one cairn builds); any Linux image works."),
+    workdir: Optional[str] = typer.Option(None, "--workdir", metavar="PATH", help="The agent works in PATH (e.g. /app; default /workspace): the image's content there becomes the run's workspace, mounted back at PATH."),
+    max_disk: Optional[str] = typer.Option(None, "--max-disk", metavar="SIZE", help="Stop the run (status budget) when its workspace and container use more disk than this: 500m, 20g, ... or none (default 20g)."),
+    sandbox_user: Optional[str] = typer.Option(None, "--sandbox-user", metavar="UID:GID", help="Run the agent as this uid:gid (default: root; 0 only without --lockdown)."),
+    lockdown: bool = typer.Option(False, "--lockdown", help="The cage for untrusted work: a non-root agent, read-only root filesystem, noexec /tmp, no capabilities."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", metavar="NAME", help="An OCI runtime the Docker engine knows, e.g. runsc (gVisor)."),
+    config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", help="An agent.json (tiny-agents schema: model, MCP servers), or a folder with one, an optional PROMPT.md and an optional cairn.json of settings."),
+    check: Optional[str] = typer.Option(None, "--check", metavar="CMD", help="A command that says whether the task is done: run in the sandbox's work directory, in a fresh shell, after task_done; exit code 0 passes, else the run exits 1."),
+    check_rounds: Optional[int] = typer.Option(None, "--check-rounds", metavar="N", min=0, help="When the check fails, send its output back to the agent and go on, at most N times (default 0)."),
+    critic_every: Optional[int] = typer.Option(None, "--critic-every", metavar="N", min=1, help="Every N steps, one extra model call reviews the task, the plan and the last N steps; its answer goes into the next request's tail and /cairn/critic/ (default: off)."),
+    critic_model: Optional[str] = typer.Option(None, "--critic-model", metavar="M", help="The critic's model (a litellm model string or scripted:PATH; default: the run's model)."),
+    approve: Optional[str] = typer.Option(None, "--approve", metavar="never|outside|always", help="Which tool calls wait for your yes: never, outside (default: calls that can act outside the sandbox, e.g. MCP tools, web_fetch, git push with the network on) or always. On a terminal you are asked; else the run waits for cairn approve."),
+    settings: Optional[Path] = typer.Option(None, "--settings", metavar="FILE", help="A JSON file of settings (any fields of a run's config, as a template's cairn.json), e.g. {\"model\": {\"context_window\": 32768}}."),
+    json_output: bool = JsonOut,
+) -> None:
+    """Start a run. Settings: built-in defaults < the template's cairn.json < an agent folder's cairn.json
+    < the --settings file < the options given here."""
+    from orchestrator.agent.critic import preflight_critic
+    from orchestrator.llm import warmup
+    from orchestrator.llm.preflight import preflight
+    from orchestrator.session.new_run import create_run
+    from orchestrator.session.settings import agent_folder_settings, resolve_config, settings_file
+
+    if workspace is not None and template is not None:
+        raise UsageError("--template and --workspace do not go together: cairn adds no files to your folder")
+    if workspace is not None and from_git is not None:
+        raise UsageError("--workspace and --from-git do not go together")
+    if ref is not None and from_git is None:
+        raise UsageError("--ref goes with --from-git URL")
+    layers = [agent_folder_settings(config)] if config is not None and config.exists() else []
+    if settings is not None:
+        layers.append(settings_file(settings))
+    try:
+        cfg = resolve_config({
+            "model": {"model": model, "api_base": api_base},
+            "limits": {"max_steps": max_steps, "max_cost": max_cost, "max_tokens": max_tokens},
+            "sandbox": {"network": network, "image": image, "user": sandbox_user, "workdir": workdir,
+                        "max_disk": max_disk, "runtime": runtime, "lockdown": True if lockdown else None},
+            "check": {"command": check, "rounds": check_rounds},
+            "critic": {"every": critic_every, "model": critic_model},
+            "approvals": {"mode": _approve_mode(approve)},
+        }, template=template, model_elsewhere=config is not None, layers=layers)
+    except ValidationError as exc:
+        raise UsageError(_one_line(exc)) from None
+    if config is not None:  # the agent folder: its model unless --model, its prompt, its MCP servers
+        from orchestrator.session.agent_folder import load_config as load_agent_config
+
+        cfg = load_agent_config(config, cfg, cli_model=model, cli_api_base=api_base)
+    warmup.begin(cfg.model)  # the model library loads from now on, while the run is made (llm/warmup.py)
+    preflight(cfg.model)  # a wrong model, key or endpoint: said now, before a run or a sandbox exists
+    preflight_critic(cfg)
+
+    interactive = task is None
+    if interactive:
+        task = _ask("task> ")
+    run_dir = create_run(_runs_dir(runs_dir), task, cfg, workspace=workspace, from_git=from_git, ref=ref)
+    _drive(run_dir, cfg, json_output, interactive=interactive)
+
+
+@app.command()
+def demo(runs_dir: Optional[Path] = RunsDir) -> None:
+    """Run the built-in scripted demo offline (no model service needed), then show its timeline."""
+    from orchestrator.cli.inspecting import show  # here: importing it first would list its commands before run's
+    from orchestrator.llm.scripted import load_script
+    from orchestrator.session.new_run import create_run
+
+    cfg = RunConfig.model_validate({"model": {"model": "scripted:demo"}})
+    run_dir = create_run(_runs_dir(runs_dir), load_script("demo")["task"], cfg)
+    try:
+        _drive(run_dir, cfg, json_output=False)
+    finally:
+        typer.echo("")
+        show(run_dir.id, step=None, runs_dir=runs_dir, json_output=False)
+
+
+@app.command()
+def resume(
+    run_ref: str = typer.Argument(..., metavar="RUN", help="A run id or a unique prefix of one."),
+    message: Optional[str] = typer.Option(None, "--message", help="A message to the agent (answers ask_user)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Continue with another model."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="Continue with this OpenAI-compatible endpoint."),
+    network: Optional[str] = typer.Option(None, "--network", help="none or bridge: the sandbox's network from now on."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1, help="Raise the step limit."),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0, help="Raise the cost limit (USD)."),
+    from_step: Optional[int] = typer.Option(None, "--from-step", min=0,
+                                            help="Fork a new run from the end of step N, and continue that."),
+    critic_every: Optional[int] = typer.Option(None, "--critic-every", metavar="N", min=0, help="From now on, every N steps a critic model call reviews the last N steps (0: no critic)."),
+    critic_model: Optional[str] = typer.Option(None, "--critic-model", metavar="M", help="The critic's model from now on (default: the run's model)."),
+    approve: Optional[str] = typer.Option(None, "--approve", metavar="never|outside|always", help="Which tool calls wait for your yes from now on (see cairn run --help)."),
+    trust: bool = typer.Option(False, "--trust", help="Trust an imported run: apply its own settings that reach "
+                               "this machine (endpoint, passed variables, image, network, MCP servers...)."),
+    safe_defaults: bool = typer.Option(False, "--safe-defaults", help="Resume an imported run with cairn's defaults "
+                                       "in place of its settings that reach this machine."),
+    runs_dir: Optional[Path] = RunsDir,
+    json_output: bool = JsonOut,
+) -> None:
+    """Continue a stopped, interrupted or crashed run (or, with --from-step, a fork of it). An imported run
+    is untrusted: its settings that reach this machine need --trust, --safe-defaults or your own values."""
+    from orchestrator.agent.critic import preflight_critic
+    from orchestrator.llm import warmup
+    from orchestrator.llm.preflight import preflight
+    from orchestrator.store.liveness import run_is_live
+    from orchestrator.store.trust import settle
+
+    if network is not None and network not in ("none", "bridge"):
+        raise UsageError(f"--network is none or bridge, not {network!r}")
+    if trust and safe_defaults:
+        raise UsageError("--trust and --safe-defaults do not go together")
+    run_dir = _find(runs_dir, run_ref)
+    if from_step is not None:
+        run_dir = _fork(run_dir, from_step, message, runs_dir, json_output)
+    if run_is_live(run_dir):
+        raise UsageError(f"run {run_dir.id} is running in another process")
+    status = run_dir.read_meta().get("status")
+    source = "answer" if message else "user"
+    mode = _approve_mode(approve)
+    stopped_for_approval = _check_approval_wait(run_dir, json_output, mode)
+    if stopped_for_approval and message:
+        # The step it stopped in goes on first, and may stop for another approval before the model is asked
+        # again: the message waits in the inbox, as `cairn say` does, and reaches the model at its next step.
+        from orchestrator.store.inbox import say
+
+        say(run_dir.state, message)
+        message = None
+    elif stopped_for_approval:
+        pass  # answered (or asked again on this terminal): the step it stopped in goes on
+    elif not message and _has_said(run_dir):
+        pass  # a `cairn say` message is waiting to be delivered: that is the instruction
+    elif status == "waiting" and not message:
+        raise UsageError(f"run {run_dir.id} waits for an answer: {run_dir.read_meta().get('result')}",
+                         hint=f'cairn resume {run_dir.id} --message "ANSWER"')
+    elif status == "done" and not message:
+        from orchestrator.agent.check import feedback, last_failed
+        from orchestrator.session.settings import load_config
+
+        failed = last_failed(run_dir.events.read()[0])
+        if failed is None:
+            raise UsageError(f"run {run_dir.id} is done; to go on, give it a new instruction with --message")
+        # Its check failed: the agent goes on from the check's output, as a round of --check-rounds would.
+        message, source = feedback(failed, load_config(run_dir).sandbox.workdir), "resume"
+    if model:
+        from orchestrator.llm.scripted import check_model
+
+        check_model(model)  # before run.json takes it
+    cfg, meta = settle(run_dir.read_meta(), model=model or None, api_base=api_base, network=network,
+                       trust=trust, safe_defaults=safe_defaults, run_id=run_dir.id)
+    if max_steps:
+        cfg.limits.max_steps = max_steps
+    if max_cost is not None:
+        cfg.limits.max_cost = max_cost
+    if critic_every is not None:
+        cfg.critic.every = critic_every or None
+    if critic_model is not None:
+        cfg.critic.model = critic_model
+    if mode is not None:
+        cfg.approvals.mode = mode
+    if not cfg.mcp.api_key_in_file:  # else the key read at the start may send it without litellm
+        warmup.begin(cfg.model)  # the model library loads from now on (llm/warmup.py)
+    preflight(cfg.model, key_elsewhere=cfg.mcp.api_key_in_file)  # before the sandbox starts
+    preflight_critic(cfg)
+    meta["config"] = cfg.model_dump(mode="json")
+    run_dir.write_meta({**meta, "updated": time.time()})
+    _drive(run_dir, cfg, json_output, message=message, resumed=True, source=source)
+
+
+def _fork(source, step: int, message: Optional[str], runs_dir: Optional[Path], json_output: bool):  # noqa: ANN001,ANN202
+    """`resume --from-step`: the new run's id goes to stdout (to stderr with --json)."""
+    from orchestrator.store.fork import fork_run, plan_fork
+
+    plan = plan_fork(source, step)
+    if plan.status == "waiting" and not message:
+        raise UsageError(f"at step {step}, run {source.id} waits for an answer: {plan.result}",
+                         hint=f'cairn resume {source.id} --from-step {step} --message "ANSWER"')
+    fork = fork_run(plan, _runs_dir(runs_dir))
+    typer.echo(fork.id, err=json_output)
+    return fork
+
+
+def _approve_mode(value: Optional[str]) -> Optional[str]:
+    if value is not None and value not in ("never", "outside", "always"):
+        raise UsageError(f"--approve is never, outside or always, not {value!r}")
+    return value
+
+
+def _check_approval_wait(run_dir, json_output: bool, mode: Optional[str]) -> bool:  # noqa: ANN001 - RunDir
+    """True when the run stopped for an approval that is answered now, or that this terminal can answer,
+    or that a new --approve mode decides again; a UsageError when no one can answer it here."""
+    from orchestrator.agent.approvals import approval_wait, subject
+
+    asked, answered = approval_wait(run_dir)
+    if asked is None:
+        return False
+    if not answered and mode is None and (json_output or not sys.stdin.isatty() or not sys.stderr.isatty()):
+        try:
+            what = subject(asked.name, json.loads(asked.arguments or "{}"))
+        except (ValueError, AttributeError):
+            what = asked.arguments
+        raise UsageError(f"run {run_dir.id} waits for approval of {asked.name} {' '.join(what.split())[:200]}",
+                         hint=f"cairn approve {run_dir.id} [--deny REASON] [--always], then cairn resume "
+                              f"{run_dir.id}; or resume it on a terminal, which asks")
+    return True
+
+
+@app.command()
+def approve(
+    run_ref: str = typer.Argument(..., metavar="RUN", help="A run id or a unique prefix of one."),
+    deny: Optional[str] = typer.Option(None, "--deny", metavar="REASON", help="Refuse the call; the model is told \"denied by the user: REASON\"."),
+    always: bool = typer.Option(False, "--always", help="The answer holds for every later call of that tool (or shell pattern, or rule) in this run."),
+    runs_dir: Optional[Path] = RunsDir,
+) -> None:
+    """Answer a run that waits for approval of a tool call (status waiting, reason approval: ...); then
+    `cairn resume RUN` runs the call (or gives the model its refusal) and goes on."""
+    from orchestrator.agent.approvals import record_answer
+    from orchestrator.store.liveness import run_is_live
+
+    run_dir = _find(runs_dir, run_ref)
+    if run_is_live(run_dir):
+        raise UsageError(f"run {run_dir.id} is running; it waits for an approval only once it has stopped")
+    if deny is not None and not deny.strip():
+        raise UsageError("--deny needs a reason (it is told to the model)")
+    answer = record_answer(run_dir, approved=deny is None, reason=deny, always=always)
+    verdict = "approved" if answer.approved else f"denied ({clean(deny)})"
+    scope = f", and every later call of {clean(answer.grant)}" if always else ""
+    typer.echo(f"run {run_dir.id}: {clean(answer.name)} {verdict}{scope}; go on with: cairn resume {run_dir.id}")
+
+
+def _has_said(run_dir) -> bool:  # noqa: ANN001 - RunDir, imported lazily
+    from orchestrator.store.inbox import delivered_offset, pending
+
+    return bool(pending(run_dir.state, delivered_offset(run_dir.events.read()[0])))
+
+
+def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = None,  # noqa: ANN001
+           interactive: bool = False, resumed: bool = False, source: str | None = None) -> None:
+    from orchestrator.ui.display import make_display
+    from orchestrator.ui.inspect.timeline import check_line, timeline
+    from orchestrator.session.drive import drive
+
+    display = make_display(json_output, chat=interactive)
+
+    def more(session: Any, status: str) -> str | None:
+        """Interactive mode: the person's next message, or None (Ctrl-D) to finish."""
+        display.pause()  # no status line redrawn under the prompt while the person types
+        reply = _ask("you> ", allow_eof=True)
+        display.resume()
+        return reply
+
+    try:
+        driven = drive(run_dir, cfg, display, resumed=resumed, message=message, source=source,
+                       more=more if interactive else None)
+    finally:
+        display.close()
+    status = driven.status
+    if json_output:
+        _print_json(timeline(run_dir))
+    else:
+        doc = timeline(run_dir)
+        said = doc["result"] or (doc["error"] or {}).get("reason")
+        typer.secho(f"run {run_dir.id}: {status}" + (f": {clean(said)}" if said else ""), err=True, fg=_status_colour(status))
+        if doc["check"] is not None and doc["check"]["passed"] is not None:
+            typer.echo(f"  {check_line(doc['check'])}", err=True)
+        typer.echo(f"  inspect it with: cairn show {run_dir.id}", err=True)
+    raise typer.Exit(driven.exit_code)
+
+
+def _ask(prompt: str, allow_eof: bool = False) -> str | None:
+    if not sys.stdin.isatty() and not allow_eof:
+        raise UsageError("no task given and no terminal to ask for one: cairn run \"TASK\"")
+    sys.stderr.write(prompt)  # beside the live display, and never into a --json document on stdout
+    sys.stderr.flush()
+    try:
+        text = input().strip()
+    except EOFError:
+        if allow_eof:
+            return None
+        raise UsageError("no task given") from None
+    if not text and not allow_eof:
+        raise UsageError("no task given")
+    return text or None
+
+
+@app.command()
+def batch(
+    file: Path = typer.Argument(..., metavar="FILE.jsonl", help="One JSON object a line: task (required), "
+                                "model, api_base, template, image, workdir, check, settings, max_steps, max_cost, approve."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Runs at a time, each in its own sandbox (default 4; with --ray: the local cluster's size, else the cluster's cairn_sandbox resources decide unless given)."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", metavar="URL", help="The OpenAI-compatible endpoint of every line that names none (its api_base key or settings file)."),
+    runs_dir: Optional[Path] = RunsDir,
+    ray: bool = typer.Option(False, "--ray", help="Run the lines as tasks on a Ray cluster (Ray is the optional extra ray of cairn-agent): the one --ray-address names, else the cluster `ray start` made here, else a local one started for this batch. Each run takes one cairn_sandbox resource of a node (ray start --resources '{\"cairn_sandbox\": 4}') and its sandbox's CPUs and memory, and runs with that node's Docker engine; a run whose node dies is taken up on another."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS", help="With --ray (implied): the Ray cluster's head, host:port; auto (the default: $RAY_ADDRESS, or the cluster `ray start` made here, else a local one); or local (a local cluster for this batch, sized by --jobs)."),
+    ray_storage: str = typer.Option("auto", "--ray-storage", metavar="auto|shared|local", help="With --ray: shared when every node mounts --runs-dir at the same path (runs write there); local when not (a node works in its own runs dir, $CAIRN_RAY_RUNS_DIR, and brings each run back here after every step); auto: each node checks whether it sees this runs dir."),
+    json_output: bool = JsonOut,
+) -> None:
+    """Many runs at once, with a live table and a summary. Running the same file again skips the done
+    runs and resumes the interrupted or crashed ones. Exit code: 0 if every run is done (and its check
+    passed, where a line has one), 1 if any is not,
+    2 for a bad line (nothing is started), 130 when Ctrl-C stopped the batch (run it again to resume)."""
+    from orchestrator.batch.summary import run_batch
+
+    make = None
+    if ray_storage != "auto" and not (ray or ray_address is not None):
+        raise UsageError("--ray-storage goes with --ray")
+    if ray or ray_address is not None:
+        try:
+            import ray as _ray  # noqa: F401 - an optional extra: only `--ray` needs it
+        except ImportError:
+            raise UsageError("--ray needs Ray, which is not installed: pip install 'cairn-agent[ray]'") from None
+        from orchestrator.batch.ray_driver import ray_batch
+
+        make = ray_batch(ray_address or "auto", ray_storage, jobs)
+    raise typer.Exit(run_batch(file, _runs_dir(runs_dir), jobs, json_output, api_base=api_base, make=make))
+
+
+def _one_line(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"invalid setting {where}: {first['msg']}"

@@ -1,0 +1,165 @@
+"""Digests: many old turns folded into one message, a line a step, without asking the model.
+
+Once old turns are pointers, each still costs about 150 tokens in the context: the pointer to the
+assistant's text, the call with its arguments and the message framing around it, the pointer to
+its result. In real trajectories the history is mostly such small turns, so pointers alone stop
+making room after a hundred steps, and a written summary (a model call that loses detail) was the
+only move left. A digest keeps what a pointer keeps, in about a quarter of the tokens: one line a
+step with its calls and where each result is, and a file with the digested messages as they were.
+Nothing is lost: every line's file resolves, and the digest's file holds the rest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.context.history import Entry, replaced_message
+from orchestrator.context.offload import CAIRN_DIR, call_arguments, count_lines, obs_path
+from orchestrator.context.pointers import error_line, pointer_path
+from orchestrator.context.tokens import TokenCounter
+
+DIGEST_DIR = f"{CAIRN_DIR}/summaries"
+
+# A call's arguments are shown up to this many characters: a command or a path whole, a file's
+# content cut (the call whole is in the digest's file).
+MAX_ARGUMENT_CHARS = 160
+# A result this short is shown in its line ("edited a.py"): a path to it would be no shorter.
+MAX_INLINE_RESULT_CHARS = 80
+MAX_ERROR_CHARS = 120
+
+
+@dataclass(frozen=True)
+class Digest:
+    """A digest that could replace a span, with the files it needs saved."""
+
+    ids: list[str]
+    message: str
+    path: str
+    files: list[tuple[str, str]]  # (path, text): the digest's own file, and results that had none
+    tokens: int  # of the digest message
+    removed: int  # tokens of the span it replaces, as they will be after the pointer pass
+
+
+def make_digest(
+    old: list[list[Entry]],
+    tokens: dict[str, int],
+    replacements: dict[str, str],
+    counter: TokenCounter,
+    prefix: str,
+    step: int,
+) -> Digest | None:
+    """A digest of the `old` turns after the last summary or digest (their messages' `tokens` and
+    pointer `replacements` as the pointer pass left them), or None when there are none, or when it
+    would not be smaller than they are. Earlier summaries and digests stay as they are, so the prefix
+    up to them stays cached. Results that were in no file yet get one, to be saved with the digest's."""
+    start = max((i + 1 for i, turn in enumerate(old) if turn[0].kind in ("summary", "digest")), default=0)
+    span = [entry for turn in old[start:] for entry in turn]
+    if not span:
+        return None
+    messages = [replaced_message(e, replacements[e.id]) if e.id in replacements else e.message for e in span]
+    path = digest_path(span, prefix)
+    results: dict[str, str | None] = {}
+    errors: dict[str, str] = {}
+    files: list[tuple[str, str]] = []
+    for entry, message in zip(span, messages):
+        if entry.kind != "tool":
+            continue
+        content = str(message.get("content") or "")
+        found = entry.offloaded_to or pointer_path(content)
+        if found is None and ("\n" in content.strip() or len(content) > MAX_INLINE_RESULT_CHARS):
+            found = obs_path(entry.step, entry.tool or "tool", entry.call_id or entry.id)
+            files.append((found, entry.content))  # so that this line, like every pointer, resolves
+        results[entry.id] = found
+        if entry.error:
+            # A pointer's own first lines say where the result went and that it failed: skip them.
+            text = content.split("\n", 2)[-1] if entry.pointer else entry.content
+            errors[entry.id] = error_line(text)
+    message = digest_message(span, messages, path, results, errors)
+    digest_tokens = counter.message({"role": "user", "content": message})
+    removed = sum(tokens[entry.id] for entry in span)
+    if digest_tokens >= removed:
+        return None
+    files.append((path, digest_file(step, span, messages, message)))
+    return Digest([e.id for e in span], message, path, files, digest_tokens, removed)
+
+
+def digest_path(span: Sequence[Entry], prefix: str = "") -> str:
+    """`/cairn/summaries/<prefix>steps-<first>-<last>-<id>.md`: spans never overlap, so neither do names."""
+    return f"{DIGEST_DIR}/{prefix}steps-{span[0].step}-{span[-1].step}-{span[0].id}.md"
+
+
+def digest_message(span: Sequence[Entry], messages: Sequence[dict[str, Any]], path: str,
+                   results: dict[str, str | None], errors: dict[str, str]) -> str:
+    """The one message that stands for `span` (whose messages are, as the context holds them, `messages`).
+
+    `results` maps each tool result's id to the file holding it whole, or None for a result short
+    enough to be shown in its line; `errors`, a failed result's id to its first error line.
+    """
+    first, last = span[0].step, span[-1].step
+    lines = [
+        f"[Steps {first} to {last}, folded by cairn when the context filled up: a line a step, with your calls "
+        f"and where each result is. Your text and the messages whole are in {path}; read any file with file_read.]"
+    ]
+    for entry, message in zip(span, messages):
+        if entry.kind == "assistant":
+            calls = [_call(call) for call in message.get("tool_calls") or []]
+            lines.append(f"{entry.step}: " + ("; ".join(calls) if calls else "(text only)"))
+        elif entry.kind == "tool":
+            lines.append("  -> " + _result(entry, results.get(entry.id), errors.get(entry.id)))
+        else:
+            text = str(message.get("content") or "").strip().replace("\n", " ")
+            lines.append(f"{entry.step}: [{entry.kind} message] {_cut(text, MAX_ARGUMENT_CHARS)}")
+    return "\n".join(lines)
+
+
+def digest_file(step: int, span: Sequence[Entry], messages: Sequence[dict[str, Any]], message: str) -> str:
+    """The saved digest: the message that stands for the span, then the span's messages as they were."""
+    parts = [
+        f"# Steps {span[0].step} to {span[-1].step}",
+        "",
+        f"Folded at step {step} by cairn's compaction: {len(span)} messages replaced in the context by",
+        "the digest below. The messages follow it as the context held them; a pointer in them names",
+        "the file that holds what it replaced.",
+        "",
+        message,
+        "",
+        "## The replaced messages",
+        "",
+    ]
+    return "\n".join(parts + replaced_messages(span, messages))
+
+
+def replaced_messages(span: Sequence[Entry], messages: Sequence[dict[str, Any]]) -> list[str]:
+    """The lines that keep a span's messages whole in its file (a digest's or a summary's): each with
+    its kind, tool, step, text and tool calls."""
+    parts: list[str] = []
+    for entry, message in zip(span, messages):
+        label = entry.kind + (f" {entry.tool}" if entry.tool else "") + (", failed" if entry.error else "")
+        parts += [f"### {label} (step {entry.step})", "", str(message.get("content") or "")]
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {})
+            parts.append(f"tool call {function.get('name')}: {function.get('arguments')}")
+        parts.append("")
+    return parts
+
+
+def _call(call: dict[str, Any]) -> str:
+    function = call.get("function") or {}
+    arguments = call_arguments(call)  # None: not a JSON object, shown as the model wrote it
+    shown = str(function.get("arguments")) if arguments is None else json.dumps(arguments, ensure_ascii=False, sort_keys=True)
+    return f"{function.get('name')} {_cut(shown, MAX_ARGUMENT_CHARS)}"
+
+
+def _result(entry: Entry, path: str | None, error: str | None) -> str:
+    if path is None:
+        return ("failed: " if entry.error else "") + entry.content.strip().replace("\n", " ")
+    what = f"failed ({_cut(error, MAX_ERROR_CHARS)})" if entry.error and error else "failed" if entry.error else "ok"
+    size = "" if entry.pointer or entry.offloaded_to else f", {count_lines(entry.content)} lines"
+    return f"{what}{size}: {path}"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"

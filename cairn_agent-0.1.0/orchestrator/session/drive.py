@@ -1,0 +1,77 @@
+"""The one sequence that drives a run, used by every entry point: `cairn run`/`resume`, the Python API,
+batches on threads and on Ray nodes (and the web page and the Harbor agent, which drive runs too).
+
+    take a `cairn stop` left from the run's last end (it is not for this one)
+    open a Session (sandbox, model, tools; recovery of a resumed run), go, keep going while asked
+    a run that never started says why in its log
+
+Everything else an entry point does (its display, what it prints, its exit code) stays its own.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from orchestrator.config import RunConfig
+from orchestrator.errors import CairnError, SandboxError
+from orchestrator.ports import Display
+from orchestrator.session.compose import Session, exit_code, mark_failed
+from orchestrator.store.runs import RunDir
+
+
+@dataclass
+class Driven:
+    """How a driven run ended."""
+
+    status: str
+    error: CairnError | None  # what made the run fail, when cairn (not the model) ended it
+    check: dict[str, Any] | None  # the last --check verdict, if any
+
+    @property
+    def exit_code(self) -> int:
+        """What `cairn run` exits with (docs/contracts.md): the check counts only for a run that is done."""
+        return exit_code(self.status, self.error, self.check if self.status == "done" else None)
+
+
+def drive(run: RunDir, cfg: RunConfig, display: Display, *, resumed: bool = False, message: str | None = None,
+          source: str | None = None, opened: Callable[[Session], None] | None = None,
+          more: Callable[[Session, str], str | None] | None = None, record_every_failure: bool = False,
+          sandbox: Any = None) -> Driven:
+    """Drive `run` until it ends (or, with `more`, until `more` has nothing more to say).
+
+    `message`: the person's words for the first request (an answer, when `resumed`). `opened(session)`:
+    called once the session runs, so the caller can stop it (a batch's Ctrl-C). `more(session, status)`:
+    the next message after each end, or None to finish (interactive mode). A failure before the run
+    started raises, and a new run records why; with `record_every_failure` (batches, where nobody reads
+    the exception) every failure is recorded in the run, a resumed one's too, and nothing is raised but
+    a KeyboardInterrupt: the `Driven` then holds the error. `sandbox`: another backend of the Sandbox port
+    than cairn's Docker one (the Harbor agent's)."""
+    run.take_stop_request()  # a `cairn stop` that came as the run last ended is not for this one
+    session: Session | None = None
+    try:
+        with Session(run, cfg, display, resumed=resumed, sandbox=sandbox) as session:
+            if opened is not None:
+                opened(session)
+            status = session.go(message, source=source or ("answer" if resumed and message else "user"))
+            while more is not None and status != "interrupted":
+                reply = more(session, status)
+                if reply is None:
+                    break
+                status = session.go(reply)
+            return Driven(status, session.agent.error, session.agent.state.check)
+    except Exception as exc:
+        if not record_every_failure:
+            if isinstance(exc, CairnError) and session is None and not resumed:
+                mark_failed(run, exc.message)  # the agent's own failures end inside the loop
+            raise
+        error = exc if isinstance(exc, CairnError) else CairnError(f"{type(exc).__name__}: {exc}")
+        try:
+            mark_failed(run, error.message)
+        except Exception:  # noqa: BLE001 - the state dir itself may be the problem
+            pass
+        if not isinstance(exc, (CairnError, SandboxError)):
+            traceback.print_exc(file=sys.stderr)  # a bug of cairn's: its trace, once
+        return Driven("failed", error, None)

@@ -1,0 +1,130 @@
+"""Asking a person on the terminal whether a tool call may run (orchestrator/agent/approvals.py decides when).
+
+The live display stops (LiveDisplay.ask_approval), the call is shown whole, and one line answers it:
+
+    y  run it, this once
+    a  run it, and every later call this answer covers (the tool, or the shell pattern or rule that asked)
+    n  do not run it; then an optional reason, which the model is given
+    e  edit the arguments, then run it: in $VISUAL or $EDITOR when one is set, else typed as one JSON line;
+       what is not a JSON object is said and asked again
+
+The end of input (Ctrl-D) leaves the question unanswered: the run then waits, as it does without a
+terminal, for `cairn approve` or a resume on a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from typing import Callable, TextIO
+
+from orchestrator.agent.approvals import Answer, Question
+from orchestrator.ui.terminal import clean
+
+CHOICES = "[y]es once · [a]lways · [n]o · [e]dit"
+
+
+def ask(question: Question, read: Callable[[str], str] | None = None, out: TextIO | None = None) -> Answer | None:
+    """The person's answer, or None when the input ended before one was given."""
+    out = out or sys.stderr
+    read = read or _reader(out)
+    out.write(render(question))
+    out.flush()
+    try:
+        while True:
+            choice = read(f"approve? {CHOICES}: ").strip().lower()
+            if choice in ("y", "yes"):
+                return Answer(True)
+            if choice in ("a", "always"):
+                return Answer(True, always=True)
+            if choice in ("n", "no"):
+                reason = read("reason (optional, told to the model): ").strip()
+                return Answer(False, reason or None)
+            if choice in ("e", "edit"):
+                edited = _edit(question.arguments, read, out)
+                if edited is not None:
+                    return Answer(True, arguments=edited)
+                continue
+            out.write("answer y, a, n or e\n")
+    except EOFError:
+        out.write("\n(no answer: the run waits for `cairn approve`)\n")
+        return None
+
+
+def render(question: Question) -> str:
+    """The question as the person sees it: the call whole, cleaned of control sequences."""
+    try:
+        args = json.loads(question.arguments or "{}")
+    except json.JSONDecodeError:
+        args = question.arguments
+    text = {"shell_exec": "command", "shell_start": "command", "shell_send": "keys"}.get(question.name)
+    if text and isinstance(args, dict) and isinstance(args.get(text), str):  # the command line as it is
+        rest = {k: v for k, v in args.items() if k != text}
+        body = args[text] + (f"\n{json.dumps(rest, ensure_ascii=False)}" if rest else "")
+    else:
+        body = args if isinstance(args, str) else json.dumps(args, indent=2, ensure_ascii=False)
+    shown = "\n".join("    " + line for line in clean(body).splitlines() or [""])
+    always = f"always: every later call of {clean(question.grant)}"
+    return (f"\n── approval needed ── {clean(question.name)}\n{clean(question.why)}\n{shown}\n"
+            f"({always}, for the rest of the run)\n")
+
+
+def _edit(arguments: str, read: Callable[[str], str], out: TextIO) -> str | None:
+    """Edited arguments as a JSON object's text; None to go back to the question."""
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
+    try:
+        text = json.dumps(json.loads(arguments or "{}"), indent=2, ensure_ascii=False)
+    except json.JSONDecodeError:
+        text = arguments
+    while True:
+        if editor:
+            text = _in_editor(editor, text, out)
+            if text is None:
+                return None
+        else:
+            text = read("arguments as one JSON line (empty: back): ")
+            if not text.strip():
+                return None
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            out.write(f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); again\n")
+            continue
+        if not isinstance(value, dict):
+            out.write(f"the arguments must be a JSON object, not {type(value).__name__}; again\n")
+            continue
+        return json.dumps(value, ensure_ascii=False)
+
+
+def _in_editor(editor: str, text: str, out: TextIO) -> str | None:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="cairn-arguments-", delete=False) as f:
+        f.write(text + "\n")
+        path = f.name
+    try:
+        done = subprocess.run([*shlex.split(editor), path])
+        if done.returncode != 0:
+            out.write(f"the editor exited with {done.returncode}; back to the question\n")
+            return None
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        out.write(f"cannot run the editor {editor!r}: {exc}\n")
+        return None
+    finally:
+        os.unlink(path)
+
+
+def _reader(out: TextIO) -> Callable[[str], str]:
+    def read(prompt: str) -> str:
+        out.write(prompt)
+        out.flush()
+        line = sys.stdin.readline()
+        if not line:
+            raise EOFError
+        return line.rstrip("\n")
+
+    return read

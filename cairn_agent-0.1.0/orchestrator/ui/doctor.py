@@ -1,0 +1,106 @@
+"""`cairn doctor`: is this machine ready for a run, and if not, what to do.
+
+Each check answers on its own, so one missing piece (no engine) does not hide the state of the others.
+litellm is imported only inside the model check: importing it takes seconds, and the doctor must still
+answer where litellm is broken or missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.config import ModelConfig, default_runs_dir
+from orchestrator.errors import SandboxError
+from orchestrator.sandbox.engine import Engine, connect, describe, has_image
+from orchestrator.sandbox.image import image_tag
+
+MIN_FREE_BYTES = 2 * 1024**3
+MIN_PYTHON = (3, 11)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def run_checks(model_cfg: ModelConfig | None = None) -> list[Check]:
+    """Every check, in the order a person fixes them: engine, image, disk, Python, model."""
+    engine, client = _check_engine()
+    return [
+        engine,
+        _check_image(client),
+        _check_disk(default_runs_dir()),
+        _check_python(),
+        _check_model(model_cfg or ModelConfig()),
+    ]
+
+
+def _check_engine() -> tuple[Check, Engine | None]:
+    try:
+        client = connect(timeout=10)
+    except SandboxError as exc:
+        return Check("docker engine", False, exc.message, exc.hint or ""), None
+    return Check("docker engine", True, describe(client)), client
+
+
+def _check_image(client: Engine | None) -> Check:
+    try:
+        tag = image_tag()
+    except SandboxError as exc:
+        return Check("sandbox image", False, exc.message, "reinstall cairn: its orchestrator/sandbox_image/ is incomplete")
+    if client is None:
+        return Check("sandbox image", False, f"{tag}: no engine to look in", "start the engine first")
+    if not has_image(client, tag):
+        return Check("sandbox image", False, f"{tag} is not built yet", "run cairn image build")
+    return Check("sandbox image", True, tag)
+
+
+def _check_disk(runs_dir: Path) -> Check:
+    # The runs directory may not exist before the first run; its nearest existing parent is on the
+    # same file system in all but unusual set-ups.
+    place = runs_dir
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    free = shutil.disk_usage(place).free
+    detail = f"{free / 1024**3:.1f} GiB free for {runs_dir}"
+    if free < MIN_FREE_BYTES:
+        return Check("free disk", False, detail + " (under 2 GiB)", "free some space, or set CAIRN_RUNS_DIR elsewhere")
+    return Check("free disk", True, detail)
+
+
+def _check_python() -> Check:
+    version = ".".join(map(str, sys.version_info[:3]))
+    if sys.version_info < MIN_PYTHON:
+        return Check("python", False, f"Python {version}", "use Python 3.11 or newer")
+    return Check("python", True, f"Python {version} at {sys.executable}")
+
+
+def _check_model(cfg: ModelConfig) -> Check:
+    name = f"model {cfg.model}"
+    if cfg.model.startswith("scripted:"):
+        return Check(name, True, "scripted model: needs no key")
+    if cfg.api_base:
+        # A local server (vLLM, llama.cpp, Ollama) usually takes any key or none, so no key is asked for.
+        return Check(name, True, f"endpoint {cfg.api_base}; key not checked")
+    # Without this litellm downloads its price list at import, which hangs where there is no internet.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        import litellm
+    except ImportError:
+        return Check(
+            name, False, "litellm is not installed, so no model can be called", "pip install -e . (in cairn's venv)"
+        )
+    litellm.suppress_debug_info = True  # else an unknown provider prints a banner on stdout
+    found = litellm.validate_environment(model=cfg.model)
+    if found.get("keys_in_environment"):
+        return Check(name, True, "provider key found in the environment")
+    missing = found.get("missing_keys") or ["the provider's API key"]
+    fix = f"export {missing[0]}=<your key>" if len(missing) == 1 else f"export one of {', '.join(missing)}"
+    return Check(name, False, f"not set: {', '.join(missing)}", fix)

@@ -1,0 +1,112 @@
+"""`cairn watch RUN`: follow a run from another terminal.
+
+Prints each event as it is appended to `state/events.jsonl` (one line, as the live display prints it)
+and the workspace files that change, both noticed with watchfiles. Ends when the run's status becomes
+anything but running, when its process is gone, or on Ctrl-C. A run that is not live gets its events
+so far, and the command ends. Reads only; imports no model library.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Callable
+
+from orchestrator.ui.display import event_line
+from orchestrator import events as ev
+from orchestrator.store.runs import RunDir
+from orchestrator.ui.terminal import clean, clean_name
+
+NOISE_DIRS = {".cairn", ".git", "__pycache__", "node_modules", ".venv", ".pytest_cache"}
+# The temporary file of the toolbox's atomic write (`.NAME.XXXXXXXX.tmp`, tempfile.mkstemp's pattern,
+# sandbox_image/toolbox.py): it lives a moment before it is renamed to NAME, which is the change to show.
+ATOMIC_TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+
+
+class EventTail:
+    """Reads the whole lines appended to the event log since the last read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset = path, 0
+
+    def new(self) -> list[ev.Event]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1  # a line still being written waits for the next read
+        self.offset += end
+        out = []
+        for line in data[:end].splitlines():
+            if line.strip():
+                try:
+                    out.append(ev.parse_event(line))
+                except ValueError:
+                    continue
+        return out
+
+
+def _noise(rel: Path) -> bool:
+    return any(part in NOISE_DIRS for part in rel.parts) or bool(ATOMIC_TEMPORARY.match(rel.name))
+
+
+def watch_run(run: RunDir, echo: Callable[[str], None], is_live: Callable[[RunDir], bool],
+              stop: threading.Event | None = None) -> str:
+    """Prints the run's events (and, while it is live, its file changes) until it stops running.
+    Returns the last status seen."""
+    tail = EventTail(run.events.path)
+    status = run.read_meta().get("status", "running")
+    status = _print(tail.new(), echo, status)
+    live = is_live(run)
+    if not live or status != "running":
+        if not live and status == "running":
+            echo(f"(run {run.id} is not live: it crashed or was killed; cairn resume {run.id} continues it)")
+        return status
+    from watchfiles import Change, watch
+
+    workspace = run.workspace.resolve()
+    events_path = run.events.path.resolve()
+    names = {Change.added: "+", Change.modified: "~", Change.deleted: "-"}
+
+    def wanted(change: Change, path: str) -> bool:
+        p = Path(path)
+        if p == events_path:
+            return True
+        try:
+            return not _noise(p.relative_to(workspace))
+        except ValueError:
+            return False
+
+    stop = stop or threading.Event()
+    try:
+        for changes in watch(run.state, workspace, watch_filter=wanted, stop_event=stop, debounce=200,
+                             rust_timeout=1000, yield_on_timeout=True, recursive=True):
+            files = sorted({(Path(p), c) for c, p in changes if Path(p) != events_path})
+            for path, change in files:
+                echo(f"      {names.get(change, '?')} {clean_name(str(path.relative_to(workspace)))}")
+            status = _print(tail.new(), echo, status)
+            if status != "running":
+                break
+            if not changes and not is_live(run):  # the process went away without saying so
+                status = _print(tail.new(), echo, status)
+                if status == "running":
+                    echo(f"(run {run.id} is no longer live; cairn resume {run.id} continues it)")
+                break
+    except KeyboardInterrupt:
+        pass
+    return status
+
+
+def _print(events: list[ev.Event], echo: Callable[[str], None], status: str) -> str:
+    for e in events:
+        line = event_line(e)
+        if isinstance(e, ev.RunStarted):
+            line = f"task: {' '.join(clean(e.task).split())[:200]}"
+        elif isinstance(e, ev.StatusChanged):
+            status = e.status
+        if line is not None:
+            echo(line)
+    return status

@@ -1,0 +1,126 @@
+"""A run's event log as the page reads it: one small JSON item per event, streamed as server-sent events.
+
+The stream follows `state/events.jsonl` as `cairn watch` does (inspect/watch.EventTail: whole lines
+appended since the last read), from a byte offset the page gives, so a reconnect (EventSource does that
+by itself, sending Last-Event-ID) neither repeats nor skips an event. The log is looked at every
+POLL_S seconds: a stat() per open page, against a thread per page for an inotify watcher.
+
+An item keeps what the page shows and no more: the system prompt and tool specs of `run_started` stay
+out, a long tool result is cut (the page loads a step whole on demand). The lines that `cairn show` and
+the report print for the same things (an approval's answer, a check's verdict) come from the same
+functions here, so the three say it alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any, AsyncIterator
+
+from starlette.concurrency import run_in_threadpool
+
+from orchestrator.agent.approvals import answer_line
+from orchestrator.ui.inspect.report import RESULT_PREVIEW
+from orchestrator.ui.inspect.timeline import check_line
+from orchestrator.ui.inspect.watch import EventTail
+from orchestrator import events as ev
+from orchestrator.agent.state import check_verdict
+from orchestrator.store.runs import RunDir
+
+POLL_S = 0.1
+BATCH = 500  # items in one server-sent event: a long log arrives in a few dozen messages, not thousands
+KEEPALIVE_S = 15.0
+
+
+def clip(text: str | None, width: int = RESULT_PREVIEW) -> str | None:
+    if text is None or len(text) <= width:
+        return text
+    return text[:width] + f"\n… ({len(text) - width:,} more characters: open the step whole)"
+
+
+def pretty(raw: str) -> str:
+    try:
+        return json.dumps(json.loads(raw), indent=2, ensure_ascii=False)
+    except (ValueError, TypeError):
+        return raw
+
+
+def item(e: Any) -> dict[str, Any] | None:
+    """The page's item for one event; None for one the page does not show."""
+    base = {"ts": e.ts, "step": e.step}
+    if isinstance(e, ev.RunStarted):
+        return {**base, "t": "task", "task": e.task}
+    if isinstance(e, ev.UserMessage):
+        return {**base, "t": "message", "source": e.source, "text": clip(e.text)}
+    if isinstance(e, ev.ModelRequest):
+        keys = ("prompt_tokens", "cached_tokens", "completion_tokens", "cost_usd")
+        return {**base, "t": "usage", "child": getattr(e, "child", None) is not None,
+                "usage": {k: e.usage.get(k) for k in keys}}
+    if isinstance(e, ev.AssistantMessage):
+        content = e.message.get("content")
+        return {**base, "t": "text", "text": clip(content if isinstance(content, str) else None)}
+    if isinstance(e, ev.ToolStarted):
+        return {**base, "t": "call", "id": e.call_id, "name": e.name, "arguments": clip(pretty(e.arguments))}
+    if isinstance(e, ev.ToolFinished):
+        return {**base, "t": "result", "id": e.call_id, "result": clip(e.output or e.content), "error": e.error,
+                "offloaded_to": e.offloaded_to, "duration_ms": e.duration_ms}
+    if isinstance(e, ev.Compaction):
+        return {**base, "t": "compaction", "kind": e.kind, "tokens_before": e.tokens_before,
+                "tokens_after": e.tokens_after}
+    if isinstance(e, ev.Notice):
+        return {**base, "t": "notice", "text": clip(e.text)}
+    if isinstance(e, ev.StatusChanged):
+        return {**base, "t": "status", "status": e.status, "reason": e.reason, "result": clip(e.result)}
+    if isinstance(e, ev.Checkpoint):
+        return {**base, "t": "checkpoint", "changed": e.commit is not None}
+    if isinstance(e, ev.CheckFinished):
+        verdict = check_verdict(e)
+        return {**base, "t": "check", "line": check_line(verdict), "passed": e.passed, "round": e.round,
+                "output": clip(e.output), "sent_back": e.sent_back}
+    if isinstance(e, ev.CriticNote):
+        return {**base, "t": "critic", "text": clip(e.text), "path": e.path}
+    if isinstance(e, ev.ApprovalAsked):
+        return {**base, "t": "asked", "id": e.call_id, "name": e.name, "why": e.why}
+    if isinstance(e, ev.ApprovalAnswered):
+        return {**base, "t": "answered", "id": e.call_id, "line": answer_line(e)}
+    return None
+
+
+def _new_items(tail: EventTail) -> list[dict[str, Any]]:
+    return [i for i in (item(e) for e in tail.new()) if i is not None]
+
+
+def sse(data: str, event_id: int | None = None, event: str | None = None) -> str:
+    head = (f"id: {event_id}\n" if event_id is not None else "") + (f"event: {event}\n" if event else "")
+    return head + "".join(f"data: {line}\n" for line in data.split("\n")) + "\n"
+
+
+async def stream(run: RunDir, offset: int) -> AsyncIterator[str]:
+    """Server-sent events: `items` (a list of items; its id is the byte offset after them), then the same
+    as the log grows, `caught-up` once after the first read, and a comment now and then so that a proxy
+    keeps the connection. Starlette ends it when the browser goes away."""
+    tail = EventTail(run.events.path)
+    tail.offset = max(0, offset)
+    yield "retry: 1000\n\n"
+    first, idle, size = True, 0.0, -1
+    while True:
+        try:
+            now = os.stat(run.events.path).st_size
+        except OSError:
+            now = 0
+        if now != size:
+            size = now
+            items = await run_in_threadpool(_new_items, tail)  # a long log is parsed off the event loop
+            for k in range(0, len(items), BATCH):
+                yield sse(json.dumps(items[k:k + BATCH], ensure_ascii=False, separators=(",", ":")), tail.offset, "items")
+            if items:
+                idle = 0.0
+        if first:
+            yield sse(json.dumps({"offset": tail.offset}), tail.offset, "caught-up")
+            first = False
+        await asyncio.sleep(POLL_S)
+        idle += POLL_S
+        if idle >= KEEPALIVE_S:
+            idle = 0.0
+            yield ": keep-alive\n\n"

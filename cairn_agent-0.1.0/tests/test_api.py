@@ -1,0 +1,105 @@
+"""The public Python API: `import orchestrator` stays cheap, `Agent` runs on ports of one's own, and
+the internal route (`resolve_config`, `create_run`, `Session.go`) takes what a person would give it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import orchestrator
+from orchestrator.api import _Sink
+from orchestrator.errors import UsageError
+from orchestrator.session.new_run import create_run
+from orchestrator.session.settings import resolve_config
+from orchestrator import events as ev
+from orchestrator.testing import LocalSandbox, ScriptedModel
+
+
+def test_import_orchestrator_loads_neither_litellm_nor_docker():
+    code = "import sys, orchestrator; orchestrator.Agent; print(sorted({'litellm', 'docker'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_resolve_config_takes_a_plain_model_string():
+    assert resolve_config({"model": "openai/qwen2.5-coder"}).model.model == "openai/qwen2.5-coder"
+
+
+def test_the_task_given_to_both_create_run_and_go_is_sent_once(tmp_path):
+    from orchestrator.agent.loop import Agent as Loop
+    from orchestrator.session.compose import Session
+
+    cfg = resolve_config({"model": "scripted:demo"})
+    run = create_run(tmp_path / "runs", "count to three", cfg)
+    model = ScriptedModel({"turns": [{"tool_calls": [{"name": "task_done", "arguments": {"summary": "3"}}]}]})
+    session = Session.__new__(Session)  # the Session's own go(), on in-memory ports instead of Docker
+    with LocalSandbox(run.workspace, run.cairn_dir) as sandbox:
+        session.agent = Loop(run, cfg, sandbox, model, _Sink(None))
+        assert session.go("count to three") == "done"
+    sent = json.dumps(model.requests[0]["messages"])
+    assert sent.count("count to three") == 1
+
+
+def test_an_agent_runs_a_task_on_the_in_memory_ports_and_reports_its_result(tmp_path):
+    model = ScriptedModel({"turns": [
+        {"tool_calls": [{"name": "file_write", "arguments": {"path": "hello.txt", "content": "hi\n"}}]},
+        {"tool_calls": [{"name": "task_done", "arguments": {"summary": "wrote hello.txt"}}]},
+    ]})
+    seen = []
+    agent = orchestrator.Agent(model=model, sandbox=LocalSandbox(), runs_dir=tmp_path / "runs", on_event=seen.append)
+    result = agent.run("write hello.txt")
+    assert (result.status, result.result, result.ok) == ("done", "wrote hello.txt", True)
+    assert (result.run_dir / "workspace" / "hello.txt").read_text() == "hi\n"
+    assert result.usage["prompt_tokens"] > 0
+    assert [e.status for e in seen if isinstance(e, ev.StatusChanged)] == ["running", "done"]
+
+
+def test_an_agent_on_a_folder_of_ones_own_works_in_it_in_place(tmp_path):
+    folder = tmp_path / "project"
+    folder.mkdir()
+    model = ScriptedModel({"turns": [
+        {"tool_calls": [{"name": "shell_exec", "arguments": {"command": "echo made > made.txt"}}]},
+        {"tool_calls": [{"name": "task_done", "arguments": {"summary": "ok"}}]},
+    ]})
+    result = orchestrator.Agent(model, LocalSandbox(folder), runs_dir=tmp_path / "runs").run("make a file")
+    assert result.status == "done"
+    assert (folder / "made.txt").read_text() == "made\n"
+
+
+def test_an_agent_offered_some_tools_refuses_the_others_as_results(tmp_path):
+    model = ScriptedModel({"turns": [
+        {"tool_calls": [{"name": "shell_exec", "arguments": {"command": "true"}}]},
+        {"tool_calls": [{"name": "task_done", "arguments": {"summary": "ok"}}]},
+    ]})
+    result = orchestrator.Agent(model, LocalSandbox(), tools=["file_read"], runs_dir=tmp_path / "runs").run("look")
+    assert result.status == "done"
+    offered = [t["function"]["name"] for t in model.requests[0]["tools"]]
+    assert offered == ["file_read", "task_done"]
+    assert "unknown tool 'shell_exec'" in json.dumps(model.requests[1]["messages"])
+
+
+def test_an_agent_answers_its_question_on_resume(tmp_path):
+    model = ScriptedModel({"turns": [
+        {"tool_calls": [{"name": "ask_user", "arguments": {"question": "red or blue?"}}]},
+        {"tool_calls": [{"name": "task_done", "arguments": {"summary": "blue it is"}}]},
+    ]})
+    agent = orchestrator.Agent(model, LocalSandbox(), runs_dir=tmp_path / "runs")
+    asked = agent.run("pick a colour")
+    assert (asked.status, asked.result, asked.exit_code) == ("waiting", "red or blue?", 1)
+    answered = agent.resume("blue")
+    assert (answered.status, answered.result) == ("done", "blue it is")
+    assert {"role": "user", "content": "blue"} in model.requests[1]["messages"]
+
+
+def test_an_unknown_tool_name_is_a_usage_error():
+    with pytest.raises(UsageError, match="no built-in tool 'rm_rf'"):
+        orchestrator.Agent(ScriptedModel({"turns": []}), LocalSandbox(), tools=["rm_rf"])
+
+
+def test_run_refuses_a_bad_setting_before_any_run_exists(tmp_path):
+    with pytest.raises(UsageError, match="invalid setting limits.max_steps"):
+        orchestrator.run("x", model="scripted:demo", max_steps=0, runs_dir=tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,134 @@
+"""cairn as a package: the wheel `python -m build` makes, installed into a fresh venv outside any clone,
+carries everything cairn needs at run time, and one version number reaches `cairn --version`, the
+package's metadata and the sandbox image's label."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import orchestrator
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE_DATA = [
+    "orchestrator/sandbox_image/Dockerfile",
+    "orchestrator/sandbox_image/toolbox.py",
+    "orchestrator/sandbox_image/PROTOCOL.md",
+    "orchestrator/sandbox_image/extra-ca/.keep",
+    "orchestrator/workspace_templates/default/todo.md",
+    "orchestrator/workspace_templates/research/cairn.json",
+    "orchestrator/workspace_templates/research/notes/.keep",
+    "orchestrator/llm/scripts/demo.json",
+]
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`python -m build` as a release makes them: the sdist, then the wheel built from the sdist alone
+    (so the wheel cannot take anything from the checkout that the sdist lacks)."""
+    pytest.importorskip("build", reason="python -m build needs the `build` package (the test extra)")
+    out = tmp_path_factory.mktemp("dist")
+    done = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel(dist: Path) -> Path:
+    return next(dist.glob("*.whl"))
+
+
+def test_the_wheel_carries_the_package_data_and_the_one_version(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert [name for name in PACKAGE_DATA if name not in names] == []
+    assert wheel.name.startswith(f"cairn_agent-{orchestrator.__version__}-")
+    assert not any(name.startswith(("sandbox_image/", "workspace_templates/", "tests/")) for name in names)
+
+
+def test_the_sdist_carries_the_package_data(dist: Path) -> None:
+    import tarfile
+
+    sdist = next(dist.glob("*.tar.gz"))
+    top = f"cairn_agent-{orchestrator.__version__}"
+    names = set(tarfile.open(sdist).getnames())
+    assert [name for name in PACKAGE_DATA if f"{top}/{name}" not in names] == []
+
+
+@pytest.mark.docker
+def test_installed_from_the_wheel_outside_any_clone_cairn_builds_checks_and_runs_its_demo(
+        wheel: Path, tmp_path: Path, sandbox_image: str) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "--quiet", str(wheel)],
+                         capture_output=True, text=True)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    # Nothing of the checkout on any path: not the cwd, not PYTHONPATH, not the test's own venv.
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    env.update(HOME=str(tmp_path / "home"), CAIRN_RUNS_DIR=str(tmp_path / "runs"),
+               PATH=f"{venv / 'bin'}:{os.environ['PATH']}", LITELLM_LOCAL_MODEL_COST_MAP="True")
+    env.pop("CAIRN_MODEL", None)
+
+    def cairn(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(venv / "bin/cairn"), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=900)
+
+    where = subprocess.run([str(venv / "bin/python"), "-c", "import orchestrator; print(orchestrator.__file__)"],
+                           cwd=cwd, env=env, capture_output=True, text=True).stdout.strip()
+    assert where.startswith(str(venv)), where
+
+    version = cairn("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"cairn {orchestrator.__version__}"
+
+    built = cairn("image", "build")
+    assert built.returncode == 0, built.stderr[-2000:]
+    # The same files give the same tag: the checkout's image serves the wheel, nothing is rebuilt.
+    assert built.stdout.strip() == sandbox_image
+    assert "building the sandbox image" not in built.stderr
+
+    doctor = cairn("doctor")
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert sandbox_image in doctor.stdout
+
+    demo = cairn("demo")
+    assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
+    shown = json.loads(cairn("show", "@last", "--json").stdout)
+    assert shown["status"] == "done"
+    report = cairn("report", shown["id"], "-o", str(tmp_path / "report.html"))
+    assert report.returncode == 0, report.stderr
+    assert "<script>" in (tmp_path / "report.html").read_text()
+
+    # The run's sandbox had the installed package's toolbox mounted, not a checkout's.
+    import docker
+
+    client = docker.from_env()
+    container = client.containers.get(f"cairn-{shown['id']}")
+    try:
+        toolbox = next(m["Source"] for m in container.attrs["Mounts"] if m["Destination"] == "/opt/cairn/toolbox.py")
+        assert toolbox.startswith(str(venv)) and str(REPO) not in toolbox
+    finally:
+        assert cairn("rm", shown["id"]).returncode == 0
+
+
+@pytest.mark.docker
+def test_cairn_version_and_the_images_label_agree(sandbox_image: str) -> None:
+    import docker
+
+    from orchestrator.cli.shared import version
+
+    label = docker.from_env().images.get(sandbox_image).labels.get("org.cairn.version")
+    assert label == version() == orchestrator.__version__
+
+
+def test_the_version_is_written_once() -> None:
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and "\nversion =" not in pyproject.split("[tool.setuptools.dynamic]")[0]
+    written = [path for path in (REPO / "orchestrator").rglob("*.py") if "__version__ = " in path.read_text()]
+    assert written == [REPO / "orchestrator/version.py"]

@@ -1,0 +1,47 @@
+"""The toolbox's half of terminal sessions, run on the host (tests/sandbox_fixtures.py's ToolboxProcess):
+the log kept while nobody asks, and the registry that makes the next toolbox say which sessions are gone."""
+
+from __future__ import annotations
+
+import base64
+import time
+
+from tests.sandbox_fixtures import ToolboxProcess
+
+
+def test_a_session_is_drained_into_its_log_while_nobody_asks(tmp_path):
+    (tmp_path / "ws").mkdir()
+    toolbox = ToolboxProcess(tmp_path / "ws")
+    try:
+        started = toolbox.result("session_start", command="seq 1 200000; sleep 30", name="many", wait=0)
+        assert started["running"] and started["log_path"] == str(toolbox.cairn / "sessions" / "many.log")
+        log = toolbox.cairn / "sessions" / "many.log"
+        expected = sum(len(f"{n}\r\n") for n in range(1, 200001))
+        deadline = time.monotonic() + 30
+        while log.stat().st_size < expected and time.monotonic() < deadline:
+            time.sleep(0.1)  # no request in between: the toolbox's own thread reads the terminal
+        assert log.stat().st_size == expected
+        stopped = toolbox.result("session_stop", name="many", inline_bytes=1024)
+        assert base64.b64decode(stopped["head"]).startswith(b"1\r\n2\r\n") and stopped["tail"]
+        assert "no session named many" not in toolbox.error("session_send", name="many", keys="x")
+    finally:
+        toolbox.close()
+
+
+def test_sessions_a_toolbox_left_running_are_gone_for_the_next_one(tmp_path):
+    (tmp_path / "ws").mkdir()
+    first = ToolboxProcess(tmp_path / "ws")
+    first.result("session_start", command="sleep 300", name="nap", wait=0)
+    first.close()  # the host went away: the toolbox exits, and its sessions lose their terminal
+    second = ToolboxProcess(tmp_path / "ws", cairn=first.cairn)
+    try:
+        listing = second.result("sessions")["sessions"]
+        logs = first.cairn / "sessions"
+        assert [(s["name"], s["state"], s["log_path"]) for s in listing] == [("nap", "gone", str(logs / "nap.log"))]
+        error = second.error("session_send", name="nap", keys="")
+        assert error.startswith("session nap is gone: it was running when the run stopped or the sandbox restarted")
+        assert second.result("sessions")["sessions"] == []  # said once, then forgotten
+        again = second.result("session_start", command="echo again", name="nap", wait=5)
+        assert again["log_path"] == str(logs / "nap.2.log") and again["exit_code"] == 0  # the old log is kept
+    finally:
+        second.close()

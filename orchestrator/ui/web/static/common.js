@@ -1,0 +1,68 @@
+// Shared by the pages of `cairn serve`. Whatever comes from a run is put in the page as text
+// (textContent, element by element), never as markup.
+"use strict";
+
+var cairn = (function () {
+  function el(tag, className, text) {
+    var node = document.createElement(tag);
+    if (className) { node.className = className; }
+    if (text !== undefined && text !== null) { node.textContent = String(text); }
+    return node;
+  }
+
+  function api(path) {
+    return fetch(path, { credentials: "same-origin", cache: "no-store" }).then(function (r) {
+      return r.json().then(function (body) {
+        if (!r.ok) { throw new Error(body && body.error ? body.error : r.status + " " + r.statusText); }
+        return body;
+      }, function () { throw new Error(r.status + " " + r.statusText); });
+    });
+  }
+
+  function post(path, body) {
+    return fetch(path, {
+      method: "POST", credentials: "same-origin", cache: "no-store",
+      headers: { "Content-Type": "application/json" }, body: JSON.stringify(body || {})
+    }).then(function (r) {
+      return r.json().catch(function () { return { ok: false, error: r.status + " " + r.statusText }; })
+        .then(function (answer) {
+          if (!r.ok || !answer.ok) { throw new Error(answer.error || r.status + " " + r.statusText); }
+          return answer;
+        });
+    });
+  }
+
+  function flash(text, bad) {
+    var box = document.getElementById("flash");
+    if (!box) { return; }
+    box.textContent = text;
+    box.className = bad ? "flash bad" : "flash";
+  }
+
+  var numbers = new Intl.NumberFormat("en-US");  // one formatter: toLocaleString makes one a call
+  function number(n) { return n === null || n === undefined ? "-" : numbers.format(n); }
+  function cost(usd) { return usd === null || usd === undefined ? "unknown" : "$" + Number(usd).toFixed(4); }
+  function percent(ratio) { return Math.round((ratio || 0) * 100) + "%"; }
+  function seconds(ms) {  // as the report says it (inspect/report_time.seconds)
+    if (ms === null || ms === undefined) { return "?"; }
+    var s = ms / 1000;
+    if (s < 10) { return s.toFixed(2) + " s"; }
+    if (s < 60) { return s.toFixed(1) + " s"; }
+    if (s < 3600) { return Math.floor(s / 60) + " min " + String(Math.floor(s % 60)).padStart(2, "0") + " s"; }
+    return Math.floor(s / 3600) + " h " + String(Math.floor(s % 3600 / 60)).padStart(2, "0") + " min";
+  }
+  function when(epoch) {
+    if (!epoch) { return "?"; }
+    var d = new Date(epoch * 1000);
+    function two(n) { return String(n).padStart(2, "0"); }
+    return d.getFullYear() + "-" + two(d.getMonth() + 1) + "-" + two(d.getDate()) + " " + two(d.getHours()) + ":" + two(d.getMinutes());
+  }
+
+  window.addEventListener("error", function (e) {
+    var errors = document.body.dataset.errors ? document.body.dataset.errors + " | " : "";
+    document.body.dataset.errors = errors + String(e.message || e);
+  });
+
+  return { el: el, api: api, post: post, flash: flash, number: number, cost: cost, percent: percent,
+           seconds: seconds, when: when };
+})();
