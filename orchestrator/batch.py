@@ -257,7 +257,7 @@ class Batch:
     def plan(self) -> list[tuple[int, RunDir | None]]:
         """(row index, existing run to resume or None for a new one) for each line that has work to do;
         rows of lines that need none are filled in as skipped or left."""
-        from orchestrator.runner import run_is_live
+        from orchestrator.store.liveness import RunIsLive
 
         work: list[tuple[int, RunDir | None]] = []
         for i, job in enumerate(self.todo):
@@ -270,11 +270,14 @@ class Batch:
             status = meta.get("status", "running")
             row = self.rows[i]
             row.id = run.id
-            if status == Status.RUNNING and run_is_live(run):
-                self._fill(row, run, "skipped")
-                row.status = "running"
-                row.error = "running in another process"
-            elif status in RESUMABLE or status == Status.RUNNING:
+            if status in RESUMABLE or status == Status.RUNNING:
+                try:
+                    run.hold()  # this batch drives it from now on; the lock goes when its session ends
+                except RunIsLive:
+                    self._fill(row, run, "skipped")
+                    row.status = "running"
+                    row.error = "running in another process"
+                    continue
                 work.append((i, run))
             else:
                 self._fill(row, run, "left")
@@ -370,6 +373,8 @@ class Batch:
 
                 traceback.print_exc(file=sys.stderr)
         finally:
+            if run is not None:
+                run.release()  # a session releases it as it ends; a run whose session never began, here
             self.sessions.pop(index, None)
             row.seconds = round(time.monotonic() - started, 2)
         if run is not None:

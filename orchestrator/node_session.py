@@ -288,7 +288,10 @@ def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any
     def work() -> None:
         try:
             cfg = load_config(run)
-            with Session(run, cfg, display, resumed=spec["resumed"] or _started_before(run)) as session:
+            # On the driver's runs dir, the driver holds the run's lock for the whole batch (attempts are
+            # fenced at the hub); a node's own copy is this process's to lock.
+            with Session(run, cfg, display, resumed=spec["resumed"] or _started_before(run),
+                         hold=not shared) as session:
                 live["session"] = session
                 session.go()
                 if session.agent.error is not None:

@@ -22,13 +22,15 @@ def rm(
     import shutil
 
     from orchestrator.errors import SandboxError
-    from orchestrator.runner import run_is_live
     from orchestrator.sandbox.container import container_name, remove_if_present
+    from orchestrator.store.liveness import RunIsLive
 
     runs = list({r.id: r for r in (_find(runs_dir, ref) for ref in run_refs)}.values())  # all found, or none removed
     for run_dir in runs:
-        if run_is_live(run_dir):
-            raise UsageError(f"run {run_dir.id} is running; stop it first", hint=f"cairn stop {run_dir.id}")
+        try:
+            run_dir.hold()  # held until removed: no resume starts on a run being removed
+        except RunIsLive:
+            raise UsageError(f"run {run_dir.id} is running; stop it first", hint=f"cairn stop {run_dir.id}") from None
     try:
         from orchestrator.sandbox.engine import connect
 
@@ -166,14 +168,19 @@ def gc(
 ) -> None:
     """Remove the kept containers of runs that are not live (their next resume starts a fresh one). A
     container of another runs dir's run is left alone; an orphan's (its run is gone) only when idle."""
-    from orchestrator.runner import run_is_live
     from orchestrator.sandbox.container import gc as gc_containers
     from orchestrator.sandbox.engine import connect
+    from orchestrator.store.liveness import RunIsLive
     from orchestrator.store.runs import RunDir
 
     seconds = _duration(older_than) if older_than is not None else None
     runs = RunDir.all(_runs_dir(runs_dir))
-    live = {r.id for r in runs if run_is_live(r)}
+    live = set()
+    for run in runs:  # the others' locks are held through the clean-up: none is resumed under it
+        try:
+            run.hold()
+        except RunIsLive:
+            live.add(run.id)
     removed = gc_containers(connect(), live, known_run_ids={r.id for r in runs}, older_than=seconds)
     typer.echo(f"removed {len(removed)} container(s)" + (": " + ", ".join(removed) if removed else ""))
 

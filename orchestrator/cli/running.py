@@ -131,7 +131,6 @@ def resume(
     from orchestrator.critic import preflight_critic
     from orchestrator.llm import warmup
     from orchestrator.llm.preflight import preflight
-    from orchestrator.runner import run_is_live
     from orchestrator.store.trust import settle
 
     if network is not None and network not in ("none", "bridge"):
@@ -141,8 +140,7 @@ def resume(
     run_dir = _find(runs_dir, run_ref)
     if from_step is not None:
         run_dir = _fork(run_dir, from_step, message, runs_dir, json_output)
-    if run_is_live(run_dir):
-        raise UsageError(f"run {run_dir.id} is running in another process")
+    run_dir.hold()  # this process drives the run from here, or another one does and it is refused
     status = run_dir.read_meta().get("status")
     source = "answer" if message else "user"
     mode = _approve_mode(approve)
@@ -243,11 +241,13 @@ def approve(
     """Answer a run that waits for approval of a tool call (status waiting, reason approval: ...); then
     `cairn resume RUN` runs the call (or gives the model its refusal) and goes on."""
     from orchestrator.approvals import record_answer
-    from orchestrator.runner import run_is_live
+    from orchestrator.store.liveness import RunIsLive
 
     run_dir = _find(runs_dir, run_ref)
-    if run_is_live(run_dir):
-        raise UsageError(f"run {run_dir.id} is running; it waits for an approval only once it has stopped")
+    try:
+        run_dir.hold()  # no resume starts while the answer is written
+    except RunIsLive:
+        raise UsageError(f"run {run_dir.id} is running; it waits for an approval only once it has stopped") from None
     if deny is not None and not deny.strip():
         raise UsageError("--deny needs a reason (it is told to the model)")
     answer = record_answer(run_dir, approved=deny is None, reason=deny, always=always)

@@ -112,6 +112,7 @@ def _unreadable_row(run: RunDir, why: str, held: States | None) -> dict[str, Any
 
 def _row(run: RunDir) -> dict[str, Any]:
     """One run's row; UsageError or ValidationError when its run.json or event log cannot be read."""
+    live = run_is_live(run)  # before run.json: a run writes its end there before its lock goes
     meta = run.read_meta()
     why = meta_problem(meta)
     if why:
@@ -121,7 +122,7 @@ def _row(run: RunDir) -> dict[str, Any]:
         # The run has not written its end: it is live, or it crashed (then it is resumable).
         doc = timeline(run)
         usage, steps = doc["usage"], len(doc["steps"])
-        status = "running" if run_is_live(run) else "interrupted"
+        status = "running" if live else "interrupted"
     if status == Status.INTERRUPTED and meta.get("status", Status.RUNNING) == Status.RUNNING:
         reason = CRASHED
     else:

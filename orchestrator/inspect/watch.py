@@ -57,10 +57,12 @@ def watch_run(run: RunDir, echo: Callable[[str], None], is_live: Callable[[RunDi
               stop: threading.Event | None = None) -> str:
     """Prints the run's events (and, while it is live, its file changes) until it stops running.
     Returns the last status seen."""
+    # Live first, then the status: a run writes its end before its lock goes, so a run not live that
+    # still says `running` really went away without saying so.
+    live = is_live(run)
     tail = EventTail(run.events.path)
     status = run.read_meta().get("status", "running")
     status = _print(tail.new(), echo, status)
-    live = is_live(run)
     if not live or status != "running":
         if not live and status == "running":
             echo(f"(run {run.id} is not live: it crashed or was killed; cairn resume {run.id} continues it)")
@@ -90,7 +92,7 @@ def watch_run(run: RunDir, echo: Callable[[str], None], is_live: Callable[[RunDi
             status = _print(tail.new(), echo, status)
             if status != "running":
                 break
-            if not changes and not is_live(run):  # the process went away without saying so
+            if not changes and not is_live(run):  # the process went away (saying so, or not)
                 status = _print(tail.new(), echo, status)
                 if status == "running":
                     echo(f"(run {run.id} is no longer live; cairn resume {run.id} continues it)")
