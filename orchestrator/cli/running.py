@@ -156,6 +156,12 @@ def resume(
         pass  # answered (or asked again on this terminal): the step it stopped in goes on
     elif not message and _has_said(run_dir):
         pass  # a `cairn say` message is waiting to be delivered: that is the instruction
+    elif status == "waiting" and not message and _can_ask(json_output):
+        typer.echo(f"run {run_dir.id}: the agent asks: {clean(run_dir.read_meta().get('result') or '')}", err=True)
+        message, source = _ask("answer> ", allow_eof=True), "answer"
+        if message is None:
+            raise UsageError(f"run {run_dir.id} still waits for an answer",
+                             hint=f'cairn resume {run_dir.id} --message "ANSWER"')
     elif status == "waiting" and not message:
         raise UsageError(f"run {run_dir.id} waits for an answer: {run_dir.read_meta().get('result')}",
                          hint=f'cairn resume {run_dir.id} --message "ANSWER"')
@@ -274,13 +280,17 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
     try:
         with Session(run_dir, cfg, display, resumed=resumed) as session:
             status = session.go(message, source=source or ("answer" if resumed and message else "user"))
-            while interactive and status != "interrupted":
+            while status != "interrupted":
+                # A question of the agent is asked where the person is: on this terminal, in every mode.
+                asked = _question(run_dir) if status == "waiting" and _can_ask(json_output) else None
+                if asked is None and not interactive:
+                    break
                 display.pause()  # no status line redrawn under the prompt while the person types
-                reply = _ask("you> ", allow_eof=True)
+                reply = _ask("answer> " if asked is not None and not interactive else "you> ", allow_eof=True)
                 if reply is None:
                     break
                 display.resume()
-                status = session.go(reply)
+                status = session.go(reply, source="answer" if asked is not None else "user")
             error, verdict = session.agent.error, session.agent.state.check
     except CairnError as exc:
         # A new run that never started says why in its log (the agent's own failures end inside the
@@ -298,20 +308,57 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
         typer.secho(f"run {run_dir.id}: {status}" + (f": {clean(said)}" if said else ""), err=True, fg=_status_colour(status))
         if doc["check"] is not None and doc["check"]["passed"] is not None:
             typer.echo(f"  {check_line(doc['check'])}", err=True)
+        nxt = _next_command(run_dir, status)
+        if nxt:
+            typer.echo(f"  {nxt}", err=True)
         typer.echo(f"  inspect it with: cairn show {run_dir.id}", err=True)
     raise typer.Exit(exit_code(status, error, verdict if status == "done" else None))
 
 
+def _can_ask(json_output: bool) -> bool:
+    """A person can answer here: input and the display are a terminal (a --json run is a script's)."""
+    return not json_output and sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def _question(run_dir) -> str | None:  # noqa: ANN001 - RunDir
+    """The agent's question (ask_user) the run waits on; None when it waits for something else."""
+    from orchestrator.store import events as ev
+
+    for event in reversed(run_dir.events.read()[0]):
+        if isinstance(event, ev.StatusChanged):
+            return (event.result or "") if event.status == "waiting" and event.reason == "ask_user" else None
+    return None
+
+
+def _next_command(run_dir, status: str) -> str | None:  # noqa: ANN001 - RunDir
+    """The exact command that takes an ended run further, where one does."""
+    from orchestrator.approvals import approval_wait
+
+    if status == "waiting":
+        if approval_wait(run_dir)[0] is not None:
+            return f"answer it with: cairn approve {run_dir.id} --resume  (or --deny REASON)"
+        return f'answer it with: cairn resume {run_dir.id} --message "ANSWER"'
+    if status in ("stopped", "interrupted"):
+        return f"go on with: cairn resume {run_dir.id}" + (' --message "..."' if status == "stopped" else "")
+    return None
+
+
 def _ask(prompt: str, allow_eof: bool = False) -> str | None:
+    """A line typed on the terminal. With `allow_eof`, Ctrl-D and Ctrl-C at the prompt are None (the
+    session ends and says how to go on), on a line of their own."""
     if not sys.stdin.isatty() and not allow_eof:
         raise UsageError("no task given and no terminal to ask for one: cairn run \"TASK\"")
     sys.stderr.write(prompt)  # beside the live display, and never into a --json document on stdout
     sys.stderr.flush()
     try:
         text = input().strip()
-    except EOFError:
+    except (EOFError, KeyboardInterrupt) as exc:
         if allow_eof:
+            sys.stderr.write("\n")  # the closing lines start on a line of their own
+            sys.stderr.flush()
             return None
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         raise UsageError("no task given") from None
     if not text and not allow_eof:
         raise UsageError("no task given")

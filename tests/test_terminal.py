@@ -1,0 +1,68 @@
+"""The terminal as a person uses it: what `cairn` shows and asks on a real terminal (a tmux pane, read as
+the person reads it), and what it says to a script without one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from orchestrator.store.runs import RunDir
+from tests.loop_helpers import call, done, turn
+from tests.terminal_helpers import pane, script  # noqa: F401 - pane is a fixture
+
+ASK = turn(call("ask_user", question="Which colour should the button be?"))
+
+
+@pytest.mark.docker
+def test_on_a_terminal_ask_user_is_asked_inline_and_the_run_goes_on(pane, tmp_path, sandbox_image):
+    model = script(tmp_path / "s.json", ASK, done("made it blue"))
+    p = pane(["run", "--model", model, "paint the button"])
+    screen = p.wait_for("answer>")
+    assert "the agent asks: Which colour should the button be?" in screen
+    p.type("blue")
+    screen = p.wait_for("EXIT=")
+    assert "EXIT=0" in screen and ": done: made it blue" in screen
+    [run] = RunDir.all(p.runs)
+    answers = [(e.source, e.text) for e in run.events.read()[0] if e.type == "user_message"]
+    assert answers[-1] == ("answer", "blue")
+
+
+@pytest.mark.docker
+def test_without_a_terminal_the_run_waits_and_says_the_exact_next_command_then_resume_asks(
+        pane, tmp_path, runs_dir, sandbox_image):
+    model = script(tmp_path / "s.json", ASK, done("made it green"))
+    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", "--model", model, "paint the button"],
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300,
+                         env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)})
+    [run] = RunDir.all(runs_dir)
+    assert out.returncode == 1 and run.read_meta()["status"] == "waiting"
+    assert f'answer it with: cairn resume {run.id} --message "ANSWER"' in out.stderr
+
+    script(tmp_path / "s.json", done("made it green"))  # a new process plays the script from its start
+    p = pane(["resume", run.id])  # on a terminal, resume asks instead of refusing
+    screen = p.wait_for("answer>")
+    assert f"run {run.id}: the agent asks: Which colour should the button be?" in screen
+    p.type("green")
+    screen = p.wait_for("EXIT=")
+    assert "EXIT=0" in screen and ": done: made it green" in screen
+
+
+@pytest.mark.docker
+def test_ctrl_c_at_the_you_prompt_ends_the_session_with_its_id_and_how_to_go_on(pane, tmp_path, sandbox_image):
+    model = script(tmp_path / "s.json", {"content": "Hello! What shall we do?"})
+    p = pane(["run", "--model", model])
+    p.wait_for("task>")
+    p.type("say hello")
+    p.wait_for("you>")
+    p.keys("C-c")
+    screen = p.wait_for("EXIT=")
+    [run] = RunDir.all(p.runs)
+    lines = screen.splitlines()
+    closing = next(i for i, line in enumerate(lines) if line.startswith(f"run {run.id}: stopped"))
+    assert lines[closing - 1].rstrip() in ("you>", "you> ^C")  # the closing line on a line of its own
+    assert f'go on with: cairn resume {run.id} --message "..."' in screen
+    assert "EXIT=1" in screen and "rc=130" not in screen
