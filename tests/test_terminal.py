@@ -66,3 +66,30 @@ def test_ctrl_c_at_the_you_prompt_ends_the_session_with_its_id_and_how_to_go_on(
     assert lines[closing - 1].rstrip() in ("you>", "you> ^C")  # the closing line on a line of its own
     assert f'go on with: cairn resume {run.id} --message "..."' in screen
     assert "EXIT=1" in screen and "rc=130" not in screen
+
+
+@pytest.mark.docker
+def test_watch_shows_each_file_change_under_the_step_that_made_it(tmp_path, runs_dir, sandbox_image):
+    model = script(tmp_path / "s.json", turn(call("shell_exec", command="sleep 4")),
+                   turn(call("shell_exec", command="echo 'print(1)' > proc.py")),
+                   turn(call("shell_exec", command="sleep 1")),
+                   turn(call("file_write", path="proc.py", content="print(2)\n")),
+                   turn(call("shell_exec", command="sleep 1; rm proc.py")), done("wrote it"))
+    env = {**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)}
+    runner = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", "--model", model, "write proc.py"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not list(runs_dir.glob("*/state/run.json")):
+            assert runner.poll() is None
+        [run] = RunDir.all(runs_dir)
+        watched = subprocess.run([sys.executable, "-m", "orchestrator.cli", "watch", run.id], env=env,
+                                 capture_output=True, text=True, timeout=300)
+    finally:
+        runner.wait(timeout=300)
+    lines = [line.strip() for line in watched.stdout.splitlines()]
+    where = {mark: max(i for i, line in enumerate(lines[:lines.index(mark)]) if line.startswith("["))
+             for mark in ("+ proc.py", "~ proc.py", "- proc.py")}
+    assert lines[where["+ proc.py"]].startswith("[2] shell_exec"), watched.stdout
+    assert lines[where["~ proc.py"]].startswith("[4] file_write"), watched.stdout
+    assert lines[where["- proc.py"]].startswith("[5] shell_exec"), watched.stdout
+    assert lines.count("+ proc.py") == 1 and lines.count("~ proc.py") == 1
