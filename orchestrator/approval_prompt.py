@@ -9,7 +9,8 @@ The live display stops (LiveDisplay.ask_approval), the call is shown whole, and 
        what is not a JSON object is said and asked again
 
 The end of input (Ctrl-D) leaves the question unanswered: the run then waits, as it does without a
-terminal, for `cairn approve` or a resume on a terminal.
+terminal, for `cairn approve` or a resume on a terminal. Ctrl-C denies the call and stops the run after
+its current step (interrupted, resumable).
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def ask(question: Question, read: Callable[[str], str] | None = None, out: TextI
     except EOFError:
         out.write("\n(no answer: the run waits for `cairn approve`)\n")
         return None
+    except KeyboardInterrupt:
+        out.write("\n(Ctrl-C: denied; the run stops after this step)\n")
+        return Answer(False, "the person stopped the run (Ctrl-C)", stop=True)
 
 
 def render(question: Question) -> str:

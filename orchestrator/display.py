@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 
 from rich.console import Console
@@ -154,9 +156,15 @@ class LiveDisplay:
         from orchestrator.approval_prompt import ask
 
         self.pause()
+        # Ctrl-C while the question is up answers it (a refusal that stops the run), rather than asking to
+        # stop "after the current action" while the prompt still waits for an answer.
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler) if main else None
         try:
             return ask(question)
         finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
             self.resume()
 
     def pause(self) -> None:

@@ -93,3 +93,18 @@ def test_watch_shows_each_file_change_under_the_step_that_made_it(tmp_path, runs
     assert lines[where["~ proc.py"]].startswith("[4] file_write"), watched.stdout
     assert lines[where["- proc.py"]].startswith("[5] shell_exec"), watched.stdout
     assert lines.count("+ proc.py") == 1 and lines.count("~ proc.py") == 1
+
+
+@pytest.mark.docker
+def test_ctrl_c_at_the_approval_prompt_denies_the_call_and_stops_the_run(pane, tmp_path, sandbox_image):
+    model = script(tmp_path / "s.json", turn(call("shell_exec", command="echo never")), done())
+    p = pane(["run", "--model", model, "--approve", "always", "say never"])
+    p.wait_for("approve?")
+    p.keys("C-c")
+    screen = p.wait_for("EXIT=")
+    [run] = RunDir.all(p.runs)
+    assert "(Ctrl-C: denied; the run stops after this step)" in screen
+    assert f"run {run.id}: interrupted" in screen and f"go on with: cairn resume {run.id}" in screen
+    assert "EXIT=130" in screen
+    [finished] = [e for e in run.events.read()[0] if e.type == "tool_finished"]
+    assert finished.content.startswith("denied by the user: the person stopped the run (Ctrl-C)")
