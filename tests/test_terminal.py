@@ -108,3 +108,49 @@ def test_ctrl_c_at_the_approval_prompt_denies_the_call_and_stops_the_run(pane, t
     assert "EXIT=130" in screen
     [finished] = [e for e in run.events.read()[0] if e.type == "tool_finished"]
     assert finished.content.startswith("denied by the user: the person stopped the run (Ctrl-C)")
+
+
+# -- cairn ls ----------------------------------------------------------------------------------------
+
+QUESTION = "Which colour should the button be: the red of the logo, or the blue of the header?"
+
+
+def _runs(runs_dir):
+    made = []
+    for status, task, result in [("done", "write a parser for the log format and test it on the samples", "parsed"),
+                                 ("interrupted", "refactor the module", None),
+                                 ("waiting", "paint the button", QUESTION)]:
+        run = RunDir.create(runs_dir, {"task": task, "status": status, "result": result})
+        run.release()
+        made.append(run.id)
+    return made
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_ls_gives_the_reason_room_to_be_read_at_80_and_160_columns(runs_dir, columns):
+    from orchestrator.inspect.listing import list_runs, render_runs
+
+    _runs(runs_dir)
+    table = render_runs(list_runs(runs_dir), columns)
+    assert all(len(line) <= columns for line in table.splitlines()), table
+    said = next(line for line in table.splitlines() if "the agent asks" in line)
+    assert "the agent asks: Which colour should the button be" in said  # not six characters
+    if columns == 160:
+        assert "paint the button" in said  # beside its run
+    else:
+        assert said.startswith("  ↳ the agent asks")  # on its own line, under its run
+
+
+def test_ls_status_n_and_wide(runs_dir):
+    from tests.in_process import cairn_in_process
+
+    done, interrupted, waiting = _runs(runs_dir)
+    env = {**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)}
+    rows = json.loads(cairn_in_process("ls", "--json", "--status", "waiting,interrupted", env=env).stdout)
+    assert [r["id"] for r in rows] == [interrupted, waiting]
+    rows = json.loads(cairn_in_process("ls", "--json", "-n", "2", env=env).stdout)
+    assert [r["id"] for r in rows] == [interrupted, waiting]
+    wide = cairn_in_process("ls", "--wide", env=env).stdout
+    assert "TOKENS" in wide and "CONTAINER" in wide and QUESTION in wide  # nothing cut
+    bad = cairn_in_process("ls", "--status", "finished", env=env)
+    assert bad.returncode == 2 and "--status finished: a status is one of running, done" in bad.stderr

@@ -25,17 +25,29 @@ def _print_exact_or_clean(text: str) -> None:
 
 
 @app.command("ls")
-def ls(runs_dir: Optional[Path] = RunsDir, json_output: bool = JsonOut) -> None:
+def ls(
+    status: Optional[str] = typer.Option(None, "--status", metavar="STATUS[,STATUS...]",
+                                         help="Only runs in these statuses, e.g. --status waiting,interrupted."),
+    newest: Optional[int] = typer.Option(None, "-n", metavar="N", min=0, help="Only the newest N runs."),
+    wide: bool = typer.Option(False, "--wide", help="Add tokens, cache hits, time and container; cut nothing."),
+    runs_dir: Optional[Path] = RunsDir,
+    json_output: bool = JsonOut,
+) -> None:
     """List runs, oldest first; a run that did not finish says why (the REASON column, `reason` in JSON)."""
-    from orchestrator.inspect.listing import list_runs, render_runs
-
+    from orchestrator.inspect.listing import list_runs, render_runs, select_runs
+    from orchestrator.status import Status
     from orchestrator.terminal import width
 
-    rows = list_runs(_runs_dir(runs_dir))
+    statuses = [s.value for s in Status]
+    wanted = [s.strip() for s in status.split(",") if s.strip()] if status is not None else None
+    unknown = [s for s in wanted or [] if s not in statuses]
+    if unknown:
+        raise UsageError(f"--status {', '.join(unknown)}: a status is one of {', '.join(statuses)}")
+    rows = select_runs(list_runs(_runs_dir(runs_dir)), wanted, newest)
     if json_output:
         _print_json(rows)
     else:
-        typer.echo(render_runs(rows, width(sys.stdout)))
+        typer.echo(render_runs(rows, width(sys.stdout), wide=wide))
 
 
 @app.command()
