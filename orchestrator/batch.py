@@ -43,6 +43,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from orchestrator.config import RunConfig
+from orchestrator.new_run import progress_to
 from orchestrator.errors import CairnError, SandboxError, UsageError
 from orchestrator.store import events as ev
 from orchestrator.store.runs import RunDir
@@ -302,6 +303,7 @@ class Batch:
                    for n in range(min(self.jobs, len(work)))]
         main = threading.current_thread() is threading.main_thread()
         previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS} if main else {}
+        quiet = progress_to(None)  # "starting the sandbox" of N runs at once would name none of them: rows say it
         try:
             for w in workers:
                 w.start()
@@ -309,6 +311,7 @@ class Batch:
                 while w.is_alive():
                     w.join(0.2)  # a timeout, so that Ctrl-C is handled promptly
         finally:
+            progress_to(quiet)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return self.rows
@@ -442,7 +445,7 @@ def summary_doc(batch: Batch) -> dict[str, Any]:
         "runs": rows,
         "totals": {
             "runs": len(rows),
-            "done": sum(r["status"] == "done" for r in rows),
+            "done": sum(r.ok for r in batch.rows),  # done, and its check passed where it has one
             "checks_passed": sum(bool(r["check"] and r["check"]["passed"]) for r in rows),
             "checks_failed": sum(bool(r["check"] and r["check"]["passed"] is False) for r in rows),
             "steps": sum(r["steps"] for r in rows),
@@ -463,7 +466,7 @@ def exit_code(batch: Batch) -> int:
 
 
 def _money(cost: float | None) -> str:
-    return f"${cost:.4f}" if cost is not None else "unknown"
+    return f"${cost:.4f}" if cost is not None else "-"
 
 
 def _one_line(text: str | None, width: int) -> str:
@@ -478,9 +481,9 @@ def table(rows: list[Row], title: str | None = None):  # noqa: ANN201 - rich.tab
     on_ray = any(r.ray for r in rows)
     for name, justify in (("#", "right"), ("id", "left"), ("task", "left"), *((("node", "left"),) if on_ray else ()),
                           ("status", "left"), ("check", "left"), ("steps", "right"), ("tokens", "right"),
-                          ("cost", "right"), ("", "left")):
+                          ("cost", "right"), ("note", "left")):
         t.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis",
-                     min_width=22 if name == "id" else None, max_width={"task": 40, "": 40}.get(name))
+                     min_width=22 if name == "id" else None, max_width={"task": 40, "note": 40}.get(name))
     for r in rows:
         note = r.action if r.action in ("skipped", "resumed", "left") else ""
         if r.error:
@@ -502,14 +505,15 @@ def render_summary(rows: list[Row]) -> str:
     on_ray = any(r.ray for r in rows)
     node = lambda text: f"{text:<9} " if on_ray else ""  # noqa: E731 - the NODE column of a batch on Ray
     lines = [f"{'LINE':>4}  {'ID':<23} {node('NODE')}{'STATUS':<11} {'CHECK':<6} {'STEPS':>5} {'TOKENS':>9} {'COST':>9}  "
-             f"{'':<8} TASK"]
+             f"{'ACTION':<8} TASK"]
     for r in rows:
-        note = r.action if r.action in ("skipped", "resumed", "left") else ""
         lines.append(f"{r.line:>4}  {r.id or '-':<23} {node(r.node or '-')}{_one_line(r.status, 40):<11} "
                      f"{_check_word(r):<6} {r.step:>5} {r.prompt_tokens + r.completion_tokens:>9,} "
-                     f"{_money(r.cost_usd):>9}  {note:<8} {_one_line(r.task, 60)}")
-        if r.error:
-            lines.append(f"{'':>6}error: {_one_line(r.error, 200)}")
+                     f"{_money(r.cost_usd):>9}  {r.action:<8} {_one_line(r.task, 60)}")
+        if r.error or (r.id and not r.ok and r.status != "pending"):
+            why = _one_line(r.error, 200) if r.error else ("its check failed" if r.status == "done" else r.status)
+            lines.append(f"{'':>6}{'error' if r.error else 'not done'}: {why} · cairn show {r.id}"
+                         if r.id else f"{'':>6}error: {why}")
         lines += [f"{'':>6}note: {_one_line(n, 300)}" for n in r.notes]
     return "\n".join(lines)
 
@@ -547,8 +551,8 @@ def run_batch(batch_file: Path, runs_dir: Path, jobs: int | None, json_output: b
         sys.stdout.write(render_summary(batch.rows) + "\n")
         checks = (f" · checks: {t['checks_passed']} passed, {t['checks_failed']} failed"
                   if t["checks_passed"] or t["checks_failed"] else "")
-        sys.stdout.write(f"{t['done']}/{t['runs']} done{checks} · {t['steps']} steps · {t['tokens']:,} tokens · "
-                         f"{_money(t['cost_usd'])}"
+        cost = f" · {_money(t['cost_usd'])}" if t["cost_usd"] is not None else ""  # unknown: said by no figure
+        sys.stdout.write(f"{t['done']}/{t['runs']} done{checks} · {t['steps']} steps · {t['tokens']:,} tokens{cost}"
                          + (" · interrupted: run the batch again to resume" if batch.interrupted else "") + "\n")
     return doc["exit_code"]
 

@@ -154,3 +154,33 @@ def test_ls_status_n_and_wide(runs_dir):
     assert "TOKENS" in wide and "CONTAINER" in wide and QUESTION in wide  # nothing cut
     bad = cairn_in_process("ls", "--status", "finished", env=env)
     assert bad.returncode == 2 and "--status finished: a status is one of running, done" in bad.stderr
+
+
+# -- the batch's summary -------------------------------------------------------------------------------
+
+@pytest.mark.docker
+def test_a_batch_summary_labels_its_columns_counts_a_failed_check_as_not_done_and_says_what_to_look_at(
+        tmp_path, runs_dir, sandbox_image):
+    script(tmp_path / "ok.json", done("fine"))
+    script(tmp_path / "bad.json", done("believes it is fine"))
+    batch = tmp_path / "b.jsonl"
+    batch.write_text(json.dumps({"task": "a good one", "model": "scripted:ok.json"}) + "\n"
+                     + json.dumps({"task": "a checked one", "model": "scripted:bad.json", "check": "false"}) + "\n")
+    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "batch", str(batch), "--jobs", "2"],
+                         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+                         env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)})
+    assert out.returncode == 1, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["LINE", "ID", "STATUS", "CHECK", "STEPS", "TOKENS", "COST", "ACTION", "TASK"]
+    checked = next(r for r in RunDir.all(runs_dir) if r.read_meta()["task"] == "a checked one")
+    assert f"not done: its check failed · cairn show {checked.id}" in out.stdout
+    assert lines[-1].startswith("1/2 done · checks: 0 passed, 1 failed · 2 steps · ")
+    assert "unknown" not in lines[-1] and not lines[-1].endswith("· -")  # the scripted model has no price
+    assert "starting the sandbox" not in out.stderr  # no line that names no run
+    doc = json.loads(subprocess.run([sys.executable, "-m", "orchestrator.cli", "show", checked.id, "--json"],
+                                    capture_output=True, text=True, env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)},
+                                    check=True).stdout)
+    shown = subprocess.run([sys.executable, "-m", "orchestrator.cli", "show", checked.id], capture_output=True,
+                           text=True, env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)}, check=True).stdout
+    host = checked.cairn_dir / doc["check"]["output_path"].removeprefix("/cairn/")
+    assert host.is_file() and f"output in {host}" in shown  # the check's output named where it is here

@@ -92,7 +92,7 @@ def show(
     for c in doc["compactions"]:
         typer.echo(f"compaction at step {c['step']} ({c['kind']}): {c['tokens_before']:,} → {c['tokens_after']:,} tokens")
     for c in doc["checks"][:-1]:
-        typer.echo(f"check #{c['round']} after step {c['step']}: {check_line(c).removeprefix('check ')}"
+        typer.echo(f"check #{c['round']} after step {c['step']}: {check_line(c, run_dir).removeprefix('check ')}"
                    + (" → sent back to the agent" if c["sent_back"] else ""))
     waiting = doc["approval_waiting"]
     if waiting:  # the call a run stopped for (orchestrator/approvals.py)
@@ -103,7 +103,7 @@ def show(
     if doc["result"]:
         typer.echo(f"result: {clean(doc['result'])}")
     if doc["check"] is not None:
-        typer.echo(check_line(doc["check"]))
+        typer.echo(check_line(doc["check"], run_dir))
     if doc["error"]:
         typer.secho(f"{doc['status']}: {clean(doc['error']['reason'])}", fg=_status_colour(doc["status"]))
 

@@ -307,7 +307,7 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
         said = doc["result"] or (doc["error"] or {}).get("reason")
         typer.secho(f"run {run_dir.id}: {status}" + (f": {clean(said)}" if said else ""), err=True, fg=_status_colour(status))
         if doc["check"] is not None and doc["check"]["passed"] is not None:
-            typer.echo(f"  {check_line(doc['check'])}", err=True)
+            typer.echo(f"  {check_line(doc['check'], run_dir)}", err=True)
         nxt = _next_command(run_dir, status)
         if nxt:
             typer.echo(f"  {nxt}", err=True)

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from orchestrator.approvals import answer_line
+from orchestrator.context.offload import CAIRN_DIR
 from orchestrator.store import events as ev
 from orchestrator.store.children import open_child
 from orchestrator.store.replay import check_verdict
@@ -206,14 +207,23 @@ def critic_line(critic: dict[str, Any]) -> str:
             f"{critic['completion_tokens']:,} completion tokens{cost} (in the totals)")
 
 
-def check_line(check: dict[str, Any]) -> str:
-    """One line on a check, for show, the end of a run and the report: its verdict, code and output file."""
+def check_line(check: dict[str, Any], run: RunDir | None = None) -> str:
+    """One line on a check, for show, the end of a run and the report: its verdict, code and output file
+    (named where a person on this machine opens it when `run` is given, else as the sandbox names it)."""
     if check.get("passed") is None:
         return f"check: not run yet · {check['command']}"
     verdict = "passed" if check["passed"] else "failed"
     code = "could not run" if check.get("exit_code") is None else f"exit code {check['exit_code']}"
-    saved = f" · output in {check['output_path']}" if check.get("output_path") else ""
+    path = check.get("output_path")
+    saved = f" · output in {host_path(run, path) if run is not None else path}" if path else ""
     return f"check {verdict} ({code}) · {check['command']}{saved}"
+
+
+def host_path(run: RunDir, path: str) -> str:
+    """Where a file the sandbox names `path` (one of cairn's, under /cairn, or the workspace's) is on the host."""
+    if path == CAIRN_DIR or path.startswith(CAIRN_DIR + "/"):
+        return str(run.cairn_dir / path[len(CAIRN_DIR):].lstrip("/"))
+    return str(run.workspace / path) if not path.startswith("/") else path
 
 
 def _shown_call(run: RunDir, c: dict[str, Any]) -> dict[str, Any]:
