@@ -184,3 +184,64 @@ def test_a_batch_summary_labels_its_columns_counts_a_failed_check_as_not_done_an
                            text=True, env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)}, check=True).stdout
     host = checked.cairn_dir / doc["check"]["output_path"].removeprefix("/cairn/")
     assert host.is_file() and f"output in {host}" in shown  # the check's output named where it is here
+
+
+# -- small truths: doctor, a missing image, the report ------------------------------------------------
+
+@pytest.mark.docker
+def test_doctor_checks_the_model_run_would_use_and_takes_model(runs_dir, sandbox_image):
+    from tests.in_process import cairn_in_process
+
+    env = {**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)}
+    env.pop("CAIRN_MODEL", None)
+    out = cairn_in_process("doctor", env=env)
+    assert out.returncode == 1 and "FAIL model: no model given" in out.stdout and "--model M" in out.stdout
+    out = cairn_in_process("doctor", env={**env, "CAIRN_MODEL": "scripted:demo"})
+    assert "ok   model scripted:demo" in out.stdout
+    out = cairn_in_process("doctor", "--model", "scripted:nosuch.json", env=env)
+    assert "FAIL model scripted:nosuch.json: no script file" in out.stdout
+
+
+@pytest.mark.docker
+def test_a_missing_third_party_image_is_said_before_a_run_is_made(runs_dir, sandbox_image):
+    from tests.in_process import cairn_in_process
+
+    out = cairn_in_process("run", "a task", "--image", "nosuch/image:9",
+                           env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir), "CAIRN_MODEL": "scripted:demo"})
+    assert out.returncode == 4
+    assert out.stderr.splitlines() == ["cairn: error: the sandbox image nosuch/image:9 is not in the Docker engine",
+                                       "  hint: pull it (docker pull nosuch/image:9) or build it, then run again; "
+                                       "or name another with --image"]
+    assert not runs_dir.exists() or not list(runs_dir.iterdir())  # no failed run left behind
+
+
+def test_the_reports_time_axis_labels_never_overlap_and_the_last_step_has_one():
+    import re
+
+    from orchestrator.inspect.report_time import LABEL_GAP, time_axis
+
+    starts = [0.0, 60.0, *(60.0 + 0.2 * k for k in range(1, 30)), 200.0]  # a long step, many quick ones
+    steps = [{"index": i + 1, "time": {"start": 1000 + t, "ms": 100.0, "model": [], "tools": []}}
+             for i, t in enumerate(starts)]
+    svg = time_axis(steps, [(1000.0, 1201.0)])
+    labels = [(float(x), text) for x, text in re.findall(r'<text x="([\d.]+)" y="\d+" text-anchor="middle">(#\d+)</text>', svg)]
+    xs = [x for x, _ in labels]
+    assert all(b - a >= LABEL_GAP for a, b in zip(xs, xs[1:])), labels
+    assert labels[0][1] == "#1" and labels[-1][1] == f"#{len(steps)}" and len(labels) >= 3
+
+
+def test_a_collapsed_step_of_the_report_shows_its_command(tmp_path):
+    from orchestrator.config import RunConfig
+    from orchestrator.inspect.report import render_report
+    from orchestrator.runner import create_run
+    from orchestrator.store import events as ev
+
+    run = create_run(tmp_path / "runs", "a task", RunConfig.model_validate({"model": {"model": "scripted:demo"}}))
+    arguments = json.dumps({"command": "pytest -q tests/test_parser.py"})
+    for e in [ev.ModelRequest(step=1, model="m", usage={"prompt_tokens": 10, "cached_tokens": 0}),
+              ev.ToolStarted(step=1, call_id="c1", name="shell_exec", arguments=arguments),
+              ev.ToolFinished(step=1, call_id="c1", name="shell_exec", content="3 passed")]:
+        run.events.append(e)
+    page = render_report(run)
+    summary = page[page.index('id="step-1"'):].split("</summary>")[0]
+    assert "shell_exec</span> <code class=\"gist\"" in summary and "pytest -q tests/test_parser.py" in summary

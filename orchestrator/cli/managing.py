@@ -150,11 +150,21 @@ def image_build(
 
 
 @app.command()
-def doctor() -> None:
-    """Check the engine, the image, free disk and the model settings, and say what to do."""
+def doctor(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="The model to check (default: the one cairn run would use: the template's, else $CAIRN_MODEL)."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="The OpenAI-compatible endpoint cairn run would be given."),
+    template: Optional[str] = typer.Option(None, "--template", help="The template cairn run would be given (its model, if it names one)."),
+) -> None:
+    """Check the engine, the image, free disk and the model cairn run would use, and say what to do."""
     from orchestrator.doctor import run_checks
+    from orchestrator.settings import resolve_config
 
-    checks = run_checks()
+    try:  # the model exactly as `cairn run` with these options resolves it
+        model_cfg, model_error = resolve_config({"model": {"model": model, "api_base": api_base}},
+                                                template=template).model, None
+    except UsageError as exc:
+        model_cfg, model_error = None, exc
+    checks = run_checks(model_cfg, model_error)
     for c in checks:
         typer.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" + ("" if c.ok or not c.fix else f"\n     fix: {c.fix}"))
     raise typer.Exit(0 if all(c.ok for c in checks) else 1)

@@ -82,6 +82,10 @@ def run(
     preflight(cfg.model)  # a wrong model, key or endpoint: said now, before a run or a sandbox exists
     preflight_critic(cfg)
 
+    if cfg.sandbox.image:
+        from orchestrator.sandbox.container import check_image
+
+        check_image(cfg.sandbox.image)  # a missing image is said now: no run is made for it
     interactive = task is None
     if interactive:
         task = _ask("task> ")
