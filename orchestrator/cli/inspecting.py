@@ -121,7 +121,7 @@ def _readable(run_dir, read: Any) -> Any:  # noqa: ANN001 - RunDir, imported laz
 
 
 @app.command()
-def todo(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
+def todo(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_dir: Optional[Path] = RunsDir) -> None:
     """The run's plan (workspace/todo.md); on a terminal, without control sequences."""
     from orchestrator.store.regular import read_regular
 
@@ -134,7 +134,7 @@ def todo(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[P
 
 
 @app.command()
-def files(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir,
+def files(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_dir: Optional[Path] = RunsDir,
           json_output: bool = JsonOut) -> None:
     """The workspace's files (as of the last checkpoint), the step that last changed each, and their size."""
     from orchestrator.inspect.changes import files as list_files, render_files
@@ -191,7 +191,7 @@ def report(
 
 
 @app.command()
-def watch(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
+def watch(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_dir: Optional[Path] = RunsDir) -> None:
     """Follow a live run: its events and workspace file changes as they happen."""
     from orchestrator.inspect.watch import watch_run
     from orchestrator.runner import run_is_live
@@ -201,7 +201,7 @@ def watch(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[
 
 @app.command()
 def say(
-    run_ref: str = typer.Argument(..., metavar="RUN"),
+    run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP),
     text: str = typer.Argument(..., help="The message; the agent sees it at its next step."),
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:

@@ -68,7 +68,7 @@ def stop(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_
 
 @app.command("export")
 def export_cmd(
-    run_ref: str = typer.Argument(..., metavar="RUN"),
+    run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP),
     output: Path = typer.Option(..., "--output", "-o", help="The archive to write (tar.gz)."),
     with_machine: bool = typer.Option(False, "--with-machine", help="Add the run's container (what the agent "
                                       "installed outside the workspace), as an image: hundreds of MB."),
@@ -124,7 +124,7 @@ def import_cmd(
 
 
 @app.command("shell")
-def shell_cmd(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
+def shell_cmd(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_dir: Optional[Path] = RunsDir) -> None:
     """An interactive shell in the run's kept container (the machine as the agent left it), else in a fresh
     sandbox on its workspace, made like the run's own."""
     from orchestrator.runner import load_config, run_is_live

@@ -11,40 +11,47 @@ from typing import Optional
 import typer
 from pydantic import ValidationError
 
-from orchestrator.cli.shared import JsonOut, RunsDir, _find, _print_json, _runs_dir, _status_colour, app
+from orchestrator.cli.shared import RUN_HELP, JsonOut, RunsDir, _find, _print_json, _runs_dir, _status_colour, app
 from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError, UsageError
 from orchestrator.terminal import clean
 
 
-@app.command()
+MODEL, WORKSPACE, LIMITS, SANDBOX, CHECKS, OUTPUT = ("Model", "Workspace", "Limits", "Sandbox",
+                                                   "Approvals and checks", "Output")
+RUN_EXAMPLES = ("Examples:\n\n"
+                "  cairn run \"add a --verbose flag to cli.py\" --workspace . --check \"pytest -q\"\n\n"
+                "  cairn run -m ollama_chat/qwen3 --api-base http://localhost:11434 \"fix it\"")
+
+
+@app.command(epilog=RUN_EXAMPLES)
 def run(
     task: Optional[str] = typer.Argument(None, help="The task. Without one, an interactive session."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="A litellm model string, or scripted:PATH (default: the template's, else $CAIRN_MODEL)."),
-    api_base: Optional[str] = typer.Option(None, "--api-base", help="An OpenAI-compatible endpoint (vLLM, llama.cpp, Ollama)."),
-    runs_dir: Optional[Path] = RunsDir,
-    template: Optional[str] = typer.Option(None, "--template", help="Starter workspace from workspace_templates/ (default, coding, research); default: default."),
-    workspace: Optional[Path] = typer.Option(None, "--workspace", help="Work on this existing folder in place (mounted, not copied)."),
-    from_git: Optional[str] = typer.Option(None, "--from-git", metavar="URL", help="Start from a clone of this git repository."),
-    ref: Optional[str] = typer.Option(None, "--ref", help="With --from-git: the branch, tag or commit to check out."),
-    max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1, help="Model calls at most (default 100)."),
-    max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0, help="USD at most."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Prompt plus completion tokens at most."),
-    network: Optional[str] = typer.Option(None, "--network", help="none (the default, unless the template says otherwise) or bridge."),
-    image: Optional[str] = typer.Option(None, "--image", help="Sandbox image (default: the one cairn builds); any Linux image works."),
-    workdir: Optional[str] = typer.Option(None, "--workdir", metavar="PATH", help="The agent works in PATH (e.g. /app; default /workspace): the image's content there becomes the run's workspace, mounted back at PATH."),
-    max_disk: Optional[str] = typer.Option(None, "--max-disk", metavar="SIZE", help="Stop the run (status budget) when its workspace and container use more disk than this: 500m, 20g, ... or none (default 20g)."),
-    sandbox_user: Optional[str] = typer.Option(None, "--sandbox-user", metavar="UID:GID", help="Run the agent as this uid:gid (default: root; 0 only without --lockdown)."),
-    lockdown: bool = typer.Option(False, "--lockdown", help="The cage for untrusted work: a non-root agent, read-only root filesystem, noexec /tmp, no capabilities."),
-    runtime: Optional[str] = typer.Option(None, "--runtime", metavar="NAME", help="An OCI runtime the Docker engine knows, e.g. runsc (gVisor)."),
-    config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", help="An agent.json (tiny-agents schema: model, MCP servers), or a folder with one, an optional PROMPT.md and an optional cairn.json of settings."),
-    check: Optional[str] = typer.Option(None, "--check", metavar="CMD", help="A command that says whether the task is done: run in the sandbox's work directory, in a fresh shell, after task_done; exit code 0 passes, else the run exits 1."),
-    check_rounds: Optional[int] = typer.Option(None, "--check-rounds", metavar="N", min=0, help="When the check fails, send its output back to the agent and go on, at most N times (default 0)."),
-    critic_every: Optional[int] = typer.Option(None, "--critic-every", metavar="N", min=1, help="Every N steps, one extra model call reviews the task, the plan and the last N steps; its answer goes into the next request's tail and /cairn/critic/ (default: off)."),
-    critic_model: Optional[str] = typer.Option(None, "--critic-model", metavar="M", help="The critic's model (a litellm model string or scripted:PATH; default: the run's model)."),
-    approve: Optional[str] = typer.Option(None, "--approve", metavar="never|outside|always", help="Which tool calls wait for your yes: never, outside (default: calls that can act outside the sandbox, e.g. MCP tools, web_fetch, git push with the network on) or always. On a terminal you are asked; else the run waits for cairn approve."),
-    settings: Optional[Path] = typer.Option(None, "--settings", metavar="FILE", help="A JSON file of settings (any fields of a run's config, as a template's cairn.json), e.g. {\"model\": {\"context_window\": 32768}}."),
-    json_output: bool = JsonOut,
+    model: Optional[str] = typer.Option(None, "--model", "-m", metavar="M", rich_help_panel=MODEL, help="A litellm model string, or scripted:PATH (default: the template's, else $CAIRN_MODEL)."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", metavar="URL", rich_help_panel=MODEL, help="An OpenAI-compatible endpoint (vLLM, llama.cpp, Ollama)."),
+    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", metavar="DIR", rich_help_panel=WORKSPACE, help="Where runs live (default $CAIRN_RUNS_DIR, else ~/.cairn/runs)."),
+    template: Optional[str] = typer.Option(None, "--template", metavar="NAME", rich_help_panel=WORKSPACE, help="Starter workspace from workspace_templates/: default, coding or research."),
+    workspace: Optional[Path] = typer.Option(None, "--workspace", metavar="DIR", rich_help_panel=WORKSPACE, help="Work on this existing folder in place (mounted, not copied)."),
+    from_git: Optional[str] = typer.Option(None, "--from-git", metavar="URL", rich_help_panel=WORKSPACE, help="Start from a clone of this git repository."),
+    ref: Optional[str] = typer.Option(None, "--ref", metavar="REF", rich_help_panel=WORKSPACE, help="With --from-git: the branch, tag or commit to check out."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", metavar="N", min=1, rich_help_panel=LIMITS, help="Model calls at most (default 100)."),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="USD", min=0, rich_help_panel=LIMITS, help="Dollars at most."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", metavar="N", min=1, rich_help_panel=LIMITS, help="Prompt plus completion tokens at most."),
+    network: Optional[str] = typer.Option(None, "--network", metavar="none|bridge", rich_help_panel=SANDBOX, help="The sandbox's network: none (the default, unless the template says otherwise) or bridge."),
+    image: Optional[str] = typer.Option(None, "--image", metavar="IMAGE", rich_help_panel=SANDBOX, help="Sandbox image (default: the one cairn builds); any Linux image works."),
+    workdir: Optional[str] = typer.Option(None, "--workdir", metavar="PATH", rich_help_panel=WORKSPACE, help="The agent works in PATH (e.g. /app; default /workspace): the image's content there becomes the run's workspace, mounted back at PATH."),
+    max_disk: Optional[str] = typer.Option(None, "--max-disk", metavar="SIZE", rich_help_panel=LIMITS, help="Stop the run (status budget) when its workspace and container use more disk than this: 500m, 20g, ... or none (default 20g)."),
+    sandbox_user: Optional[str] = typer.Option(None, "--sandbox-user", metavar="UID:GID", rich_help_panel=SANDBOX, help="Run the agent as this uid:gid (default: root; 0 only without --lockdown)."),
+    lockdown: bool = typer.Option(False, "--lockdown", rich_help_panel=SANDBOX, help="The cage for untrusted work: a non-root agent, read-only root filesystem, noexec /tmp, no capabilities."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", metavar="NAME", rich_help_panel=SANDBOX, help="An OCI runtime the Docker engine knows, e.g. runsc (gVisor)."),
+    config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", rich_help_panel=MODEL, help="An agent.json (tiny-agents schema: model, MCP servers), or a folder with one, an optional PROMPT.md and an optional cairn.json of settings."),
+    check: Optional[str] = typer.Option(None, "--check", metavar="CMD", rich_help_panel=CHECKS, help="A command that says whether the task is done: run in the sandbox's work directory, in a fresh shell, after task_done; exit code 0 passes, else the run exits 1."),
+    check_rounds: Optional[int] = typer.Option(None, "--check-rounds", metavar="N", min=0, rich_help_panel=CHECKS, help="When the check fails, send its output back to the agent and go on, at most N times (default 0)."),
+    critic_every: Optional[int] = typer.Option(None, "--critic-every", metavar="N", min=1, rich_help_panel=CHECKS, help="Every N steps, one extra model call reviews the task, the plan and the last N steps; its answer goes into the next request's tail and /cairn/critic/ (default: off)."),
+    critic_model: Optional[str] = typer.Option(None, "--critic-model", metavar="M", rich_help_panel=CHECKS, help="The critic's model (a litellm model string or scripted:PATH; default: the run's model)."),
+    approve: Optional[str] = typer.Option(None, "--approve", metavar="MODE", rich_help_panel=CHECKS, help="Which tool calls wait for your yes: never, outside (the default: calls that can act outside the sandbox, e.g. MCP tools, web_fetch, git push with the network on) or always. On a terminal you are asked; else the run waits for cairn approve."),
+    settings: Optional[Path] = typer.Option(None, "--settings", metavar="FILE", rich_help_panel=WORKSPACE, help="A JSON file of settings (any fields of a run's config, as a template's cairn.json), e.g. {\"model\": {\"context_window\": 32768}}."),
+    json_output: bool = typer.Option(False, "--json", rich_help_panel=OUTPUT, help="Print one JSON document on stdout and nothing else."),
 ) -> None:
     """Start a run. Settings: built-in defaults < the template's cairn.json < an agent folder's cairn.json
     < the --settings file < the options given here."""
@@ -111,7 +118,7 @@ def demo(runs_dir: Optional[Path] = RunsDir) -> None:
 
 @app.command()
 def resume(
-    run_ref: str = typer.Argument(..., metavar="RUN", help="A run id or a unique prefix of one."),
+    run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP),
     message: Optional[str] = typer.Option(None, "--message", help="A message to the agent (answers ask_user)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Continue with another model."),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="Continue with this OpenAI-compatible endpoint."),
@@ -243,7 +250,7 @@ def _check_approval_wait(run_dir, json_output: bool, mode: Optional[str]) -> boo
 
 @app.command()
 def approve(
-    run_ref: str = typer.Argument(..., metavar="RUN", help="A run id or a unique prefix of one."),
+    run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP),
     deny: Optional[str] = typer.Option(None, "--deny", metavar="REASON", help="Refuse the call; the model is told \"denied by the user: REASON\"."),
     always: bool = typer.Option(False, "--always", help="The answer holds for every later call of that tool (or shell pattern, or rule) in this run."),
     runs_dir: Optional[Path] = RunsDir,
