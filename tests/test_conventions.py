@@ -146,8 +146,8 @@ def test_diff_of_a_step_the_run_does_not_have_is_a_usage_error(failed):
 def test_piped_output_is_never_wrapped(failed):
     assert f"task: {LONG_TASK}\n" in cairn_here("show", failed["id"], runs_dir=failed["runs_dir"]).stdout
     # the live display's action line, piped (rich would wrap it at 80 columns)
-    assert ('[1] shell_exec {"command": "echo hi > a.txt; mkdir -p src .cairn; echo x > src/b.txt; '
-            'echo o > .cairn/n; seq 1 20000"}\n') in failed["out"].stderr
+    assert ('[1] $ echo hi > a.txt; mkdir -p src .cairn; echo x > src/b.txt; '
+            'echo o > .cairn/n; seq 1 20000\n') in failed["out"].stderr
     assert "\x1b[" not in failed["out"].stderr  # and no escape codes
 
 

@@ -89,9 +89,9 @@ def test_watch_shows_each_file_change_under_the_step_that_made_it(tmp_path, runs
     lines = [line.strip() for line in watched.stdout.splitlines()]
     where = {mark: max(i for i, line in enumerate(lines[:lines.index(mark)]) if line.startswith("["))
              for mark in ("+ proc.py", "~ proc.py", "- proc.py")}
-    assert lines[where["+ proc.py"]].startswith("[2] shell_exec"), watched.stdout
-    assert lines[where["~ proc.py"]].startswith("[4] file_write"), watched.stdout
-    assert lines[where["- proc.py"]].startswith("[5] shell_exec"), watched.stdout
+    assert lines[where["+ proc.py"]].startswith("[2] $ echo"), watched.stdout
+    assert lines[where["~ proc.py"]].startswith("[4] write proc.py (1 line)"), watched.stdout
+    assert lines[where["- proc.py"]].startswith("[5] $ sleep 1; rm proc.py"), watched.stdout
     assert lines.count("+ proc.py") == 1 and lines.count("~ proc.py") == 1
 
 
@@ -245,3 +245,75 @@ def test_a_collapsed_step_of_the_report_shows_its_command(tmp_path):
     page = render_report(run)
     summary = page[page.index('id="step-1"'):].split("</summary>")[0]
     assert "shell_exec</span> <code class=\"gist\"" in summary and "pytest -q tests/test_parser.py" in summary
+
+
+# -- the live view ------------------------------------------------------------------------------------
+
+def _shown(events, columns: int) -> str:
+    """What the live view prints for these events on a terminal `columns` wide."""
+    import io
+
+    from rich.console import Console
+
+    from types import SimpleNamespace
+
+    from orchestrator.display import LiveDisplay
+
+    out = io.StringIO()
+    display = LiveDisplay(Console(file=out, width=columns, force_terminal=False, soft_wrap=True))
+    state = SimpleNamespace(step=2)  # the display reads the state only for its status line
+    for e in events:
+        display.event(e, state)
+    display.close()
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_the_live_view_shows_each_tool_its_own_way(columns):
+    from orchestrator.store import events as ev
+
+    started = lambda name, **a: ev.ToolStarted(step=2, call_id="c", name=name, arguments=json.dumps(a))  # noqa: E731
+    text = _shown([
+        started("shell_exec", command="pytest -q tests/"),
+        ev.ToolFinished(step=2, call_id="c", name="shell_exec",
+                        content="..F\nFAILED tests/test_a.py::test_one\n1 failed, 2 passed\nline four\nline five\n"
+                                "[exit code 1, 0.4 s]", error=True),
+        started("file_write", path="src/parser.py", content="import re\n\ndef parse(s):\n    return s\n"),
+        started("file_edit", path="src/parser.py", old="    return s", new="    return s.strip()"),
+        started("file_read", path="README.md"),
+        ev.ToolFinished(step=2, call_id="c", name="file_read", content="one\ntwo\nthree\n"),
+    ], columns)
+    lines = text.splitlines()
+    assert "[2] $ pytest -q tests/" in lines
+    assert lines[1] == "      ✗ ..F" and lines[2] == "        FAILED tests/test_a.py::test_one"  # as it came
+    assert "        … 2 more lines" in lines and '{"command"' not in text and "\\n" not in text
+    assert "[2] write src/parser.py (4 lines)" in lines
+    assert "[2] edit src/parser.py (-1 +1)" in lines
+    assert "      -     return s" in lines and "      +     return s.strip()" in lines
+    assert "[2] read README.md" in lines and "      → 3 lines" in lines
+    assert all(len(line) <= columns for line in lines)
+
+
+def test_the_status_line_says_what_is_waited_for_and_how_long():
+    import io
+
+    from rich.console import Console
+
+    from types import SimpleNamespace
+
+    from orchestrator.display import LiveDisplay
+    from orchestrator.store import events as ev
+
+    display = LiveDisplay(Console(file=io.StringIO(), width=80, force_terminal=False))
+    display.model_wait = 60
+    state = SimpleNamespace(step=1)
+    display.event(ev.StatusChanged(step=0, status="running"), state)
+    assert display.doing(display.since + 37) == "waiting for the model, 37 s of 60"
+    display.event(ev.Notice(step=1, text="retry 1/6 in 8 s: HTTP 429 from the endpoint", kind="model_retry",
+                            wait_s=8.0), state)
+    now = display.retry_until - 5
+    assert display.doing(now) == "the model failed (HTTP 429 from the endpoint), retry 1/6: trying again in 5 s"
+    assert display.doing(display.retry_until + 12) == "waiting for the model, 12 s of 60"
+    display.event(ev.ToolStarted(step=1, call_id="c", name="shell_exec", arguments='{"command": "make test"}'), state)
+    assert display.doing(display.since + 95) == "$ make test, 95 s"
+    display.close()

@@ -286,6 +286,7 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
     from orchestrator.runner import Session, exit_code, mark_failed
 
     display = make_display(json_output, chat=interactive)
+    display.model_wait = min(cfg.model.stream_idle_timeout, cfg.model.request_timeout)  # "37 s of 60"
     run_dir.take_stop_request()  # a `cairn stop` that came as the run was ending is not for this one
     session = None
     try:
