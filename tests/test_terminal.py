@@ -317,3 +317,29 @@ def test_the_status_line_says_what_is_waited_for_and_how_long():
     display.event(ev.ToolStarted(step=1, call_id="c", name="shell_exec", arguments='{"command": "make test"}'), state)
     assert display.doing(display.since + 95) == "$ make test, 95 s"
     display.close()
+
+
+@pytest.mark.docker
+def test_interactive_mode_has_a_banner_slash_commands_and_multi_line_input(pane, tmp_path, sandbox_image):
+    model = script(tmp_path / "s.json", {"content": "Hello! What next?"}, {"content": "Got both lines."})
+    p = pane(["run", "--model", model], env={"HOME": str(tmp_path)})
+    screen = p.wait_for("task>")
+    assert "cairn, interactive · model scripted:" in screen and "/help lists commands" in screen
+    p.type("say hello")
+    p.wait_for("you>")
+    p.type("/help")
+    screen = p.wait_for("/cost")
+    assert "/todo" in screen and "/diff" in screen and "/model" in screen and "/exit" in screen
+    p.type("/cost")
+    p.wait_for("prompt tokens")
+    p.type("/model")
+    p.wait_for("(another: cairn resume")
+    p.type("first line \\", "second line")
+    p.wait_for("Got both lines.")
+    p.type("/exit")
+    screen = p.wait_for("EXIT=")
+    [run] = RunDir.all(p.runs)
+    said = [e.text for e in run.events.read()[0] if e.type == "user_message"]
+    assert said == ["first line \nsecond line"]  # the commands never reached the model
+    assert f"go on with: cairn resume {run.id}" in screen
+    assert (tmp_path / ".cairn" / "history").is_file()  # up-arrow history, kept for the next session

@@ -95,7 +95,7 @@ def run(
         check_image(cfg.sandbox.image)  # a missing image is said now: no run is made for it
     interactive = task is None
     if interactive:
-        task = _ask("task> ")
+        task = _first_task(cfg.model.model)
     run_dir = create_run(_runs_dir(runs_dir), task, cfg, workspace=workspace, from_git=from_git, ref=ref)
     _drive(run_dir, cfg, json_output, interactive=interactive)
 
@@ -284,6 +284,7 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
     from orchestrator.display import make_display
     from orchestrator.inspect.timeline import check_line, timeline
     from orchestrator.runner import Session, exit_code, mark_failed
+    from orchestrator.ui.chat import EXIT, is_command, read_message, run_command
 
     display = make_display(json_output, chat=interactive)
     display.model_wait = min(cfg.model.stream_idle_timeout, cfg.model.request_timeout)  # "37 s of 60"
@@ -298,7 +299,16 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
                 if asked is None and not interactive:
                     break
                 display.pause()  # no status line redrawn under the prompt while the person types
-                reply = _ask("answer> " if asked is not None and not interactive else "you> ", allow_eof=True)
+                if interactive:
+                    reply = read_message("you> ")
+                    if reply is not None and is_command(reply):  # cairn answers it; the model never sees it
+                        said = run_command(reply, run_dir, session)
+                        if said == EXIT:
+                            break
+                        typer.echo(said, err=True)
+                        continue
+                else:
+                    reply = _ask("answer> ", allow_eof=True)
                 if reply is None:
                     break
                 display.resume()
@@ -325,6 +335,24 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
             typer.echo(f"  {nxt}", err=True)
         typer.echo(f"  inspect it with: cairn show {run_dir.id}", err=True)
     raise typer.Exit(exit_code(status, error, verdict if status == "done" else None))
+
+
+def _first_task(model: str) -> str:
+    """Interactive mode's opening: the banner, then the task (/help and /exit work here too)."""
+    from orchestrator.ui.chat import banner, is_command, read_message, with_history
+
+    if not sys.stdin.isatty():
+        raise UsageError("no task given and no terminal to ask for one: cairn run \"TASK\"")
+    with_history()
+    typer.echo(banner(model), err=True)
+    while True:
+        task = read_message("task> ")
+        if task is None or task.split()[0] == "/exit":
+            raise UsageError("no task given")
+        if not is_command(task):
+            return task
+        typer.echo("  /help  these commands\n  /exit  end without starting a run\n(/todo, /diff, /cost and "
+                   "/model work once the run has started)", err=True)
 
 
 def _can_ask(json_output: bool) -> bool:
