@@ -68,12 +68,27 @@ def render(question: Question) -> str:
     if question.name == "shell_exec" and isinstance(args, dict) and isinstance(args.get("command"), str):
         rest = {k: v for k, v in args.items() if k != "command"}
         body = args["command"] + (f"\n{json.dumps(rest, ensure_ascii=False)}" if rest else "")
+    elif question.name in ("file_write", "file_edit") and isinstance(args, dict) and set(args) <= FILE_ARGS \
+            and all(isinstance(v, str) for v in args.values()):
+        body = _file_body(question.name, args)  # the file as it would be written, or the edit as a diff
     else:
         body = args if isinstance(args, str) else json.dumps(args, indent=2, ensure_ascii=False)
     shown = "\n".join("    " + line for line in clean(body).splitlines() or [""])
     always = f"always: every later call of {clean(question.grant)}"
     return (f"\n── approval needed ── {clean(question.name)}\n{clean(question.why)}\n{shown}\n"
             f"({always}, for the rest of the run)\n")
+
+
+FILE_ARGS = {"path", "content", "old", "new"}
+
+
+def _file_body(name: str, args: dict[str, str]) -> str:
+    if name == "file_write":
+        lines = args.get("content", "").splitlines()
+        return "\n".join([f"{args.get('path', '?')} ({len(lines)} line{'s' if len(lines) != 1 else ''}):",
+                          *(f"  {line}" for line in lines)])
+    return "\n".join([f"{args.get('path', '?')}:", *(f"- {line}" for line in args.get("old", "").splitlines()),
+                      *(f"+ {line}" for line in args.get("new", "").splitlines())])
 
 
 def _edit(arguments: str, read: Callable[[str], str], out: TextIO) -> str | None:

@@ -220,6 +220,8 @@ class LiveDisplay:
             self.console.print(_coloured(event, line), highlight=False, markup=False, emoji=False)
 
     def _line(self, event: ev.Event) -> str | None:
+        if isinstance(event, ev.ApprovalAsked) and self.can_ask():
+            return None  # the question comes next, whole, on this terminal: said once
         if self.chat:
             said = self._chat_line(event)
             if said is not False:

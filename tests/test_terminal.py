@@ -343,3 +343,35 @@ def test_interactive_mode_has_a_banner_slash_commands_and_multi_line_input(pane,
     assert said == ["first line \nsecond line"]  # the commands never reached the model
     assert f"go on with: cairn resume {run.id}" in screen
     assert (tmp_path / ".cairn" / "history").is_file()  # up-arrow history, kept for the next session
+
+
+# -- approvals ----------------------------------------------------------------------------------------
+
+@pytest.mark.docker
+def test_cairn_approve_echoes_the_call_and_resume_goes_on_at_once(tmp_path, runs_dir, sandbox_image):
+    env = {**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)}
+    model = script(tmp_path / "s.json", turn(call("shell_exec", command="echo deployed")), done("shipped"))
+    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", "--model", model, "--approve", "always",
+                          "deploy"], capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=300)
+    [run] = RunDir.all(runs_dir)
+    assert out.returncode == 1 and f"answer it with: cairn approve {run.id} --resume" in out.stderr
+    script(tmp_path / "s.json", done("shipped"))  # a new process plays the script from its start
+    approved = subprocess.run([sys.executable, "-m", "orchestrator.cli", "approve", run.id, "--resume"],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=300)
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout.startswith(f"run {run.id}: approved:\n  $ echo deployed\n")  # the call it approved
+    assert f"run {run.id}: done: shipped" in approved.stderr
+    results = [e.content for e in run.events.read()[0] if e.type == "tool_finished"]
+    assert results[0].startswith("deployed")
+
+
+@pytest.mark.docker
+def test_on_a_terminal_an_approval_is_said_once_and_a_file_write_shows_the_file(pane, tmp_path, sandbox_image):
+    model = script(tmp_path / "s.json", turn(call("file_write", path="deploy.sh", content="#!/bin/sh\ngit push\n")),
+                   done())
+    p = pane(["run", "--model", model, "--approve", "always", "write the deploy script"])
+    screen = p.wait_for("approve?")
+    assert "    deploy.sh (2 lines):" in screen and "      git push" in screen
+    assert '{"content"' not in screen and "] ? file_write" not in screen  # no JSON, and no second telling
+    p.type("y")
+    assert "EXIT=0" in p.wait_for("EXIT=")

@@ -243,8 +243,8 @@ def _check_approval_wait(run_dir, json_output: bool, mode: Optional[str]) -> boo
         except (ValueError, AttributeError):
             what = asked.arguments
         raise UsageError(f"run {run_dir.id} waits for approval of {asked.name} {' '.join(what.split())[:200]}",
-                         hint=f"cairn approve {run_dir.id} [--deny REASON] [--always], then cairn resume "
-                              f"{run_dir.id}; or resume it on a terminal, which asks")
+                         hint=f"cairn approve {run_dir.id} --resume (or --deny REASON, --always); or resume it "
+                              "on a terminal, which asks")
     return True
 
 
@@ -253,11 +253,13 @@ def approve(
     run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP),
     deny: Optional[str] = typer.Option(None, "--deny", metavar="REASON", help="Refuse the call; the model is told \"denied by the user: REASON\"."),
     always: bool = typer.Option(False, "--always", help="The answer holds for every later call of that tool (or shell pattern, or rule) in this run."),
+    and_resume: bool = typer.Option(False, "--resume", help="Then go on at once, as cairn resume RUN does."),
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
     """Answer a run that waits for approval of a tool call (status waiting, reason approval: ...); then
-    `cairn resume RUN` runs the call (or gives the model its refusal) and goes on."""
-    from orchestrator.approvals import record_answer
+    `cairn resume RUN` (or --resume here) runs the call, or gives the model its refusal, and goes on."""
+    from orchestrator.approvals import approval_wait, record_answer
+    from orchestrator.display import call_line
     from orchestrator.store.liveness import RunIsLive
 
     run_dir = _find(runs_dir, run_ref)
@@ -267,10 +269,18 @@ def approve(
         raise UsageError(f"run {run_dir.id} is running; it waits for an approval only once it has stopped") from None
     if deny is not None and not deny.strip():
         raise UsageError("--deny needs a reason (it is told to the model)")
+    asked, _answered = approval_wait(run_dir)
     answer = record_answer(run_dir, approved=deny is None, reason=deny, always=always)
     verdict = "approved" if answer.approved else f"denied ({clean(deny)})"
     scope = f", and every later call of {clean(answer.grant)}" if always else ""
-    typer.echo(f"run {run_dir.id}: {clean(answer.name)} {verdict}{scope}; go on with: cairn resume {run_dir.id}")
+    call = clean(call_line(asked.name, asked.arguments or "", width=200)) if asked is not None else clean(answer.name)
+    then = "" if and_resume else f"; go on with: cairn resume {run_dir.id}"
+    typer.echo(f"run {run_dir.id}: {verdict}{scope}:\n  {call.replace(chr(10), chr(10) + '  ')}\n" + then.lstrip("; "))
+    run_dir.release()  # answered; a resume (below, or later) takes it as its own
+    if and_resume:
+        resume(run_dir.id, message=None, model=None, api_base=None, network=None, max_steps=None, max_cost=None,
+               from_step=None, critic_every=None, critic_model=None, approve=None, trust=False, safe_defaults=False,
+               runs_dir=runs_dir, json_output=False)
 
 
 def _has_said(run_dir) -> bool:  # noqa: ANN001 - RunDir, imported lazily
