@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
@@ -36,6 +37,8 @@ def event_line(event: ev.Event) -> str | None:
 
 
 WAITING_FOR_MODEL = "waiting for the model"
+STREAM_AFTER_S = 2.0  # a command that runs longer has its output shown as it comes
+STREAM_LINES = 200  # at most this many lines of it
 RESULT_LINES = 4  # the first lines of a tool's result that the live view and `cairn watch` show
 EDIT_LINES = 6  # the lines of a file_edit's small diff
 
@@ -184,6 +187,8 @@ class LiveDisplay:
         self.retry_until = 0.0  # a model retry's wait ends then
         self.retry = ""
         self.model_wait: float | None = None  # how long the model may take to answer (its idle timeout)
+        self.live_output: Path | None = None  # the toolbox's copy of a running command's output (on the host)
+        self.follower: _Follower | None = None
         self.state: RunState | None = None
         self.live = Live(Text(""), console=self.console, refresh_per_second=4, transient=True,
                          auto_refresh=self.console.is_terminal, get_renderable=self._status)
@@ -226,8 +231,15 @@ class LiveDisplay:
             said = self._chat_line(event)
             if said is not False:
                 return said
+        if isinstance(event, ev.ToolFinished) and self.follower is not None:
+            streamed, self.follower = self.follower.stop(), None
+            if streamed:  # its lines are on the screen already: the result's last line says how it ended
+                last = (clean(event.content or "").strip().splitlines() or [""])[-1]
+                return f"      {'✗' if event.error else '→'} {_as_is(last, 100)}"
         if isinstance(event, ev.ToolStarted):
             self.current, self.since = short(call_line(event.name, event.arguments).splitlines()[0], 60), time.time()
+            if event.name == "shell_exec" and self.live_output is not None and self.console.is_terminal:
+                self.follower = _Follower(self.live_output, self.console, self.since)
         elif isinstance(event, (ev.ToolFinished, ev.StatusChanged)) or (
                 isinstance(event, ev.UserMessage) and self.current != WAITING_FOR_MODEL):
             self.current, self.since = WAITING_FOR_MODEL, time.time()
@@ -278,8 +290,59 @@ class LiveDisplay:
             self.live.start()
 
     def close(self) -> None:
+        if self.follower is not None:
+            self.follower.stop()
         if self.live.is_started:
             self.live.stop()
+
+
+class _Follower:
+    """A long command's output on the screen as it comes: after STREAM_AFTER_S, the new whole lines of the
+    toolbox's live copy (sandbox_image/PROTOCOL.md), under the command's line, until the command ends."""
+
+    def __init__(self, path: Path, console: Console, since: float) -> None:
+        self.path, self.console, self.since = path, console, since
+        self.offset, self.shown, self.partial = 0, 0, b""
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._follow, name="cairn-live-output", daemon=True)
+        self.thread.start()
+
+    def _follow(self) -> None:
+        if self.done.wait(STREAM_AFTER_S):
+            return  # a quick command: its result shows its first lines
+        while not self.done.wait(0.25):
+            self._show_new()
+
+    def _show_new(self) -> None:
+        try:
+            if self.path.stat().st_mtime < self.since - 1:
+                return  # still the last command's output: this one has not begun to write
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(256 * 1024)
+        except OSError:
+            return
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        for line in lines:
+            if self.shown < STREAM_LINES:
+                text = _as_is(line.decode("utf-8", "replace"), 100)
+                self.console.print(f"      │ {text}", highlight=False, markup=False, emoji=False)
+            elif self.shown == STREAM_LINES:
+                self.console.print("      │ … (the rest comes with the result)", highlight=False, markup=False,
+                                   emoji=False)
+            self.shown += 1
+
+    def stop(self) -> bool:
+        """Ends the following; True when some of the output was shown."""
+        self.done.set()
+        self.thread.join()
+        if self.shown:  # what came since the last look, and a last line without its newline
+            self._show_new()
+            if self.partial.strip() and self.shown < STREAM_LINES:
+                self.console.print(f"      │ {_as_is(self.partial.decode('utf-8', 'replace'), 100)}",
+                                   highlight=False, markup=False, emoji=False)
+        return self.shown > 0
 
 
 def _coloured(event: ev.Event, line: str) -> Text | str:

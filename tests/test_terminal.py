@@ -375,3 +375,15 @@ def test_on_a_terminal_an_approval_is_said_once_and_a_file_write_shows_the_file(
     assert '{"content"' not in screen and "] ? file_write" not in screen  # no JSON, and no second telling
     p.type("y")
     assert "EXIT=0" in p.wait_for("EXIT=")
+
+
+@pytest.mark.docker
+def test_a_long_commands_output_is_shown_as_it_comes(pane, tmp_path, sandbox_image):
+    command = "for i in 1 2 3 4 5 6; do echo tick $i; sleep 1; done; echo never-seen-yet > /dev/null; sleep 60"
+    model = script(tmp_path / "s.json", turn(call("shell_exec", command=command, timeout=8)), done())
+    p = pane(["run", "--model", model, "count slowly"])
+    screen = p.wait_for("│ tick 5", timeout=180)  # before the command has ended (it runs until its timeout)
+    assert "│ tick 1" in screen and "[exit code" not in screen and "timed out" not in screen
+    screen = p.wait_for("EXIT=", timeout=120)
+    assert screen.count("tick 3") == 1  # shown once: the result does not print its lines again
+    assert "✗ timed out after 8" in screen, screen

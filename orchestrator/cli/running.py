@@ -298,6 +298,7 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
 
     display = make_display(json_output, chat=interactive)
     display.model_wait = min(cfg.model.stream_idle_timeout, cfg.model.request_timeout)  # "37 s of 60"
+    display.live_output = run_dir.cairn_dir / "live" / "shell.out"  # a long command's output, as it comes
     run_dir.take_stop_request()  # a `cairn stop` that came as the run was ending is not for this one
     session = None
     try:
