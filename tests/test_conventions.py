@@ -340,7 +340,7 @@ def test_show_prints_the_messages_said_to_a_run(runs_dir, sandbox_image, tmp_pat
     assert again.returncode == 0, again.stderr[-2000:]
     lines = cairn_here("show", run, runs_dir=runs_dir).stdout.splitlines()
     said = lines.index("   2 ✉say          use the second option, please")
-    assert lines[said + 1].startswith("   2  task_done")  # where it reached the run: before step 2's call
+    assert lines[said + 1].startswith("   2  done: ")  # where it reached the run: before step 2's call (task_done)
 
 
 # -- interactive mode -----------------------------------------------------------------------------

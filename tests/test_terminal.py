@@ -387,3 +387,24 @@ def test_a_long_commands_output_is_shown_as_it_comes(pane, tmp_path, sandbox_ima
     screen = p.wait_for("EXIT=", timeout=120)
     assert screen.count("tick 3") == 1  # shown once: the result does not print its lines again
     assert "✗ timed out after 8" in screen, screen
+
+
+def test_show_rows_say_each_call_its_own_way_within_160_columns(tmp_path, runs_dir):
+    from orchestrator.config import RunConfig
+    from orchestrator.runner import create_run
+    from orchestrator.store import events as ev
+    from tests.in_process import cairn_in_process
+
+    run = create_run(runs_dir, "a task", RunConfig.model_validate({"model": {"model": "scripted:demo"}}))
+    command = "python3 primes.py 3000 && " + "echo a very long command line " * 10
+    for e in [ev.ModelRequest(step=1, model="m", usage={"prompt_tokens": 1793, "cached_tokens": 0}),
+              ev.ToolStarted(step=1, call_id="c1", name="shell_exec", arguments=json.dumps({"command": command})),
+              ev.ToolFinished(step=1, call_id="c1", name="shell_exec", content=" ".join(map(str, range(2000))),
+                              offloaded_to="/cairn/obs/1-shell_exec.txt")]:
+        run.events.append(e)
+    run.release()
+    lines = cairn_in_process("show", run.id, env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)}).stdout.splitlines()
+    row = next(line for line in lines if line.startswith("   1 "))
+    assert row.startswith("   1  $ python3 primes.py 3000 && echo a very long") and '{"command"' not in row
+    assert len(row) <= 160 and row.endswith("[1,793 tok]")
+    assert lines[lines.index(row) + 1] == "       ⇢ saved in /cairn/obs/1-shell_exec.txt"

@@ -10,6 +10,7 @@ from typing import Any
 
 from orchestrator.approvals import answer_line
 from orchestrator.context.offload import CAIRN_DIR
+from orchestrator.display import call_line
 from orchestrator.store import events as ev
 from orchestrator.store.children import open_child
 from orchestrator.store.replay import check_verdict
@@ -282,9 +283,11 @@ def _call_lines(step: dict[str, Any], indent: str) -> list[str]:
     for call in step["tool_calls"]:
         mark = "✗" if call["error"] else ("…" if not call["finished"] else " ")
         args = call["arguments"] if isinstance(call["arguments"], str) else json.dumps(call["arguments"])
-        saved = f"  ⇢ {clean(call['offloaded_to'])}" if call["offloaded_to"] else ""
-        lines.append(f"{indent}{step['index']:>4} {mark}{clean(call['name']):<12} {_preview(clean(args), 50):<50} "
-                     f"→ {_preview(clean(call['result']), 50)}{saved}  [{tokens:,} tok]")
+        what = call_line(call["name"], args, width=60).splitlines()[0]  # `$ command`, `write path (n lines)`, ...
+        lines.append(f"{indent}{step['index']:>4} {mark}{_preview(clean(what), 62):<62} "
+                     f"→ {_preview(clean(call['result']), 60)}  [{tokens:,} tok]")
+        if call["offloaded_to"]:  # on a line of its own: a row stays within 160 columns
+            lines.append(f"{indent}       ⇢ saved in {clean(call['offloaded_to'])}")
         if call.get("approval"):
             lines.append(f"{indent}       {approval_line(call['approval'])}")
         child = call.get("child")
