@@ -78,7 +78,8 @@ def test_say_to_a_live_run_reaches_the_next_request_and_watch_follows_it(tmp_pat
     stdout, stderr = watching["p"].communicate(timeout=30)
     assert watching["p"].returncode == 0, stderr
     assert "✉ message (say): Also write SAID-MARKER" in stdout
-    assert "file_write" in stdout and "notes.md" in stdout  # the event, and the file change
+    assert "] write notes.md" in stdout  # the event ...
+    assert {"+ notes.md", "~ notes.md"} & {line.strip() for line in stdout.splitlines()}  # ... and its file change
     assert stdout.rstrip().endswith("status: done (task_done)")
 
 

@@ -15,12 +15,16 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any, Protocol
 
 from orchestrator.errors import UsageError
 
-if TYPE_CHECKING:
-    from orchestrator.store.runs import RunDir
+
+class RunDir(Protocol):
+    """What of a run (store/runs.RunDir, which takes its lock from here) liveness reads: its id and state/."""
+
+    id: str
+    state: Path
 
 LOCK_FILE = "lock"
 # A probe holds a shared lock for an instant: a taker that meets one tries again for this long before it
