@@ -95,7 +95,9 @@ def run(
         check_image(cfg.sandbox.image)  # a missing image is said now: no run is made for it
     interactive = task is None
     if interactive:
-        task = _first_task(cfg.model.model)
+        from orchestrator.ui.chat import first_task
+
+        task = first_task(cfg.model.model)
     run_dir = create_run(_runs_dir(runs_dir), task, cfg, workspace=workspace, from_git=from_git, ref=ref)
     _drive(run_dir, cfg, json_output, interactive=interactive)
 
@@ -294,7 +296,7 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
     from orchestrator.display import make_display
     from orchestrator.inspect.timeline import check_line, timeline
     from orchestrator.runner import Session, exit_code, mark_failed
-    from orchestrator.ui.chat import EXIT, is_command, read_message, run_command
+    from orchestrator.ui.chat import EXIT, is_command, next_command, read_message, run_command, waiting_question
 
     display = make_display(json_output, chat=interactive)
     display.model_wait = min(cfg.model.stream_idle_timeout, cfg.model.request_timeout)  # "37 s of 60"
@@ -306,7 +308,7 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
             status = session.go(message, source=source or ("answer" if resumed and message else "user"))
             while status != "interrupted":
                 # A question of the agent is asked where the person is: on this terminal, in every mode.
-                asked = _question(run_dir) if status == "waiting" and _can_ask(json_output) else None
+                asked = waiting_question(run_dir) if status == "waiting" and _can_ask(json_output) else None
                 if asked is None and not interactive:
                     break
                 display.pause()  # no status line redrawn under the prompt while the person types
@@ -341,57 +343,16 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
         typer.secho(f"run {run_dir.id}: {status}" + (f": {clean(said)}" if said else ""), err=True, fg=_status_colour(status))
         if doc["check"] is not None and doc["check"]["passed"] is not None:
             typer.echo(f"  {check_line(doc['check'], run_dir)}", err=True)
-        nxt = _next_command(run_dir, status)
+        nxt = next_command(run_dir, status)
         if nxt:
             typer.echo(f"  {nxt}", err=True)
         typer.echo(f"  inspect it with: cairn show {run_dir.id}", err=True)
     raise typer.Exit(exit_code(status, error, verdict if status == "done" else None))
 
 
-def _first_task(model: str) -> str:
-    """Interactive mode's opening: the banner, then the task (/help and /exit work here too)."""
-    from orchestrator.ui.chat import banner, is_command, read_message, with_history
-
-    if not sys.stdin.isatty():
-        raise UsageError("no task given and no terminal to ask for one: cairn run \"TASK\"")
-    with_history()
-    typer.echo(banner(model), err=True)
-    while True:
-        task = read_message("task> ")
-        if task is None or task.split()[0] == "/exit":
-            raise UsageError("no task given")
-        if not is_command(task):
-            return task
-        typer.echo("  /help  these commands\n  /exit  end without starting a run\n(/todo, /diff, /cost and "
-                   "/model work once the run has started)", err=True)
-
-
 def _can_ask(json_output: bool) -> bool:
     """A person can answer here: input and the display are a terminal (a --json run is a script's)."""
     return not json_output and sys.stdin.isatty() and sys.stderr.isatty()
-
-
-def _question(run_dir) -> str | None:  # noqa: ANN001 - RunDir
-    """The agent's question (ask_user) the run waits on; None when it waits for something else."""
-    from orchestrator.store import events as ev
-
-    for event in reversed(run_dir.events.read()[0]):
-        if isinstance(event, ev.StatusChanged):
-            return (event.result or "") if event.status == "waiting" and event.reason == "ask_user" else None
-    return None
-
-
-def _next_command(run_dir, status: str) -> str | None:  # noqa: ANN001 - RunDir
-    """The exact command that takes an ended run further, where one does."""
-    from orchestrator.approvals import approval_wait
-
-    if status == "waiting":
-        if approval_wait(run_dir)[0] is not None:
-            return f"answer it with: cairn approve {run_dir.id} --resume  (or --deny REASON)"
-        return f'answer it with: cairn resume {run_dir.id} --message "ANSWER"'
-    if status in ("stopped", "interrupted"):
-        return f"go on with: cairn resume {run_dir.id}" + (' --message "..."' if status == "stopped" else "")
-    return None
 
 
 def _ask(prompt: str, allow_eof: bool = False) -> str | None:

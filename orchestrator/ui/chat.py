@@ -1,5 +1,6 @@
-"""Interactive mode (`cairn run` with no task): its banner, the `you>` prompt (with history, and
-multi-line input) and the slash commands, which cairn answers itself: they never reach the model.
+"""The person at the terminal. Interactive mode (`cairn run` with no task): its banner, the `you>`
+prompt (with history, and multi-line input) and the slash commands, which cairn answers itself: they
+never reach the model. And for any run that ends: the question it waits on, and the next command.
 
 A message of several lines: end a line with a backslash to go on to the next, or open a block with a
 line of three double quotes and close it with another. Ctrl-D or Ctrl-C at the prompt, or /exit, ends
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from orchestrator.errors import UsageError
 from orchestrator.terminal import clean
 
 COMMANDS = {
@@ -119,3 +121,42 @@ def run_command(text: str, run: Any, session: Any) -> str | None:  # noqa: ANN40
                 + (f" at {clean(session.cfg.model.api_base)}" if session.cfg.model.api_base else "")
                 + f" (another: cairn resume {run.id} --model M)")
     return f"no command {name}; /help lists them"
+
+
+def first_task(model: str) -> str:
+    """Interactive mode's opening: the banner, then the task (/help and /exit work here too)."""
+    if not sys.stdin.isatty():
+        raise UsageError("no task given and no terminal to ask for one: cairn run \"TASK\"")
+    with_history()
+    print(banner(model), file=sys.stderr, flush=True)
+    while True:
+        task = read_message("task> ")
+        if task is None or task.split()[0] == "/exit":
+            raise UsageError("no task given")
+        if not is_command(task):
+            return task
+        print("  /help  these commands\n  /exit  end without starting a run\n(/todo, /diff, /cost and /model "
+              "work once the run has started)", file=sys.stderr, flush=True)
+
+
+def waiting_question(run_dir: Any) -> str | None:  # noqa: ANN401 - RunDir
+    """The agent's question (ask_user) the run waits on; None when it waits for something else."""
+    from orchestrator.store import events as ev
+
+    for event in reversed(run_dir.events.read()[0]):
+        if isinstance(event, ev.StatusChanged):
+            return (event.result or "") if event.status == "waiting" and event.reason == "ask_user" else None
+    return None
+
+
+def next_command(run_dir: Any, status: str) -> str | None:  # noqa: ANN401 - RunDir
+    """The exact command that takes an ended run further, where one does."""
+    from orchestrator.approvals import approval_wait
+
+    if status == "waiting":
+        if approval_wait(run_dir)[0] is not None:
+            return f"answer it with: cairn approve {run_dir.id} --resume  (or --deny REASON)"
+        return f'answer it with: cairn resume {run_dir.id} --message "ANSWER"'
+    if status in ("stopped", "interrupted"):
+        return f"go on with: cairn resume {run_dir.id}" + (' --message "..."' if status == "stopped" else "")
+    return None
