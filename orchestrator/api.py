@@ -75,6 +75,7 @@ def resume(run_id: str, *, message: str | None = None, runs_dir: str | Path | No
     from orchestrator.store.runs import RunDir
 
     run_dir = RunDir.find(_runs_dir(runs_dir), run_id)
+    run_dir.hold()  # RunIsLive when another process drives it: nothing below touches it then
     cfg = load_config(run_dir)
     if model is not None:
         cfg.model.model = model
@@ -139,14 +140,18 @@ class Agent:
         attach = getattr(self.sandbox, "attach", None)
         if attach is not None:  # a LocalSandbox keeps cairn's files (journal, saved outputs) in the run's cairn/
             attach(self.run_dir.workspace, self.run_dir.cairn_dir)
-        if resumed:
-            self.run_dir.events.set_aside_torn_line()
-        agent = Loop(self.run_dir, cfg, self.sandbox, self.model, _Sink(self.on_event))
-        if self.tools is not None:
-            agent.execute = _only(agent, self.tools)
-        if resumed:
-            agent.recover()
-        status = agent.run(message, source="answer" if resumed and message else "user")
+        self.run_dir.hold()  # this process drives the run until it returns (store/liveness.py)
+        try:
+            if resumed:
+                self.run_dir.events.set_aside_torn_line()
+            agent = Loop(self.run_dir, cfg, self.sandbox, self.model, _Sink(self.on_event))
+            if self.tools is not None:
+                agent.execute = _only(agent, self.tools)
+            if resumed:
+                agent.recover()
+            status = agent.run(message, source="answer" if resumed and message else "user")
+        finally:
+            self.run_dir.release()
         return result_of(self.run_dir, status, agent.error)
 
 
@@ -187,7 +192,10 @@ class _Sink:
 def _drive(run_dir: Any, cfg: Any, on_event: EventCallback | None, message: str | None, resumed: bool) -> RunResult:
     from orchestrator.session.drive import drive
 
-    driven = drive(run_dir, cfg, _Sink(on_event), resumed=resumed, message=message)
+    try:
+        driven = drive(run_dir, cfg, _Sink(on_event), resumed=resumed, message=message)
+    finally:
+        run_dir.release()  # a program goes on after the run: its lock goes with its session
     return result_of(run_dir, driven.status, driven.error)
 
 

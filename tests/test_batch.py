@@ -61,7 +61,7 @@ def test_what_a_second_pass_does_with_each_status(tmp_path):
     for job, status in zip(first.todo, statuses):
         run = RunDir.create(first.runs_dir, {"task": job.task, "status": status,
                                              "config": RunConfig().model_dump(mode="json")})
-        (run.state / "pid").write_text(json.dumps({"pid": 2**22 + 1}))  # a process that is gone
+        run.release()  # as when the process that made it is gone
         first.manifest.record(job.key, job.line, run.id)
     again = Batch(batch_file, runs)
     work = again.plan()
@@ -100,14 +100,13 @@ def test_a_batch_with_a_failing_task_and_its_second_pass(tmp_path, runs_dir, san
         "result"].startswith("hi")
 
     # C crashes during its second model call: its log ends at step 1, run.json still says running, and
-    # the pid file names a process that is gone.
+    # no process holds its lock any more.
     run_c = RunDir(runs_dir / c["id"])
     lines = run_c.events.path.read_text().splitlines(keepends=True)
     cut = next(i for i, line in enumerate(lines) if '"type":"checkpoint"' in line.replace(" ", "")
                and json.loads(line)["step"] == 1)
     run_c.events.path.write_text("".join(lines[: cut + 1]))
     run_c.update_meta(status="running")
-    (run_c.state / "pid").write_text(json.dumps({"pid": 2**22 + 1}))
     write_script(tmp_path / "c.json", tool("task_done", summary="finished after the crash"))
     a_log = (runs_dir / a["id"] / "state" / "events.jsonl").read_bytes()
 

@@ -146,8 +146,8 @@ def test_diff_of_a_step_the_run_does_not_have_is_a_usage_error(failed):
 def test_piped_output_is_never_wrapped(failed):
     assert f"task: {LONG_TASK}\n" in cairn_here("show", failed["id"], runs_dir=failed["runs_dir"]).stdout
     # the live display's action line, piped (rich would wrap it at 80 columns)
-    assert ('[1] shell_exec {"command": "echo hi > a.txt; mkdir -p src .cairn; echo x > src/b.txt; '
-            'echo o > .cairn/n; seq 1 20000"}\n') in failed["out"].stderr
+    assert ('[1] $ echo hi > a.txt; mkdir -p src .cairn; echo x > src/b.txt; '
+            'echo o > .cairn/n; seq 1 20000\n') in failed["out"].stderr
     assert "\x1b[" not in failed["out"].stderr  # and no escape codes
 
 
@@ -207,6 +207,7 @@ def test_ls_says_a_run_that_never_recorded_its_end_crashed_and_can_resume(runs_d
     from orchestrator.store.runs import RunDir
 
     run = RunDir.create(runs_dir, {"task": "crashed", "status": "running"})
+    run.release()  # as the kernel does when the process that drove it is killed
     [row] = json.loads(cairn_here("ls", "--json", runs_dir=runs_dir).stdout)
     assert row["status"] == "interrupted" and "a crash or a kill" in row["reason"] and "cairn resume" in row["reason"]
     assert row["id"] == run.id
@@ -231,16 +232,18 @@ def test_option_help_has_no_type_labels(runs_dir):
     assert re.search(r"--step\s+N\s", out) and "Usage: cairn show [OPTIONS] RUN" in out
 
 
-def _pretend_live(runs_dir: Path, run_id: str) -> None:
-    """The run's pid file names this test's own process: for cairn, the run is live."""
-    from orchestrator.store.liveness import process_identity
+def _pretend_live(runs_dir: Path, run_id: str):  # noqa: ANN202 - a RunDir, kept while it should stay live
+    """This test's own process holds the run's lock: for cairn, the run is live."""
+    from orchestrator.store.runs import RunDir
 
-    (runs_dir / run_id / "state" / "pid").write_text(json.dumps(process_identity(os.getpid())))
+    run = RunDir(runs_dir / run_id)
+    run.hold()
+    return run
 
 
 def test_rm_refuses_a_live_run_and_removes_nothing(runs_dir):
     live, other = _made(runs_dir, 1000.0), _made(runs_dir, 2000.0)
-    _pretend_live(runs_dir, live)
+    held = _pretend_live(runs_dir, live)  # noqa: F841 - the lock lasts as long as the object
     out = cairn_here("rm", other, live, runs_dir=runs_dir)
     assert out.returncode == 2 and f"run {live} is running; stop it first" in out.stderr
     assert (runs_dir / live).is_dir() and (runs_dir / other).is_dir()
@@ -337,7 +340,7 @@ def test_show_prints_the_messages_said_to_a_run(runs_dir, sandbox_image, tmp_pat
     assert again.returncode == 0, again.stderr[-2000:]
     lines = cairn_here("show", run, runs_dir=runs_dir).stdout.splitlines()
     said = lines.index("   2 ✉say          use the second option, please")
-    assert lines[said + 1].startswith("   2  task_done")  # where it reached the run: before step 2's call
+    assert lines[said + 1].startswith("   2  done: ")  # where it reached the run: before step 2's call (task_done)
 
 
 # -- interactive mode -----------------------------------------------------------------------------

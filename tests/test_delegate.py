@@ -78,10 +78,10 @@ def test_the_childs_events_are_kept_under_the_parent_and_show_nests_them(tmp_pat
     assert nested["id"] == child.id and nested["status"] == "done"
     assert [c["name"] for s in nested["steps"] for c in s["tool_calls"]] == ["shell_exec", "task_done"]
     lines = step_lines(doc)
-    at = next(i for i, line in enumerate(lines) if "agent_delegate" in line)
+    at = next(i for i, line in enumerate(lines) if "delegate: " in line)
     assert "sub-agent" in lines[at + 1] and lines[at + 1].startswith("     ┆ ")
-    assert "shell_exec" in lines[at + 2] and lines[at + 2].startswith("     ┆ ")
-    assert "task_done" in lines[at + 4] and "┆" not in lines[at + 4]
+    assert " $ " in lines[at + 2] and lines[at + 2].startswith("     ┆ ")  # its shell_exec
+    assert " done: " in lines[at + 4] and "┆" not in lines[at + 4]  # the parent's task_done
 
 
 def test_a_child_cannot_delegate_further_by_default(tmp_path):

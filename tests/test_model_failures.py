@@ -330,6 +330,7 @@ def test_resume_with_a_model_whose_key_is_missing_keeps_the_run_as_it_was(runs_d
     from orchestrator.session.settings import resolve_config
 
     run = create_run(runs_dir, "hello", resolve_config({}))
+    run.release()  # as when the process that made it has ended
     before = (run.state / "run.json").read_text()
     proc = cairn_here("resume", run.id, "--model", "anthropic/claude-sonnet-4-5", runs_dir=runs_dir)
     err = proc.stderr

@@ -30,6 +30,7 @@ def made(tmp_path) -> RunDir:
     cfg = RunConfig.model_validate({"model": {"model": "scripted:demo"}})
     run = create_run(tmp_path / "runs", "a task with <img src=x onerror=alert(1)>", cfg)
     run.events.append(ev.RunStarted(task="a task", system_prompt="s", tools=[]))
+    run.release()  # made by this process, which does not drive it: it is not live
     return run
 
 

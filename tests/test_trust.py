@@ -38,6 +38,7 @@ def _local_run(tmp_path: Path, settings: dict[str, Any] | None = None) -> RunDir
     cfg = RunConfig.model_validate({"model": {"model": "scripted:demo"}, **(settings or {})})
     run = create_run(tmp_path / "here", "a task", cfg)
     run.update_meta(status="stopped")
+    run.release()  # stopped: the process that made it no longer drives it
     return run
 
 

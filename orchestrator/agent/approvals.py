@@ -84,6 +84,7 @@ class Answer:
     reason: str | None = None
     always: bool = False
     arguments: str | None = None  # edited arguments (JSON of an object), to run in place of the model's
+    stop: bool = False  # Ctrl-C at the prompt: a refusal, and the run stops after this step
 
 
 Asker = Callable[[Question], "Answer | None"]  # None: no answer (the person left), the run waits
@@ -272,6 +273,11 @@ def clear(agent: Any, call: ToolCall, step: int) -> Clearance:
     answer = ask(Question(call.name, call.arguments, decision.why, decision.grant)) if ask is not None else None
     if answer is None:
         raise Finished("waiting", waiting_reason(call.name, args))
+    if answer.stop:
+        top = agent
+        while getattr(top, "parent", None) is not None:
+            top = top.parent
+        top.stop_requested, top.stopped_by = True, "Ctrl-C"  # checked once this step's calls are done
     return _answer(agent, call, step, answer, "terminal", grant=decision.grant)
 
 

@@ -163,6 +163,7 @@ class RayBatch(Batch):
         self.cluster: Cluster | None = None
         self.hub: Any = None
         self.placements: Placements | None = None
+        self.held: dict[int, RunDir] = {}  # row index → its run, whose lock this driver holds
         for row in self.rows:
             row.ray = True
 
@@ -215,6 +216,7 @@ class RayBatch(Batch):
         else:
             row.action = "resumed"
         row.id, row.status = run.id, "queued"
+        self.held[index] = run  # its lock (taken by create_run or plan) is this driver's until the run ends
         marker = self.runs_dir / "batches" / f"{self.manifest.id}.ray"
         if not marker.is_file():
             marker.parent.mkdir(parents=True, exist_ok=True)
@@ -273,6 +275,9 @@ class RayBatch(Batch):
 
     def _ended(self, index: int, result: dict[str, Any]) -> None:
         row = self.rows[index]
+        held = self.held.pop(index, None)
+        if held is not None:
+            held.release()
         if result.get("error"):
             row.error = result["error"]
         if result.get("seconds") is not None:

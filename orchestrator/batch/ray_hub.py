@@ -105,6 +105,7 @@ def replace_with_archive(runs_dir: Path, run_id: str, data: bytes) -> RunDir:
     """Unpacks a run archive (checked as `cairn import` checks one) as `runs_dir/run_id`, in place of what
     is there. The run stays this user's own: not marked imported (orchestrator/batch/ray_driver.py says why)."""
     from orchestrator.store.archive import import_run
+    from orchestrator.store.liveness import LOCK_FILE
 
     runs_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".ray-{run_id}-", dir=runs_dir))
@@ -116,6 +117,9 @@ def replace_with_archive(runs_dir: Path, run_id: str, data: bytes) -> RunDir:
         meta.pop("imported", None)
         fresh.write_meta(meta)
         target = runs_dir / run_id
+        lock = target / "state" / LOCK_FILE
+        if lock.exists():  # the same file, linked: whoever holds the run's lock holds it on the new copy too
+            os.link(lock, fresh.state / LOCK_FILE)
         if target.exists():
             os.rename(target, staging / "old")
         os.rename(fresh.root, target)

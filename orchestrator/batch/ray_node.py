@@ -290,7 +290,9 @@ def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any
     def work() -> None:
         try:
             cfg = load_config(run)
-            driven = drive(run, cfg, display, resumed=spec["resumed"] or _started_before(run),
+            # On the driver's runs dir, the driver holds the run's lock for the whole batch (attempts are
+            # fenced at the hub); a node's own copy is this process's to lock.
+            driven = drive(run, cfg, display, resumed=spec["resumed"] or _started_before(run), hold=not shared,
                            opened=lambda session: live.__setitem__("session", session), record_every_failure=True)
             if driven.error is not None:
                 outcome["error"] = driven.error.message

@@ -23,7 +23,7 @@ def summary_doc(batch: Batch) -> dict[str, Any]:
         "runs": rows,
         "totals": {
             "runs": len(rows),
-            "done": sum(r["status"] == "done" for r in rows),
+            "done": sum(r.ok for r in batch.rows),  # done, and its check passed where it has one
             "checks_passed": sum(bool(r["check"] and r["check"]["passed"]) for r in rows),
             "checks_failed": sum(bool(r["check"] and r["check"]["passed"] is False) for r in rows),
             "steps": sum(r["steps"] for r in rows),
@@ -44,7 +44,7 @@ def exit_code(batch: Batch) -> int:
 
 
 def _money(cost: float | None) -> str:
-    return f"${cost:.4f}" if cost is not None else "unknown"
+    return f"${cost:.4f}" if cost is not None else "-"
 
 
 def _one_line(text: str | None, width: int) -> str:
@@ -59,9 +59,9 @@ def table(rows: list[Row], title: str | None = None):  # noqa: ANN201 - rich.tab
     on_ray = any(r.ray for r in rows)
     for name, justify in (("#", "right"), ("id", "left"), ("task", "left"), *((("node", "left"),) if on_ray else ()),
                           ("status", "left"), ("check", "left"), ("steps", "right"), ("tokens", "right"),
-                          ("cost", "right"), ("", "left")):
+                          ("cost", "right"), ("note", "left")):
         t.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis",
-                     min_width=22 if name == "id" else None, max_width={"task": 40, "": 40}.get(name))
+                     min_width=22 if name == "id" else None, max_width={"task": 40, "note": 40}.get(name))
     for r in rows:
         note = r.action if r.action in ("skipped", "resumed", "left") else ""
         if r.error:
@@ -83,14 +83,15 @@ def render_summary(rows: list[Row]) -> str:
     on_ray = any(r.ray for r in rows)
     node = lambda text: f"{text:<9} " if on_ray else ""  # noqa: E731 - the NODE column of a batch on Ray
     lines = [f"{'LINE':>4}  {'ID':<23} {node('NODE')}{'STATUS':<11} {'CHECK':<6} {'STEPS':>5} {'TOKENS':>9} {'COST':>9}  "
-             f"{'':<8} TASK"]
+             f"{'ACTION':<8} TASK"]
     for r in rows:
-        note = r.action if r.action in ("skipped", "resumed", "left") else ""
         lines.append(f"{r.line:>4}  {r.id or '-':<23} {node(r.node or '-')}{_one_line(r.status, 40):<11} "
                      f"{_check_word(r):<6} {r.step:>5} {r.prompt_tokens + r.completion_tokens:>9,} "
-                     f"{_money(r.cost_usd):>9}  {note:<8} {_one_line(r.task, 60)}")
-        if r.error:
-            lines.append(f"{'':>6}error: {_one_line(r.error, 200)}")
+                     f"{_money(r.cost_usd):>9}  {r.action:<8} {_one_line(r.task, 60)}")
+        if r.error or (r.id and not r.ok and r.status != "pending"):
+            why = _one_line(r.error, 200) if r.error else ("its check failed" if r.status == "done" else r.status)
+            lines.append(f"{'':>6}{'error' if r.error else 'not done'}: {why} · cairn show {r.id}"
+                         if r.id else f"{'':>6}error: {why}")
         lines += [f"{'':>6}note: {_one_line(n, 300)}" for n in r.notes]
     return "\n".join(lines)
 
@@ -130,7 +131,7 @@ def run_batch(batch_file: Path, runs_dir: Path, jobs: int | None, json_output: b
         sys.stdout.write(render_summary(batch.rows) + "\n")
         checks = (f" · checks: {t['checks_passed']} passed, {t['checks_failed']} failed"
                   if t["checks_passed"] or t["checks_failed"] else "")
-        sys.stdout.write(f"{t['done']}/{t['runs']} done{checks} · {t['steps']} steps · {t['tokens']:,} tokens · "
-                         f"{_money(t['cost_usd'])}"
+        cost = f" · {_money(t['cost_usd'])}" if t["cost_usd"] is not None else ""  # unknown: said by no figure
+        sys.stdout.write(f"{t['done']}/{t['runs']} done{checks} · {t['steps']} steps · {t['tokens']:,} tokens{cost}"
                          + (" · interrupted: run the batch again to resume" if batch.interrupted else "") + "\n")
     return doc["exit_code"]

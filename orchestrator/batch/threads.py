@@ -33,6 +33,7 @@ from typing import Any, Callable
 from orchestrator.batch.jobs import parse_file
 from orchestrator.batch.manifest import Manifest
 from orchestrator.batch.rows import Row, RowDisplay, fill
+from orchestrator.session.new_run import progress_to
 from orchestrator.errors import CairnError, UsageError
 from orchestrator.status import Status
 from orchestrator.store.runs import RunDir
@@ -61,7 +62,7 @@ class Batch:
     def plan(self) -> list[tuple[int, RunDir | None]]:
         """(row index, existing run to resume or None for a new one) for each line that has work to do;
         rows of lines that need none are filled in as skipped or left."""
-        from orchestrator.store.liveness import run_is_live
+        from orchestrator.store.liveness import RunIsLive
 
         work: list[tuple[int, RunDir | None]] = []
         for i, job in enumerate(self.todo):
@@ -74,11 +75,14 @@ class Batch:
             status = meta.get("status", "running")
             row = self.rows[i]
             row.id = run.id
-            if status == Status.RUNNING and run_is_live(run):
-                fill(row, run, "skipped")
-                row.status = "running"
-                row.error = "running in another process"
-            elif status in RESUMABLE or status == Status.RUNNING:
+            if status in RESUMABLE or status == Status.RUNNING:
+                try:
+                    run.hold()  # this batch drives it from now on; the lock goes when its session ends
+                except RunIsLive:
+                    fill(row, run, "skipped")
+                    row.status = "running"
+                    row.error = "running in another process"
+                    continue
                 work.append((i, run))
             else:
                 fill(row, run, "left")
@@ -103,6 +107,7 @@ class Batch:
                    for n in range(min(self.jobs, len(work)))]
         main = threading.current_thread() is threading.main_thread()
         previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS} if main else {}
+        quiet = progress_to(None)  # "starting the sandbox" of N runs at once would name none of them: rows say it
         try:
             for w in workers:
                 w.start()
@@ -110,6 +115,7 @@ class Batch:
                 while w.is_alive():
                     w.join(0.2)  # a timeout, so that Ctrl-C is handled promptly
         finally:
+            progress_to(quiet)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return self.rows
@@ -174,6 +180,8 @@ class Batch:
             if not isinstance(exc, CairnError):
                 traceback.print_exc(file=sys.stderr)
         finally:
+            if run is not None:
+                run.release()  # a session releases it as it ends; a run whose session never began, here
             self.sessions.pop(index, None)
             row.seconds = round(time.monotonic() - started, 2)
         if run is not None:

@@ -25,17 +25,29 @@ def _print_exact_or_clean(text: str) -> None:
 
 
 @app.command("ls")
-def ls(runs_dir: Optional[Path] = RunsDir, json_output: bool = JsonOut) -> None:
+def ls(
+    status: Optional[str] = typer.Option(None, "--status", metavar="STATUS[,STATUS...]",
+                                         help="Only runs in these statuses, e.g. --status waiting,interrupted."),
+    newest: Optional[int] = typer.Option(None, "-n", metavar="N", min=0, help="Only the newest N runs."),
+    wide: bool = typer.Option(False, "--wide", help="Add tokens, cache hits, time and container; cut nothing."),
+    runs_dir: Optional[Path] = RunsDir,
+    json_output: bool = JsonOut,
+) -> None:
     """List runs, oldest first; a run that did not finish says why (the REASON column, `reason` in JSON)."""
-    from orchestrator.ui.inspect.listing import list_runs, render_runs
-
+    from orchestrator.ui.inspect.listing import list_runs, render_runs, select_runs
+    from orchestrator.status import Status
     from orchestrator.ui.terminal import width
 
-    rows = list_runs(_runs_dir(runs_dir))
+    statuses = [s.value for s in Status]
+    wanted = [s.strip() for s in status.split(",") if s.strip()] if status is not None else None
+    unknown = [s for s in wanted or [] if s not in statuses]
+    if unknown:
+        raise UsageError(f"--status {', '.join(unknown)}: a status is one of {', '.join(statuses)}")
+    rows = select_runs(list_runs(_runs_dir(runs_dir)), wanted, newest)
     if json_output:
         _print_json(rows)
     else:
-        typer.echo(render_runs(rows, width(sys.stdout)))
+        typer.echo(render_runs(rows, width(sys.stdout), wide=wide))
 
 
 @app.command()
@@ -90,7 +102,7 @@ def show(
     for c in doc["compactions"]:
         typer.echo(f"compaction at step {c['step']} ({c['kind']}): {c['tokens_before']:,} → {c['tokens_after']:,} tokens")
     for c in doc["checks"][:-1]:
-        typer.echo(f"check #{c['round']} after step {c['step']}: {check_line(c).removeprefix('check ')}"
+        typer.echo(f"check #{c['round']} after step {c['step']}: {check_line(c, run_dir).removeprefix('check ')}"
                    + (" → sent back to the agent" if c["sent_back"] else ""))
     waiting = doc["approval_waiting"]
     if waiting:  # the call a run stopped for (orchestrator/agent/approvals.py)
@@ -101,7 +113,7 @@ def show(
     if doc["result"]:
         typer.echo(f"result: {clean(doc['result'])}")
     if doc["check"] is not None:
-        typer.echo(check_line(doc["check"]))
+        typer.echo(check_line(doc["check"], run_dir))
     if doc["error"]:
         typer.secho(f"{doc['status']}: {clean(doc['error']['reason'])}", fg=_status_colour(doc["status"]))
 
@@ -119,7 +131,7 @@ def _readable(run_dir, read: Any) -> Any:  # noqa: ANN001 - RunDir, imported laz
 
 
 @app.command()
-def todo(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
+def todo(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_dir: Optional[Path] = RunsDir) -> None:
     """The run's plan (workspace/todo.md); on a terminal, without control sequences."""
     from orchestrator.store.regular import read_regular
 
@@ -132,7 +144,7 @@ def todo(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[P
 
 
 @app.command()
-def files(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir,
+def files(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_dir: Optional[Path] = RunsDir,
           json_output: bool = JsonOut) -> None:
     """The workspace's files (as of the last checkpoint), the step that last changed each, and their size."""
     from orchestrator.ui.inspect.changes import files as list_files, render_files
@@ -189,7 +201,7 @@ def report(
 
 
 @app.command()
-def watch(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
+def watch(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_dir: Optional[Path] = RunsDir) -> None:
     """Follow a live run: its events and workspace file changes as they happen."""
     from orchestrator.ui.inspect.watch import watch_run
     from orchestrator.store.liveness import run_is_live
@@ -199,7 +211,7 @@ def watch(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[
 
 @app.command()
 def say(
-    run_ref: str = typer.Argument(..., metavar="RUN"),
+    run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP),
     text: str = typer.Argument(..., help="The message; the agent sees it at its next step."),
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:

@@ -22,13 +22,15 @@ def rm(
     import shutil
 
     from orchestrator.errors import SandboxError
-    from orchestrator.store.liveness import run_is_live
     from orchestrator.sandbox.container import container_name, remove_if_present
+    from orchestrator.store.liveness import RunIsLive
 
     runs = list({r.id: r for r in (_find(runs_dir, ref) for ref in run_refs)}.values())  # all found, or none removed
     for run_dir in runs:
-        if run_is_live(run_dir):
-            raise UsageError(f"run {run_dir.id} is running; stop it first", hint=f"cairn stop {run_dir.id}")
+        try:
+            run_dir.hold()  # held until removed: no resume starts on a run being removed
+        except RunIsLive:
+            raise UsageError(f"run {run_dir.id} is running; stop it first", hint=f"cairn stop {run_dir.id}") from None
     try:
         from orchestrator.sandbox.engine import connect
 
@@ -66,7 +68,7 @@ def stop(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_
 
 @app.command("export")
 def export_cmd(
-    run_ref: str = typer.Argument(..., metavar="RUN"),
+    run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP),
     output: Path = typer.Option(..., "--output", "-o", help="The archive to write (tar.gz)."),
     with_machine: bool = typer.Option(False, "--with-machine", help="Add the run's container (what the agent "
                                       "installed outside the workspace), as an image: hundreds of MB."),
@@ -122,7 +124,7 @@ def import_cmd(
 
 
 @app.command("shell")
-def shell_cmd(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Optional[Path] = RunsDir) -> None:
+def shell_cmd(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_dir: Optional[Path] = RunsDir) -> None:
     """An interactive shell in the run's kept container (the machine as the agent left it), else in a fresh
     sandbox on its workspace, made like the run's own."""
     from orchestrator.session.settings import load_config
@@ -149,11 +151,21 @@ def image_build(
 
 
 @app.command()
-def doctor() -> None:
-    """Check the engine, the image, free disk and the model settings, and say what to do."""
+def doctor(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="The model to check (default: the one cairn run would use: the template's, else $CAIRN_MODEL)."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="The OpenAI-compatible endpoint cairn run would be given."),
+    template: Optional[str] = typer.Option(None, "--template", help="The template cairn run would be given (its model, if it names one)."),
+) -> None:
+    """Check the engine, the image, free disk and the model cairn run would use, and say what to do."""
     from orchestrator.ui.doctor import run_checks
+    from orchestrator.session.settings import resolve_config
 
-    checks = run_checks()
+    try:  # the model exactly as `cairn run` with these options resolves it
+        model_cfg, model_error = resolve_config({"model": {"model": model, "api_base": api_base}},
+                                                template=template).model, None
+    except UsageError as exc:
+        model_cfg, model_error = None, exc
+    checks = run_checks(model_cfg, model_error)
     for c in checks:
         typer.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" + ("" if c.ok or not c.fix else f"\n     fix: {c.fix}"))
     raise typer.Exit(0 if all(c.ok for c in checks) else 1)
@@ -167,14 +179,19 @@ def gc(
 ) -> None:
     """Remove the kept containers of runs that are not live (their next resume starts a fresh one). A
     container of another runs dir's run is left alone; an orphan's (its run is gone) only when idle."""
-    from orchestrator.store.liveness import run_is_live
     from orchestrator.sandbox.container import gc as gc_containers
     from orchestrator.sandbox.engine import connect
+    from orchestrator.store.liveness import RunIsLive
     from orchestrator.store.runs import RunDir
 
     seconds = _duration(older_than) if older_than is not None else None
     runs = RunDir.all(_runs_dir(runs_dir))
-    live = {r.id for r in runs if run_is_live(r)}
+    live = set()
+    for run in runs:  # the others' locks are held through the clean-up: none is resumed under it
+        try:
+            run.hold()
+        except RunIsLive:
+            live.add(run.id)
     removed = gc_containers(connect(), live, known_run_ids={r.id for r in runs}, older_than=seconds)
     typer.echo(f"removed {len(removed)} container(s)" + (": " + ", ".join(removed) if removed else ""))
 

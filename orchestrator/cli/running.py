@@ -11,40 +11,47 @@ from typing import Any, Optional
 import typer
 from pydantic import ValidationError
 
-from orchestrator.cli.shared import JsonOut, RunsDir, _find, _print_json, _runs_dir, _status_colour, app
+from orchestrator.cli.shared import RUN_HELP, JsonOut, RunsDir, _find, _print_json, _runs_dir, _status_colour, app
 from orchestrator.config import RunConfig
 from orchestrator.errors import UsageError
 from orchestrator.ui.terminal import clean
 
 
-@app.command()
+MODEL, WORKSPACE, LIMITS, SANDBOX, CHECKS, OUTPUT = ("Model", "Workspace", "Limits", "Sandbox",
+                                                   "Approvals and checks", "Output")
+RUN_EXAMPLES = ("Examples:\n\n"
+                "  cairn run \"add a --verbose flag to cli.py\" --workspace . --check \"pytest -q\"\n\n"
+                "  cairn run -m ollama_chat/qwen3 --api-base http://localhost:11434 \"fix it\"")
+
+
+@app.command(epilog=RUN_EXAMPLES)
 def run(
     task: Optional[str] = typer.Argument(None, help="The task. Without one, an interactive session."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="A litellm model string, or scripted:PATH (default: the template's, else $CAIRN_MODEL)."),
-    api_base: Optional[str] = typer.Option(None, "--api-base", help="An OpenAI-compatible endpoint (vLLM, llama.cpp, Ollama)."),
-    runs_dir: Optional[Path] = RunsDir,
-    template: Optional[str] = typer.Option(None, "--template", help="Starter workspace from workspace_templates/ (default, coding, research); default: default."),
-    workspace: Optional[Path] = typer.Option(None, "--workspace", help="Work on this existing folder in place (mounted, not copied)."),
-    from_git: Optional[str] = typer.Option(None, "--from-git", metavar="URL", help="Start from a clone of this git repository."),
-    ref: Optional[str] = typer.Option(None, "--ref", help="With --from-git: the branch, tag or commit to check out."),
-    max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1, help="Model calls at most (default 100)."),
-    max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0, help="USD at most."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Prompt plus completion tokens at most."),
-    network: Optional[str] = typer.Option(None, "--network", help="none (the default, unless the template says otherwise) or bridge."),
-    image: Optional[str] = typer.Option(None, "--image", help="Sandbox image (default: the one cairn builds); any Linux image works."),
-    workdir: Optional[str] = typer.Option(None, "--workdir", metavar="PATH", help="The agent works in PATH (e.g. /app; default /workspace): the image's content there becomes the run's workspace, mounted back at PATH."),
-    max_disk: Optional[str] = typer.Option(None, "--max-disk", metavar="SIZE", help="Stop the run (status budget) when its workspace and container use more disk than this: 500m, 20g, ... or none (default 20g)."),
-    sandbox_user: Optional[str] = typer.Option(None, "--sandbox-user", metavar="UID:GID", help="Run the agent as this uid:gid (default: root; 0 only without --lockdown)."),
-    lockdown: bool = typer.Option(False, "--lockdown", help="The cage for untrusted work: a non-root agent, read-only root filesystem, noexec /tmp, no capabilities."),
-    runtime: Optional[str] = typer.Option(None, "--runtime", metavar="NAME", help="An OCI runtime the Docker engine knows, e.g. runsc (gVisor)."),
-    config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", help="An agent.json (tiny-agents schema: model, MCP servers), or a folder with one, an optional PROMPT.md and an optional cairn.json of settings."),
-    check: Optional[str] = typer.Option(None, "--check", metavar="CMD", help="A command that says whether the task is done: run in the sandbox's work directory, in a fresh shell, after task_done; exit code 0 passes, else the run exits 1."),
-    check_rounds: Optional[int] = typer.Option(None, "--check-rounds", metavar="N", min=0, help="When the check fails, send its output back to the agent and go on, at most N times (default 0)."),
-    critic_every: Optional[int] = typer.Option(None, "--critic-every", metavar="N", min=1, help="Every N steps, one extra model call reviews the task, the plan and the last N steps; its answer goes into the next request's tail and /cairn/critic/ (default: off)."),
-    critic_model: Optional[str] = typer.Option(None, "--critic-model", metavar="M", help="The critic's model (a litellm model string or scripted:PATH; default: the run's model)."),
-    approve: Optional[str] = typer.Option(None, "--approve", metavar="never|outside|always", help="Which tool calls wait for your yes: never, outside (default: calls that can act outside the sandbox, e.g. MCP tools, web_fetch, git push with the network on) or always. On a terminal you are asked; else the run waits for cairn approve."),
-    settings: Optional[Path] = typer.Option(None, "--settings", metavar="FILE", help="A JSON file of settings (any fields of a run's config, as a template's cairn.json), e.g. {\"model\": {\"context_window\": 32768}}."),
-    json_output: bool = JsonOut,
+    model: Optional[str] = typer.Option(None, "--model", "-m", metavar="M", rich_help_panel=MODEL, help="A litellm model string, or scripted:PATH (default: the template's, else $CAIRN_MODEL)."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", metavar="URL", rich_help_panel=MODEL, help="An OpenAI-compatible endpoint (vLLM, llama.cpp, Ollama)."),
+    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", metavar="DIR", rich_help_panel=WORKSPACE, help="Where runs live (default $CAIRN_RUNS_DIR, else ~/.cairn/runs)."),
+    template: Optional[str] = typer.Option(None, "--template", metavar="NAME", rich_help_panel=WORKSPACE, help="Starter workspace from workspace_templates/: default, coding or research."),
+    workspace: Optional[Path] = typer.Option(None, "--workspace", metavar="DIR", rich_help_panel=WORKSPACE, help="Work on this existing folder in place (mounted, not copied)."),
+    from_git: Optional[str] = typer.Option(None, "--from-git", metavar="URL", rich_help_panel=WORKSPACE, help="Start from a clone of this git repository."),
+    ref: Optional[str] = typer.Option(None, "--ref", metavar="REF", rich_help_panel=WORKSPACE, help="With --from-git: the branch, tag or commit to check out."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", metavar="N", min=1, rich_help_panel=LIMITS, help="Model calls at most (default 100)."),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="USD", min=0, rich_help_panel=LIMITS, help="Dollars at most."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", metavar="N", min=1, rich_help_panel=LIMITS, help="Prompt plus completion tokens at most."),
+    network: Optional[str] = typer.Option(None, "--network", metavar="none|bridge", rich_help_panel=SANDBOX, help="The sandbox's network: none (the default, unless the template says otherwise) or bridge."),
+    image: Optional[str] = typer.Option(None, "--image", metavar="IMAGE", rich_help_panel=SANDBOX, help="Sandbox image (default: the one cairn builds); any Linux image works."),
+    workdir: Optional[str] = typer.Option(None, "--workdir", metavar="PATH", rich_help_panel=WORKSPACE, help="The agent works in PATH (e.g. /app; default /workspace): the image's content there becomes the run's workspace, mounted back at PATH."),
+    max_disk: Optional[str] = typer.Option(None, "--max-disk", metavar="SIZE", rich_help_panel=LIMITS, help="Stop the run (status budget) when its workspace and container use more disk than this: 500m, 20g, ... or none (default 20g)."),
+    sandbox_user: Optional[str] = typer.Option(None, "--sandbox-user", metavar="UID:GID", rich_help_panel=SANDBOX, help="Run the agent as this uid:gid (default: root; 0 only without --lockdown)."),
+    lockdown: bool = typer.Option(False, "--lockdown", rich_help_panel=SANDBOX, help="The cage for untrusted work: a non-root agent, read-only root filesystem, noexec /tmp, no capabilities."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", metavar="NAME", rich_help_panel=SANDBOX, help="An OCI runtime the Docker engine knows, e.g. runsc (gVisor)."),
+    config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", rich_help_panel=MODEL, help="An agent.json (tiny-agents schema: model, MCP servers), or a folder with one, an optional PROMPT.md and an optional cairn.json of settings."),
+    check: Optional[str] = typer.Option(None, "--check", metavar="CMD", rich_help_panel=CHECKS, help="A command that says whether the task is done: run in the sandbox's work directory, in a fresh shell, after task_done; exit code 0 passes, else the run exits 1."),
+    check_rounds: Optional[int] = typer.Option(None, "--check-rounds", metavar="N", min=0, rich_help_panel=CHECKS, help="When the check fails, send its output back to the agent and go on, at most N times (default 0)."),
+    critic_every: Optional[int] = typer.Option(None, "--critic-every", metavar="N", min=1, rich_help_panel=CHECKS, help="Every N steps, one extra model call reviews the task, the plan and the last N steps; its answer goes into the next request's tail and /cairn/critic/ (default: off)."),
+    critic_model: Optional[str] = typer.Option(None, "--critic-model", metavar="M", rich_help_panel=CHECKS, help="The critic's model (a litellm model string or scripted:PATH; default: the run's model)."),
+    approve: Optional[str] = typer.Option(None, "--approve", metavar="MODE", rich_help_panel=CHECKS, help="Which tool calls wait for your yes: never, outside (the default: calls that can act outside the sandbox, e.g. MCP tools, web_fetch, git push with the network on) or always. On a terminal you are asked; else the run waits for cairn approve."),
+    settings: Optional[Path] = typer.Option(None, "--settings", metavar="FILE", rich_help_panel=WORKSPACE, help="A JSON file of settings (any fields of a run's config, as a template's cairn.json), e.g. {\"model\": {\"context_window\": 32768}}."),
+    json_output: bool = typer.Option(False, "--json", rich_help_panel=OUTPUT, help="Print one JSON document on stdout and nothing else."),
 ) -> None:
     """Start a run. Settings: built-in defaults < the template's cairn.json < an agent folder's cairn.json
     < the --settings file < the options given here."""
@@ -83,9 +90,15 @@ def run(
     preflight(cfg.model)  # a wrong model, key or endpoint: said now, before a run or a sandbox exists
     preflight_critic(cfg)
 
+    if cfg.sandbox.image:
+        from orchestrator.sandbox.container import check_image
+
+        check_image(cfg.sandbox.image)  # a missing image is said now: no run is made for it
     interactive = task is None
     if interactive:
-        task = _ask("task> ")
+        from orchestrator.ui.chat import first_task
+
+        task = first_task(cfg.model.model)
     run_dir = create_run(_runs_dir(runs_dir), task, cfg, workspace=workspace, from_git=from_git, ref=ref)
     _drive(run_dir, cfg, json_output, interactive=interactive)
 
@@ -108,7 +121,7 @@ def demo(runs_dir: Optional[Path] = RunsDir) -> None:
 
 @app.command()
 def resume(
-    run_ref: str = typer.Argument(..., metavar="RUN", help="A run id or a unique prefix of one."),
+    run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP),
     message: Optional[str] = typer.Option(None, "--message", help="A message to the agent (answers ask_user)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Continue with another model."),
     api_base: Optional[str] = typer.Option(None, "--api-base", help="Continue with this OpenAI-compatible endpoint."),
@@ -132,7 +145,6 @@ def resume(
     from orchestrator.agent.critic import preflight_critic
     from orchestrator.llm import warmup
     from orchestrator.llm.preflight import preflight
-    from orchestrator.store.liveness import run_is_live
     from orchestrator.store.trust import settle
 
     if network is not None and network not in ("none", "bridge"):
@@ -142,8 +154,7 @@ def resume(
     run_dir = _find(runs_dir, run_ref)
     if from_step is not None:
         run_dir = _fork(run_dir, from_step, message, runs_dir, json_output)
-    if run_is_live(run_dir):
-        raise UsageError(f"run {run_dir.id} is running in another process")
+    run_dir.hold()  # this process drives the run from here, or another one does and it is refused
     status = run_dir.read_meta().get("status")
     source = "answer" if message else "user"
     mode = _approve_mode(approve)
@@ -159,6 +170,12 @@ def resume(
         pass  # answered (or asked again on this terminal): the step it stopped in goes on
     elif not message and _has_said(run_dir):
         pass  # a `cairn say` message is waiting to be delivered: that is the instruction
+    elif status == "waiting" and not message and _can_ask(json_output):
+        typer.echo(f"run {run_dir.id}: the agent asks: {clean(run_dir.read_meta().get('result') or '')}", err=True)
+        message, source = _ask("answer> ", allow_eof=True), "answer"
+        if message is None:
+            raise UsageError(f"run {run_dir.id} still waits for an answer",
+                             hint=f'cairn resume {run_dir.id} --message "ANSWER"')
     elif status == "waiting" and not message:
         raise UsageError(f"run {run_dir.id} waits for an answer: {run_dir.read_meta().get('result')}",
                          hint=f'cairn resume {run_dir.id} --message "ANSWER"')
@@ -229,32 +246,44 @@ def _check_approval_wait(run_dir, json_output: bool, mode: Optional[str]) -> boo
         except (ValueError, AttributeError):
             what = asked.arguments
         raise UsageError(f"run {run_dir.id} waits for approval of {asked.name} {' '.join(what.split())[:200]}",
-                         hint=f"cairn approve {run_dir.id} [--deny REASON] [--always], then cairn resume "
-                              f"{run_dir.id}; or resume it on a terminal, which asks")
+                         hint=f"cairn approve {run_dir.id} --resume (or --deny REASON, --always); or resume it "
+                              "on a terminal, which asks")
     return True
 
 
 @app.command()
 def approve(
-    run_ref: str = typer.Argument(..., metavar="RUN", help="A run id or a unique prefix of one."),
+    run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP),
     deny: Optional[str] = typer.Option(None, "--deny", metavar="REASON", help="Refuse the call; the model is told \"denied by the user: REASON\"."),
     always: bool = typer.Option(False, "--always", help="The answer holds for every later call of that tool (or shell pattern, or rule) in this run."),
+    and_resume: bool = typer.Option(False, "--resume", help="Then go on at once, as cairn resume RUN does."),
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
     """Answer a run that waits for approval of a tool call (status waiting, reason approval: ...); then
-    `cairn resume RUN` runs the call (or gives the model its refusal) and goes on."""
-    from orchestrator.agent.approvals import record_answer
-    from orchestrator.store.liveness import run_is_live
+    `cairn resume RUN` (or --resume here) runs the call, or gives the model its refusal, and goes on."""
+    from orchestrator.agent.approvals import approval_wait, record_answer
+    from orchestrator.ui.display import call_line
+    from orchestrator.store.liveness import RunIsLive
 
     run_dir = _find(runs_dir, run_ref)
-    if run_is_live(run_dir):
-        raise UsageError(f"run {run_dir.id} is running; it waits for an approval only once it has stopped")
+    try:
+        run_dir.hold()  # no resume starts while the answer is written
+    except RunIsLive:
+        raise UsageError(f"run {run_dir.id} is running; it waits for an approval only once it has stopped") from None
     if deny is not None and not deny.strip():
         raise UsageError("--deny needs a reason (it is told to the model)")
+    asked, _answered = approval_wait(run_dir)
     answer = record_answer(run_dir, approved=deny is None, reason=deny, always=always)
     verdict = "approved" if answer.approved else f"denied ({clean(deny)})"
     scope = f", and every later call of {clean(answer.grant)}" if always else ""
-    typer.echo(f"run {run_dir.id}: {clean(answer.name)} {verdict}{scope}; go on with: cairn resume {run_dir.id}")
+    call = clean(call_line(asked.name, asked.arguments or "", width=200)) if asked is not None else clean(answer.name)
+    then = "" if and_resume else f"; go on with: cairn resume {run_dir.id}"
+    typer.echo(f"run {run_dir.id}: {verdict}{scope}:\n  {call.replace(chr(10), chr(10) + '  ')}\n" + then.lstrip("; "))
+    run_dir.release()  # answered; a resume (below, or later) takes it as its own
+    if and_resume:
+        resume(run_dir.id, message=None, model=None, api_base=None, network=None, max_steps=None, max_cost=None,
+               from_step=None, critic_every=None, critic_model=None, approve=None, trust=False, safe_defaults=False,
+               runs_dir=runs_dir, json_output=False)
 
 
 def _has_said(run_dir) -> bool:  # noqa: ANN001 - RunDir, imported lazily
@@ -265,22 +294,40 @@ def _has_said(run_dir) -> bool:  # noqa: ANN001 - RunDir, imported lazily
 
 def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = None,  # noqa: ANN001
            interactive: bool = False, resumed: bool = False, source: str | None = None) -> None:
+    from orchestrator.session.drive import drive
+    from orchestrator.ui.chat import EXIT, is_command, next_command, read_message, run_command, waiting_question
     from orchestrator.ui.display import make_display
     from orchestrator.ui.inspect.timeline import check_line, timeline
-    from orchestrator.session.drive import drive
 
     display = make_display(json_output, chat=interactive)
+    display.model_wait = min(cfg.model.stream_idle_timeout, cfg.model.request_timeout)  # "37 s of 60"
+    display.live_output = run_dir.cairn_dir / "live" / "shell.out"  # a long command's output, as it comes
 
-    def more(session: Any, status: str) -> str | None:
-        """Interactive mode: the person's next message, or None (Ctrl-D) to finish."""
-        display.pause()  # no status line redrawn under the prompt while the person types
-        reply = _ask("you> ", allow_eof=True)
-        display.resume()
-        return reply
+    def more(session: Any, status: str) -> tuple[str, str] | None:
+        """After each end: the person's next words and how they are said, or None to finish. A question of
+        the agent is asked where the person is: on this terminal, in every mode."""
+        while True:
+            asked = waiting_question(run_dir) if status == "waiting" and _can_ask(json_output) else None
+            if asked is None and not interactive:
+                return None
+            display.pause()  # no status line redrawn under the prompt while the person types
+            if interactive:
+                reply = read_message("you> ")
+                if reply is not None and is_command(reply):  # cairn answers it; the model never sees it
+                    said = run_command(reply, run_dir, session)
+                    if said == EXIT:
+                        return None
+                    typer.echo(said, err=True)
+                    continue
+            else:
+                reply = _ask("answer> ", allow_eof=True)
+            if reply is None:
+                return None
+            display.resume()
+            return reply, "answer" if asked is not None else "user"
 
     try:
-        driven = drive(run_dir, cfg, display, resumed=resumed, message=message, source=source,
-                       more=more if interactive else None)
+        driven = drive(run_dir, cfg, display, resumed=resumed, message=message, source=source, more=more)
     finally:
         display.close()
     status = driven.status
@@ -291,21 +338,35 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
         said = doc["result"] or (doc["error"] or {}).get("reason")
         typer.secho(f"run {run_dir.id}: {status}" + (f": {clean(said)}" if said else ""), err=True, fg=_status_colour(status))
         if doc["check"] is not None and doc["check"]["passed"] is not None:
-            typer.echo(f"  {check_line(doc['check'])}", err=True)
+            typer.echo(f"  {check_line(doc['check'], run_dir)}", err=True)
+        nxt = next_command(run_dir, status)
+        if nxt:
+            typer.echo(f"  {nxt}", err=True)
         typer.echo(f"  inspect it with: cairn show {run_dir.id}", err=True)
     raise typer.Exit(driven.exit_code)
 
 
+def _can_ask(json_output: bool) -> bool:
+    """A person can answer here: input and the display are a terminal (a --json run is a script's)."""
+    return not json_output and sys.stdin.isatty() and sys.stderr.isatty()
+
+
 def _ask(prompt: str, allow_eof: bool = False) -> str | None:
+    """A line typed on the terminal. With `allow_eof`, Ctrl-D and Ctrl-C at the prompt are None (the
+    session ends and says how to go on), on a line of their own."""
     if not sys.stdin.isatty() and not allow_eof:
         raise UsageError("no task given and no terminal to ask for one: cairn run \"TASK\"")
     sys.stderr.write(prompt)  # beside the live display, and never into a --json document on stdout
     sys.stderr.flush()
     try:
         text = input().strip()
-    except EOFError:
+    except (EOFError, KeyboardInterrupt) as exc:
         if allow_eof:
+            sys.stderr.write("\n")  # the closing lines start on a line of their own
+            sys.stderr.flush()
             return None
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         raise UsageError("no task given") from None
     if not text and not allow_eof:
         raise UsageError("no task given")

@@ -286,10 +286,34 @@ def create(client: docker.DockerClient, cfg: SandboxConfig, image: str, options:
             check_runtime(client, cfg.runtime)
         return client.containers.run(image, **options)
     except docker.errors.ImageNotFound as exc:
-        raise SandboxError(f"the sandbox image {image} is not in the Docker engine",
-                           hint="build it with `cairn image build`, or name another with --image") from exc
+        raise missing_image(image) from exc
     except ENGINE_ERRORS as exc:
         raise SandboxError(f"cannot start a container from {image}: {_explain(exc)}") from exc
+
+
+def missing_image(image: str) -> SandboxError:
+    """The error for an image the engine does not hold, with the fix that fits it: cairn builds its own;
+    another image is pulled or built by whoever made it."""
+    from orchestrator.sandbox.image import REPOSITORY
+
+    ours = image.split(":", 1)[0] == REPOSITORY
+    return SandboxError(f"the sandbox image {image} is not in the Docker engine",
+                        hint="build it with `cairn image build`, or name another with --image" if ours else
+                        f"pull it (docker pull {image}) or build it, then run again; or name another with --image")
+
+
+def check_image(image: str) -> None:
+    """Before a run is made for it: the image named with --image is in the engine. An engine that does not
+    answer is left for the sandbox's start to report."""
+    from orchestrator.sandbox.engine import connect
+
+    try:
+        client = connect(timeout=15)
+        client.api.inspect_image(image)
+    except docker.errors.ImageNotFound:
+        raise missing_image(image) from None
+    except (SandboxError, *ENGINE_ERRORS):
+        return
 
 
 def _python_for(client: docker.DockerClient, image: str) -> str | None:
@@ -298,8 +322,7 @@ def _python_for(client: docker.DockerClient, image: str) -> str | None:
     try:
         labels = client.api.inspect_image(image)["Config"].get("Labels") or {}
     except docker.errors.ImageNotFound as exc:  # checked first: `run` would try to pull it from a registry
-        raise SandboxError(f"the sandbox image {image} is not in the Docker engine",
-                           hint="build it with `cairn image build`, or name another with --image") from exc
+        raise missing_image(image) from exc
     except ENGINE_ERRORS as exc:
         raise SandboxError(f"cannot inspect the image {image}: {_explain(exc)}") from exc
     return None if CAIRN_IMAGE_LABEL in labels else carried_python(client)

@@ -106,6 +106,20 @@ def _under(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
+# The running command's output as it comes (its first LIVE_BYTES), in cairn's files: the host's live view
+# shows a long command's output from it while the command runs. Emptied as each command starts.
+LIVE_OUTPUT = "live/shell.out"
+LIVE_BYTES = 1024 * 1024
+
+
+def _open_live(path: str):
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return open(path, "wb", buffering=0)
+    except OSError:
+        return None
+
+
 class Capture:
     """The output of one command, capped at the source.
 
@@ -113,8 +127,9 @@ class Capture:
     then it is only counted) and memory keeps just a head and a tail for the preview.
     """
 
-    def __init__(self, open_file, inline_bytes: int, max_file_bytes: int) -> None:
+    def __init__(self, open_file, inline_bytes: int, max_file_bytes: int, live=None) -> None:
         self.open_file = open_file  # called once, when the output first outgrows inline_bytes
+        self.live, self.live_left = live, LIVE_BYTES  # the output as it comes, for the person watching
         self.inline_bytes, self.max_file_bytes = inline_bytes, max_file_bytes
         self.half = inline_bytes // 2
         self.head, self.tail = bytearray(), b""
@@ -124,6 +139,12 @@ class Capture:
         self.path = None
 
     def feed(self, data: bytes) -> None:
+        if self.live is not None and self.live_left > 0:
+            try:
+                self.live.write(data[:self.live_left])
+            except OSError:
+                self.live = None  # a full disk must not fail the command
+            self.live_left -= len(data)
         self.total += len(data)
         self.newlines += data.count(b"\n")
         self.last = data[-1:]
@@ -1037,8 +1058,13 @@ class Toolbox:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             return open(path, "wb"), path
 
-        capture = Capture(open_file, int(inline_bytes), int(max_file_bytes))
-        result = self.shell.run(command, float(timeout), capture)
+        live = _open_live(os.path.join(self.ws.cairn, LIVE_OUTPUT))
+        capture = Capture(open_file, int(inline_bytes), int(max_file_bytes), live)
+        try:
+            result = self.shell.run(command, float(timeout), capture)
+        finally:
+            if live is not None:
+                live.close()
         return dict(result, **capture.finish(self.ws))
 
     def op_read(self, path: str, offset: int | None = None, limit: int | None = None,

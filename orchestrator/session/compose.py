@@ -9,8 +9,6 @@ with a Session, used by every entry point).
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Sequence
@@ -19,7 +17,7 @@ from orchestrator.config import RunConfig
 from orchestrator.errors import EXIT_BUDGET, EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED, CairnError
 from orchestrator import events as ev
 from orchestrator.session.new_run import progress, start_log
-from orchestrator.store.liveness import process_identity
+from orchestrator.store.liveness import write_pid_file
 from orchestrator.store.runs import RunDir
 from orchestrator.tools.specs import BUILTIN_TOOLS, tool_names
 from orchestrator.status import Status
@@ -48,9 +46,15 @@ class Session:
     use it as a context manager, whose entry waits for that start, so the sandbox always stops with the run."""
 
     def __init__(self, run: RunDir, cfg: RunConfig, display: Display, resumed: bool = False,
-                 tools: Sequence[Tool] = (), sandbox: SandboxPort | None = None) -> None:
+                 tools: Sequence[Tool] = (), sandbox: SandboxPort | None = None, hold: bool = True) -> None:
         """`tools`: the run's own tools, as given to `create_run`. `sandbox`: another backend of the
-        Sandbox port than cairn's Docker one (the Harbor agent's, orchestrator/integrations/harbor)."""
+        Sandbox port than cairn's Docker one (the Harbor agent's, orchestrator/integrations/harbor). The
+        run's lock (store/liveness.py) is this process's from here (RunIsLive when another process drives
+        the run) until the session ends; `hold=False` where another process answers for it (a Ray batch's
+        driver)."""
+        if hold:
+            run.hold()  # kept, when `create_run` or `resume` took it already
+            write_pid_file(run)
         run.check_workspace()  # a run on a user's folder that is gone: say so before anything starts
         self.run, self.cfg, self.resumed, self.own_tools = run, cfg, resumed, list(tools)
         self.aside = run.events.set_aside_torn_line() if resumed else None
@@ -122,13 +126,6 @@ class Session:
         self.agent.emit(ev.Notice(step=step, text=retry.line(), kind="model_retry", endpoint=retry.endpoint,
                                   status=retry.failure.status, wait_s=round(retry.wait, 2)))
 
-    def _lock(self) -> None:
-        """Marks the run as live: `ls` and `gc` tell a running run from a crashed one by this pid."""
-        pid_file = self.run.state / "pid"
-        tmp = pid_file.with_name("pid.tmp")
-        tmp.write_text(json.dumps(process_identity(os.getpid())))
-        os.replace(tmp, pid_file)
-
     def __enter__(self) -> "Session":
         try:
             self._starting.result()
@@ -136,7 +133,6 @@ class Session:
             self.sandbox.stop()
             raise
         try:
-            self._lock()
             if self.hub is not None:
                 self._start_mcp()
             if self.aside is not None:
@@ -175,6 +171,7 @@ class Session:
             self.hub.close()
         self.sandbox.stop()  # stopped and kept: the run's next session starts it again
         (self.run.state / "pid").unlink(missing_ok=True)
+        self.run.release()  # no-op for a session that did not hold it
 
     def go(self, message: str | None = None, source: str = "user") -> str:
         """Drive the run until it ends. `message` reaches the model as the person's words; the run's own

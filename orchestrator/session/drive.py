@@ -19,6 +19,7 @@ from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError, SandboxError
 from orchestrator.ports import Display
 from orchestrator.session.compose import Session, exit_code, mark_failed
+from orchestrator.store.liveness import RunIsLive
 from orchestrator.store.runs import RunDir
 
 
@@ -38,33 +39,35 @@ class Driven:
 
 def drive(run: RunDir, cfg: RunConfig, display: Display, *, resumed: bool = False, message: str | None = None,
           source: str | None = None, opened: Callable[[Session], None] | None = None,
-          more: Callable[[Session, str], str | None] | None = None, record_every_failure: bool = False,
-          sandbox: Any = None) -> Driven:
+          more: Callable[[Session, str], tuple[str, str] | None] | None = None, record_every_failure: bool = False,
+          sandbox: Any = None, hold: bool = True) -> Driven:
     """Drive `run` until it ends (or, with `more`, until `more` has nothing more to say).
 
     `message`: the person's words for the first request (an answer, when `resumed`). `opened(session)`:
     called once the session runs, so the caller can stop it (a batch's Ctrl-C). `more(session, status)`:
-    the next message after each end, or None to finish (interactive mode). A failure before the run
+    after each end, the person's next words and their source ("answer" or "user"), or None to finish
+    (interactive mode, and a question asked on the terminal). A failure before the run
     started raises, and a new run records why; with `record_every_failure` (batches, where nobody reads
     the exception) every failure is recorded in the run, a resumed one's too, and nothing is raised but
     a KeyboardInterrupt: the `Driven` then holds the error. `sandbox`: another backend of the Sandbox port
-    than cairn's Docker one (the Harbor agent's)."""
+    than cairn's Docker one (the Harbor agent's). `hold=False`: another process holds the run's lock (a
+    Ray batch's driver, for its nodes)."""
     run.take_stop_request()  # a `cairn stop` that came as the run last ended is not for this one
     session: Session | None = None
     try:
-        with Session(run, cfg, display, resumed=resumed, sandbox=sandbox) as session:
+        with Session(run, cfg, display, resumed=resumed, sandbox=sandbox, hold=hold) as session:
             if opened is not None:
                 opened(session)
             status = session.go(message, source=source or ("answer" if resumed and message else "user"))
             while more is not None and status != "interrupted":
-                reply = more(session, status)
-                if reply is None:
+                said = more(session, status)
+                if said is None:
                     break
-                status = session.go(reply)
+                status = session.go(said[0], source=said[1])
             return Driven(status, session.agent.error, session.agent.state.check)
     except Exception as exc:
         if not record_every_failure:
-            if isinstance(exc, CairnError) and session is None and not resumed:
+            if isinstance(exc, CairnError) and not isinstance(exc, RunIsLive) and session is None and not resumed:
                 mark_failed(run, exc.message)  # the agent's own failures end inside the loop
             raise
         error = exc if isinstance(exc, CairnError) else CairnError(f"{type(exc).__name__}: {exc}")

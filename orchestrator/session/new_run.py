@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError, UsageError
@@ -160,6 +160,18 @@ def initial_checkpoint(run: RunDir) -> None:
     run.events.append(ev.Checkpoint(step=0, commit=done.commit, skipped=done.skipped))
 
 
+_PROGRESS: list[Callable[[str], None] | None] = [lambda line: print(line, file=sys.stderr, flush=True)]
+
+
 def progress(line: str) -> None:
-    """A line on what is being done before the run's display exists (stderr)."""
-    print(line, file=sys.stderr, flush=True)
+    """A line on what is being done before the run's display exists (stderr; nowhere during a batch,
+    whose table says what each run is doing)."""
+    say = _PROGRESS[0]
+    if say is not None:
+        say(line)
+
+
+def progress_to(say: Callable[[str], None] | None) -> Callable[[str], None] | None:
+    """Where progress lines go from now on (None: nowhere); returns where they went before."""
+    before, _PROGRESS[0] = _PROGRESS[0], say
+    return before

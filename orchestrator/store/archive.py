@@ -49,7 +49,7 @@ from orchestrator.store.runs import RunDir
 
 PARTS = ("workspace", "cairn", "state")
 # Files of a live process, meaningless elsewhere: the pid file and half-written temporary files.
-STATE_SKIP = ("pid", "pid.tmp", "run.json.tmp")
+STATE_SKIP = ("pid", "pid.tmp", "lock", "run.json.tmp")
 MACHINE_MEMBER = "machine.tar"  # the same name as sandbox.machine.MACHINE_FILE (not imported: no docker here)
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SPECIAL_BITS = 0o7000  # setuid, setgid, sticky: never carried into an import

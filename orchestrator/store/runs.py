@@ -41,6 +41,7 @@ class RunDir:
         self.meta_path = self.state / "run.json"
         self._external: Path | None | bool = False  # False: not read yet; None: the run's own workspace/
         self._checkpoints: Any = None  # store.checkpoints.Checkpoints, made at the first checkpoint
+        self.lock: Any = None  # the run's RunLock (store/liveness.py) while this process drives it
 
     # A run made with `cairn run --workspace DIR` works on DIR in place: run.json holds its absolute
     # path under "workspace", and everything (sandbox, checkpoints, inspection, resume) uses it.
@@ -84,6 +85,7 @@ class RunDir:
         runs_dir.mkdir(parents=True, exist_ok=True)
         run = cls(runs_dir / new_run_id())
         run.state.mkdir(parents=True)
+        run.hold()  # live from before run.json exists: no reader ever sees it `running` and unlocked
         # Only an explicit `workspace` makes an in-place run: a "workspace" copied along in `meta` (a fork
         # of one) must never point a new run at the user's folder.
         meta = {k: v for k, v in meta.items() if k != "workspace"}
@@ -142,6 +144,23 @@ class RunDir:
             return self.state.stat().st_mtime
         except OSError:
             return 0.0
+
+    def hold(self) -> None:
+        """Take the run's lock for this process, kept until `release()` or the process's end (a second
+        `hold` of this object keeps the one it has); RunIsLive when another process drives the run."""
+        from orchestrator.store.liveness import RunLock, live_error
+
+        if self.lock is not None and self.lock.held:
+            return
+        lock = RunLock.take(self.state)
+        if lock is None:
+            raise live_error(self)
+        self.lock = lock
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     # `cairn stop RUN` asks a live run to stop between actions with a file its loop looks for after each
     # step (orchestrator/agent/loop.py); the loop takes the request away as it stops, so a resume starts clean.

@@ -9,7 +9,8 @@ The live display stops (LiveDisplay.ask_approval), the call is shown whole, and 
        what is not a JSON object is said and asked again
 
 The end of input (Ctrl-D) leaves the question unanswered: the run then waits, as it does without a
-terminal, for `cairn approve` or a resume on a terminal.
+terminal, for `cairn approve` or a resume on a terminal. Ctrl-C denies the call and stops the run after
+its current step (interrupted, resumable).
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def ask(question: Question, read: Callable[[str], str] | None = None, out: TextI
     except EOFError:
         out.write("\n(no answer: the run waits for `cairn approve`)\n")
         return None
+    except KeyboardInterrupt:
+        out.write("\n(Ctrl-C: denied; the run stops after this step)\n")
+        return Answer(False, "the person stopped the run (Ctrl-C)", stop=True)
 
 
 def render(question: Question) -> str:
@@ -65,12 +69,27 @@ def render(question: Question) -> str:
     if text and isinstance(args, dict) and isinstance(args.get(text), str):  # the command line as it is
         rest = {k: v for k, v in args.items() if k != text}
         body = args[text] + (f"\n{json.dumps(rest, ensure_ascii=False)}" if rest else "")
+    elif question.name in ("file_write", "file_edit") and isinstance(args, dict) and set(args) <= FILE_ARGS \
+            and all(isinstance(v, str) for v in args.values()):
+        body = _file_body(question.name, args)  # the file as it would be written, or the edit as a diff
     else:
         body = args if isinstance(args, str) else json.dumps(args, indent=2, ensure_ascii=False)
     shown = "\n".join("    " + line for line in clean(body).splitlines() or [""])
     always = f"always: every later call of {clean(question.grant)}"
     return (f"\n── approval needed ── {clean(question.name)}\n{clean(question.why)}\n{shown}\n"
             f"({always}, for the rest of the run)\n")
+
+
+FILE_ARGS = {"path", "content", "old", "new"}
+
+
+def _file_body(name: str, args: dict[str, str]) -> str:
+    if name == "file_write":
+        lines = args.get("content", "").splitlines()
+        return "\n".join([f"{args.get('path', '?')} ({len(lines)} line{'s' if len(lines) != 1 else ''}):",
+                          *(f"  {line}" for line in lines)])
+    return "\n".join([f"{args.get('path', '?')}:", *(f"- {line}" for line in args.get("old", "").splitlines()),
+                      *(f"+ {line}" for line in args.get("new", "").splitlines())])
 
 
 def _edit(arguments: str, read: Callable[[str], str], out: TextIO) -> str | None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import signal
 import sys
+import threading
 import time
+from pathlib import Path
 
 from typing import Any
 
@@ -29,19 +33,24 @@ def money(totals) -> str:  # noqa: ANN001 - guards.Totals
 
 
 def event_line(event: ev.Event) -> str | None:
-    """The one line a person sees for an event (None for the events nobody needs to see), safe to
-    print on a terminal. Shared by the live display and `cairn watch`."""
+    """What a person sees for an event, a line (a few for a result or an edit; None for the events nobody
+    needs to see), safe to print on a terminal. Shared by the live display and `cairn watch`."""
     line = _event_line(event)
     return clean(line) if line is not None else None
 
 
+WAITING_FOR_MODEL = "waiting for the model"
+STREAM_AFTER_S = 2.0  # a command that runs longer has its output shown as it comes
+STREAM_LINES = 200  # at most this many lines of it
+RESULT_LINES = 4  # the first lines of a tool's result that the live view and `cairn watch` show
+EDIT_LINES = 6  # the lines of a file_edit's small diff
+
+
 def _event_line(event: ev.Event) -> str | None:
     if isinstance(event, ev.ToolStarted):
-        return f"[{event.step}] {event.name} {short(call_summary(event.name, event.arguments) or event.arguments, 110)}"
+        return f"[{event.step}] {call_line(event.name, event.arguments)}"
     if isinstance(event, ev.ToolFinished):
-        mark = "✗" if event.error else "→"
-        where = f"  (saved to {event.offloaded_to})" if event.offloaded_to else ""
-        return f"      {mark} {short(event.output or event.content, 100)}{where}"
+        return _result_lines(event)
     if isinstance(event, ev.AssistantMessage) and event.message.get("content"):
         return f"[{event.step}] {short(event.message['content'], 120)}"
     if isinstance(event, ev.UserMessage) and event.source in ("say", "inbox"):
@@ -66,6 +75,85 @@ def _event_line(event: ev.Event) -> str | None:
     if isinstance(event, ev.StatusChanged) and event.status != "running":
         return f"status: {event.status}" + (f" ({event.reason})" if event.reason else "")
     return None
+
+
+def _as_is(line: str, width: int) -> str:
+    """One line of a result or a diff with its indentation kept, cut to `width`."""
+    flat = clean(line).expandtabs(4).rstrip()
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _arguments(raw: str) -> dict:
+    try:
+        args = json.loads(raw or "{}")
+    except (json.JSONDecodeError, TypeError):
+        return {}
+    return args if isinstance(args, dict) else {}
+
+
+def call_line(name: str, raw: str, width: int = 110) -> str:
+    """A tool call as a person reads it: `$ command`, `write path (12 lines)`, `edit path` and its small
+    diff, ...; the tools cairn does not know, by name and arguments."""
+    a = _arguments(raw)
+
+    def text(key: str) -> str:
+        value = a.get(key)
+        return value if isinstance(value, str) else ""
+
+    if name in ("shell_exec", "shell_start") and text("command"):
+        lines = text("command").strip().splitlines() or [""]
+        more = f"  (+{len(lines) - 1} line{'s' if len(lines) > 2 else ''})" if len(lines) > 1 else ""
+        session = f"  [session {short(text('session'), 30)}]" if name == "shell_start" and text("session") else ""
+        return f"$ {short(lines[0], width - 2)}{more}{session}"
+    if name in ("shell_send", "shell_stop"):  # the keys as typed: `py ⌨ x=1⏎^C` (tools/sessions/readable.py)
+        summary = call_summary(name, raw)
+        if summary is not None:
+            return short(summary, width)
+    if name == "file_read" and text("path"):
+        span = ""
+        if isinstance(a.get("offset"), int) or isinstance(a.get("limit"), int):
+            start = a.get("offset") or 1
+            span = f" lines {start}-{start + a['limit'] - 1}" if isinstance(a.get("limit"), int) else f" from line {start}"
+        return f"read {short(text('path'), width)}{span}"
+    if name == "file_write" and text("path"):
+        n = len(text("content").splitlines())
+        return f"write {short(text('path'), width)} ({n} line{'s' if n != 1 else ''})"
+    if name == "file_edit" and text("path"):
+        old, new = text("old").splitlines(), text("new").splitlines()
+        diff = [f"- {line}" for line in old] + [f"+ {line}" for line in new]
+        shown = [f"      {_as_is(line, width)}" for line in diff[:EDIT_LINES]]
+        if len(diff) > EDIT_LINES:
+            shown.append(f"      … {len(diff) - EDIT_LINES} more lines")
+        return "\n".join([f"edit {short(text('path'), width)} (-{len(old)} +{len(new)})", *shown])
+    if name == "web_fetch" and text("url"):
+        return f"fetch {short(text('url'), width)}"
+    if name == "todo_write":
+        items = [line for line in text("content").splitlines() if line.lstrip().startswith(("- [", "* ["))]
+        done = sum(1 for line in items if line.lstrip()[3:4] in ("x", "X"))
+        return f"todo: {done}/{len(items)} done" if items else "todo"
+    if name == "task_done":
+        return f"done: {short(text('summary'), width)}"
+    if name == "ask_user":
+        return f"ask: {short(text('question'), width)}"
+    if name == "agent_delegate":
+        return f"delegate: {short(text('task'), width)}"
+    return f"{name} {short(raw, width)}"
+
+
+def _result_lines(event: ev.ToolFinished) -> str:
+    """The first lines of a result, as they came (not squashed onto one), then how many more there are."""
+    mark = "✗" if event.error else "→"
+    where = f"  (saved to {event.offloaded_to})" if event.offloaded_to else ""
+    body = event.output or event.content or ""
+    if event.name == "file_read" and not event.error:
+        n = len(body.splitlines())
+        return f"      {mark} {n} line{'s' if n != 1 else ''}{where}"
+    lines = [line for line in clean(body).splitlines() if line.strip()] or [""]
+    shown = [f"      {mark if i == 0 else ' '} {_as_is(line, 100)}" for i, line in enumerate(lines[:RESULT_LINES])]
+    if len(lines) > RESULT_LINES:
+        shown.append(f"        … {len(lines) - RESULT_LINES} more lines")
+    shown[-1] += where
+    return "\n".join(shown)
 
 
 def is_model_retry(event: ev.Event) -> bool:
@@ -99,7 +187,13 @@ class LiveDisplay:
         self.console = console or Console(stderr=True)
         self.chat = chat  # an interactive session: answers are shown whole, and a text answer is no "stop"
         self.started = time.time()
-        self.current = "starting"
+        self.current = WAITING_FOR_MODEL
+        self.since = time.time()  # when the current action (or wait) began
+        self.retry_until = 0.0  # a model retry's wait ends then
+        self.retry = ""
+        self.model_wait: float | None = None  # how long the model may take to answer (its idle timeout)
+        self.live_output: Path | None = None  # the toolbox's copy of a running command's output (on the host)
+        self.follower: _Follower | None = None
         self.state: RunState | None = None
         self.live = Live(Text(""), console=self.console, refresh_per_second=4, transient=True,
                          auto_refresh=self.console.is_terminal, get_renderable=self._status)
@@ -112,7 +206,7 @@ class LiveDisplay:
             return Text("")
         t = s.totals
         return Text(
-            f"step {s.step} · {self.current} · {t.prompt_tokens + t.completion_tokens:,} tokens · "
+            f"step {s.step} · {self.doing()} · {t.prompt_tokens + t.completion_tokens:,} tokens · "
             f"cache {t.cache_hit_ratio:.0%} · {money(t)} · {time.time() - self.started:.0f}s",
             style="dim",
         )
@@ -121,27 +215,48 @@ class LiveDisplay:
         """A sub-agent's display (agent/delegate.py): its lines indented under this run's."""
         return ChildDisplay(self, depth)
 
+    def doing(self, now: float | None = None) -> str:
+        """What is being waited for, and for how long: `waiting for the model, 37 s of 60`, `$ pytest -q, 12 s`."""
+        now = time.time() if now is None else now
+        if self.current != WAITING_FOR_MODEL:
+            return f"{self.current}, {now - self.since:.0f} s"
+        if now < self.retry_until:
+            return f"{self.retry}: trying again in {self.retry_until - now:.0f} s"
+        waited = now - max(self.since, self.retry_until)
+        limit = f" of {self.model_wait:.0f}" if self.model_wait and waited <= self.model_wait else ""
+        return f"{WAITING_FOR_MODEL}, {waited:.0f} s{limit}"
+
     def event(self, event: ev.Event, state: RunState) -> None:
         self.state = state
         line = self._line(event)
         if line is not None:
             # emoji=False: no lazy import of rich._emoji_codes that a Ctrl-C handler printing mid-import could break
-            self.console.print(line, highlight=False, markup=False, emoji=False)
+            self.console.print(_coloured(event, line), highlight=False, markup=False, emoji=False)
 
     def _line(self, event: ev.Event) -> str | None:
+        if isinstance(event, ev.ApprovalAsked) and self.can_ask():
+            return None  # the question comes next, whole, on this terminal: said once
         if self.chat:
             said = self._chat_line(event)
             if said is not False:
                 return said
+        if isinstance(event, ev.ToolFinished) and self.follower is not None:
+            streamed, self.follower = self.follower.stop(), None
+            if streamed:  # its lines are on the screen already: the result's last line says how it ended
+                last = (clean(event.content or "").strip().splitlines() or [""])[-1]
+                return f"      {'✗' if event.error else '→'} {_as_is(last, 100)}"
         if isinstance(event, ev.ToolStarted):
-            shown = call_summary(event.name, event.arguments) or event.arguments  # a session call: keys as typed
-            self.current = f"{clean(event.name)} {short(shown, 60)}"
-        elif isinstance(event, ev.ToolFinished):
-            self.current = "thinking"
+            self.current, self.since = short(call_line(event.name, event.arguments).splitlines()[0], 60), time.time()
+            if event.name == "shell_exec" and self.live_output is not None and self.console.is_terminal:
+                self.follower = _Follower(self.live_output, self.console, self.since)
+        elif isinstance(event, (ev.ToolFinished, ev.StatusChanged)) or (
+                isinstance(event, ev.UserMessage) and self.current != WAITING_FOR_MODEL):
+            self.current, self.since = WAITING_FOR_MODEL, time.time()
         elif is_model_retry(event):
-            self.current = event.text.split(":", 1)[0]  # "retry 2/6 in 8 s", until the answer comes
-        elif isinstance(event, ev.AssistantMessage):
-            self.current = "thinking"
+            # "retry 2/6 in 8 s: HTTP 429 ...": the wait is said as it runs down, then the new wait for the model
+            number, _, why = event.text.partition(":")
+            self.retry = f"the model failed ({why.strip()[:60]}), retry {number.split()[1] if len(number.split()) > 1 else ''}"
+            self.retry_until = time.time() + float(getattr(event, "wait_s", 0) or 0)
         return event_line(event)
 
     def _chat_line(self, event: ev.Event) -> str | None | bool:
@@ -162,9 +277,15 @@ class LiveDisplay:
         from orchestrator.ui.approval_prompt import ask
 
         self.pause()
+        # Ctrl-C while the question is up answers it (a refusal that stops the run), rather than asking to
+        # stop "after the current action" while the prompt still waits for an answer.
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler) if main else None
         try:
             return ask(question)
         finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
             self.resume()
 
     def pause(self) -> None:
@@ -178,6 +299,8 @@ class LiveDisplay:
             self.live.start()
 
     def close(self) -> None:
+        if self.follower is not None:
+            self.follower.stop()
         if self.live.is_started:
             self.live.stop()
 
@@ -205,6 +328,66 @@ class ChildDisplay:
 
     def close(self) -> None:
         pass
+
+
+class _Follower:
+    """A long command's output on the screen as it comes: after STREAM_AFTER_S, the new whole lines of the
+    toolbox's live copy (sandbox_image/PROTOCOL.md), under the command's line, until the command ends."""
+
+    def __init__(self, path: Path, console: Console, since: float) -> None:
+        self.path, self.console, self.since = path, console, since
+        self.offset, self.shown, self.partial = 0, 0, b""
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._follow, name="cairn-live-output", daemon=True)
+        self.thread.start()
+
+    def _follow(self) -> None:
+        if self.done.wait(STREAM_AFTER_S):
+            return  # a quick command: its result shows its first lines
+        while not self.done.wait(0.25):
+            self._show_new()
+
+    def _show_new(self) -> None:
+        try:
+            if self.path.stat().st_mtime < self.since - 1:
+                return  # still the last command's output: this one has not begun to write
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(256 * 1024)
+        except OSError:
+            return
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        for line in lines:
+            if self.shown < STREAM_LINES:
+                text = _as_is(line.decode("utf-8", "replace"), 100)
+                self.console.print(f"      │ {text}", highlight=False, markup=False, emoji=False)
+            elif self.shown == STREAM_LINES:
+                self.console.print("      │ … (the rest comes with the result)", highlight=False, markup=False,
+                                   emoji=False)
+            self.shown += 1
+
+    def stop(self) -> bool:
+        """Ends the following; True when some of the output was shown."""
+        self.done.set()
+        self.thread.join()
+        if self.shown:  # what came since the last look, and a last line without its newline
+            self._show_new()
+            if self.partial.strip() and self.shown < STREAM_LINES:
+                self.console.print(f"      │ {_as_is(self.partial.decode('utf-8', 'replace'), 100)}",
+                                   highlight=False, markup=False, emoji=False)
+        return self.shown > 0
+
+
+def _coloured(event: ev.Event, line: str) -> Text | str:
+    """An edit's small diff in red and green; every other line as it is."""
+    if not (isinstance(event, ev.ToolStarted) and event.name == "file_edit"):
+        return line
+    out = Text()
+    for i, part in enumerate(line.split("\n")):
+        style = "red" if part.startswith("      - ") else "green" if part.startswith("      + ") else None
+        out.append(("\n" if i else "") + part, style=style)
+    return out
 
 
 def make_display(json_output: bool, chat: bool = False) -> Quiet | LiveDisplay:

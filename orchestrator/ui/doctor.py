@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config import ModelConfig, default_runs_dir
-from orchestrator.errors import SandboxError
+from orchestrator.errors import SandboxError, UsageError
 from orchestrator.sandbox.engine import Engine, connect, describe, has_image
 from orchestrator.sandbox.image import image_tag
 
@@ -30,15 +30,18 @@ class Check:
     fix: str = ""
 
 
-def run_checks(model_cfg: ModelConfig | None = None) -> list[Check]:
-    """Every check, in the order a person fixes them: engine, image, disk, Python, model."""
+def run_checks(model_cfg: ModelConfig | None = None, model_error: UsageError | None = None) -> list[Check]:
+    """Every check, in the order a person fixes them: engine, image, disk, Python, model. `model_cfg`: the
+    model `cairn run` would use (with the same options); `model_error`: why there is none."""
     engine, client = _check_engine()
     return [
         engine,
         _check_image(client),
         _check_disk(default_runs_dir()),
         _check_python(),
-        _check_model(model_cfg or ModelConfig()),
+        _check_model(model_cfg) if model_cfg is not None else
+        Check("model", False, (model_error.message if model_error else "no model given").split(":")[0],
+              "pass --model M (a litellm model string, or scripted:PATH), or set CAIRN_MODEL"),
     ]
 
 
@@ -83,8 +86,14 @@ def _check_python() -> Check:
 
 
 def _check_model(cfg: ModelConfig) -> Check:
+    from orchestrator.llm.scripted import check_model
+
     name = f"model {cfg.model}"
     if cfg.model.startswith("scripted:"):
+        try:
+            check_model(cfg.model)
+        except UsageError as exc:
+            return Check(name, False, exc.message, exc.hint or "give the path of a script file")
         return Check(name, True, "scripted model: needs no key")
     if cfg.api_base:
         # A local server (vLLM, llama.cpp, Ollama) usually takes any key or none, so no key is asked for.

@@ -56,6 +56,17 @@ def diff(run: RunDir, step: int | None = None, paths: list[str] | None = None, e
         before, after, "--", *pathspecs)
 
 
+def commit_changes(run: RunDir, commit: str) -> list[tuple[str, str]]:
+    """What one checkpoint commit changed against the one before it: ("+", path) added, ("~", path)
+    modified, ("-", path) removed, without cairn's own files. `cairn watch` puts these under their step."""
+    cp = Checkpoints.of(run)
+    out = make_git(cp.git_dir).diff_tree("-r", "-z", "--name-status", "--no-renames", "--no-commit-id",
+                                         commit, "--", *CAIRN_OWN)
+    fields = out.split("\0")
+    marks = {"A": "+", "M": "~", "D": "-", "T": "~"}
+    return [(marks.get(kind[:1], "~"), path) for kind, path in zip(fields[::2], fields[1::2]) if kind]
+
+
 def _pathspecs(paths: list[str] | None) -> list[str]:
     """The path arguments of `cairn diff RUN -- PATH...`, relative to the workspace (`src/`, `./src` and
     `/workspace/src` name the same folder); git's wildcards work in them."""

@@ -153,6 +153,7 @@ def _unreadable_row(run: RunDir, why: str, held: States | None) -> dict[str, Any
 
 def _row(run: RunDir) -> dict[str, Any]:
     """One run's row; UsageError or ValidationError when its run.json or event log cannot be read."""
+    live = run_is_live(run)  # before run.json: a run writes its end there before its lock goes
     meta = run.read_meta()
     why = meta_problem(meta)
     if why:
@@ -162,7 +163,7 @@ def _row(run: RunDir) -> dict[str, Any]:
         # The run has not written its end: it is live, or it crashed (then it is resumable).
         doc = timeline(run)
         usage, steps = doc["usage"], len(doc["steps"])
-        status = "running" if run_is_live(run) else "interrupted"
+        status = "running" if live else "interrupted"
     if status == Status.INTERRUPTED and meta.get("status", Status.RUNNING) == Status.RUNNING:
         reason = CRASHED
     else:
@@ -224,31 +225,57 @@ def _status_of(run: RunDir) -> dict[str, Any] | None:
     return None
 
 
-def render_runs(rows: list[dict[str, Any]], width: int | None = None) -> str:
-    """The table of `cairn ls`. A run that did not finish says why in a last column, cut to `width`
-    (the terminal's) when there is one; piped, every line is whole."""
+def render_runs(rows: list[dict[str, Any]], width: int | None = None, wide: bool = False) -> str:
+    """The table of `cairn ls`: id, status, (check,) steps, cost, start, task, and for a run that did not
+    finish why (REASON). On a terminal the task and the reason share what is left of its width; where
+    that leaves the reason too little (80 columns), it goes on a line of its own under its run. Piped, or
+    with `wide` (which adds tokens, cache, time and container), every line is whole."""
     if not rows:
         return "no runs yet (start one with: cairn run \"TASK\")"
     reasons = any(r.get("reason") for r in rows)
-    task_width = 40 if reasons else 60
-    head = (f"{'ID':<23} {'STATUS':<11} {'CHECK':<6} {'STEPS':>5} {'TOKENS':>9} {'CACHE':>5} {'COST':>9} {'STARTED':<16} "
-            f"{'TIME':>7} {'CONTAINER':<9}  "
-            + (f"{'TASK':<{task_width}}  REASON" if reasons else "TASK"))
-    lines = [head]
+    checks = wide or any(r.get("check") for r in rows)
+    id_width = max(len(r["id"]) for r in rows)
+    extra = f"{'TOKENS':>9} {'CACHE':>5} {'TIME':>7} {'CONTAINER':<9} " if wide else ""
+    lead = (f"{'ID':<{id_width}} {'STATUS':<11} " + (f"{'CHECK':<6} " if checks else "")
+            + f"{'STEPS':>5} {'COST':>9} {'STARTED':<11} {extra} ")
+    room = None if wide or width is None else max(10, width - len(lead))
+    task_width = (min(40, max(12, room // 3)) if room is not None else 40) if reasons else None
+    below = room is not None and reasons and room - task_width - 2 < 30  # no room beside the task
+    if below:
+        task_width = None
+    lines = [(lead + (f"{'TASK':<{task_width}}  REASON" if task_width else "TASK")).rstrip()]
     for r in rows:
-        cost = f"${r['cost_usd']:.4f}" if r["cost_usd"] is not None else "unknown"
-        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else "?"
-        duration = f"{r['duration_s']:.0f}s" if r["duration_s"] is not None else "?"
-        task = _clip(" ".join(clean(r["task"]).split()), task_width) if r["status"] != UNREADABLE else ""
-        line = (f"{r['id']:<23} {r['status']:<11} {r['check'] or '-':<6} {r['steps']:>5} {r['tokens']:>9,} {r['cache_hit_ratio']:>5.0%} "
-                f"{cost:>9} {started:<16} {duration:>7} {r.get('container') or '-':<9}  ")
-        if r.get("reason"):
-            line += f"{task:<{task_width}}  " + (_clip(clean(r["reason"]), width - len(line) - task_width - 2)
-                                                 if width else clean(r["reason"]))
+        cost = f"${r['cost_usd']:.4f}" if r["cost_usd"] is not None else "-"
+        started = time.strftime("%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else "?"
+        more = ""
+        if wide:
+            duration = f"{r['duration_s']:.0f}s" if r["duration_s"] is not None else "?"
+            more = (f"{r['tokens']:>9,} {r['cache_hit_ratio']:>5.0%} {duration:>7} "
+                    f"{r.get('container') or '-':<9} ")
+        line = (f"{r['id']:<{id_width}} {r['status']:<11} " + (f"{r['check'] or '-':<6} " if checks else "")
+                + f"{r['steps']:>5} {cost:>9} {started:<11} {more} ")
+        task = " ".join(clean(r["task"]).split()) if r["status"] != UNREADABLE else ""
+        reason = " ".join(clean(r.get("reason") or "").split())
+        if task_width:
+            line += f"{_clip(task, task_width) if room is not None else task:<{task_width}}  "
+            line += _clip(reason, room - task_width - 2) if room is not None else reason
         else:
-            line += task
+            line += _clip(task, room) if room is not None else task
         lines.append(line.rstrip())
+        if below and reason:
+            lines.append("  ↳ " + _clip(reason, width - 4))
     return "\n".join(lines)
+
+
+def select_runs(rows: list[dict[str, Any]], statuses: list[str] | None = None,
+                newest: int | None = None) -> list[dict[str, Any]]:
+    """`cairn ls --status S[,S...]` (the runs in one of these statuses) and `-n N` (the newest N of
+    them), kept oldest first."""
+    if statuses:
+        rows = [r for r in rows if r["status"] in statuses]
+    if newest is not None:
+        rows = rows[-newest:] if newest else []
+    return rows
 
 
 def _clip(text: str, width: int) -> str:

@@ -252,12 +252,30 @@ def _json_block(value: Any) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
+# The argument that says what a call does, shown beside its name on a collapsed step's line.
+GIST = {"shell_exec": "command", "shell_start": "command", "shell_send": "keys", "web_fetch": "url",
+        "file_read": "path", "file_write": "path", "file_edit": "path", "agent_delegate": "task", "ask_user": "question"}
+
+
+def _gist(call: dict[str, Any], width: int = 70) -> str:
+    try:
+        args = json.loads(call.get("raw") or "{}")
+    except (json.JSONDecodeError, TypeError):
+        return ""
+    value = args.get(GIST.get(call["name"], "")) if isinstance(args, dict) else None
+    if not isinstance(value, str) or not value.strip():
+        return ""
+    flat = " ".join(value.split())
+    flat = flat if len(flat) <= width else flat[: width - 1] + "…"
+    return f' <code class="gist" title="{esc(value)}">{esc(flat)}</code>'
+
+
 def _step(step: dict[str, Any], axis: Axis) -> str:
     u = step["usage"]
     t = step.get("time")
     errors = any(c["error"] for c in step["calls"])
     names = " ".join(
-        f'<span class="tool-name">{esc(c["name"])}</span>'
+        f'<span class="tool-name">{esc(c["name"])}</span>' + _gist(c)
         + ('<span class="mark-err" title="error"> ✗</span>' if c["error"] else "")
         + ('<span class="mark-off" title="offloaded"> ⇢</span>' if c["offloaded_to"] else "")
         for c in step["calls"]

@@ -12,6 +12,7 @@ from typing import Any
 
 WIDTH, LEFT, RIGHT, TOP = 1000, 64, 16, 10
 LANE, GAP, BREAK = 18, 6, 10.0  # lane height, space between lanes, width of a break between sessions
+LABEL_GAP = 40.0  # the least room between two labels of the axis: "#123" and "12:34" at the axis's font size
 
 
 def seconds(ms: float | None) -> str:
@@ -77,15 +78,12 @@ def time_axis(steps: list[dict[str, Any]], sessions: list[tuple[float, float]]) 
         gap = seconds((axis.sessions[i + 1][0] - b) * 1000)
         out.append(f'<line class="break" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP - 4}" y2="{TOP + 2 * LANE + GAP + 4}" '
                    f'stroke="#667085" stroke-dasharray="2 2"><title>not running for {html.escape(gap)}</title></line>')
-    every = max(1, len(timed) // 12)
     base = height - 20
-    for k, s in enumerate(timed):
-        if k % every == 0 or k == len(timed) - 1:
-            x = axis.x(s["time"]["start"])
-            out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{base - 6}" y2="{base}" stroke="#98a2b3"/>'
-                       f'<text x="{x:.1f}" y="{base + 11}" text-anchor="middle">#{s["index"]}</text>'
-                       f'<text x="{x:.1f}" y="{base + 22}" text-anchor="middle">{_clock(axis.elapsed(s["time"]["start"]))}'
-                       f"</text>")
+    for x, s in _labelled(timed, axis):
+        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{base - 6}" y2="{base}" stroke="#98a2b3"/>'
+                   f'<text x="{x:.1f}" y="{base + 11}" text-anchor="middle">#{s["index"]}</text>'
+                   f'<text x="{x:.1f}" y="{base + 22}" text-anchor="middle">{_clock(axis.elapsed(s["time"]["start"]))}'
+                   f"</text>")
     out.append("</svg>")
     total = axis.active * 1000
     other = max(total - model_ms - tool_ms, 0.0)
@@ -94,6 +92,24 @@ def time_axis(steps: list[dict[str, Any]], sessions: list[tuple[float, float]]) 
                f"<span>other (checkpoints, start-up) {seconds(other)}</span><span>running {seconds(total)}"
                + (f", in {len(axis.sessions)} sessions" if len(axis.sessions) > 1 else "") + "</span></div>")
     return "\n".join(out)
+
+
+def _labelled(timed: list[dict[str, Any]], axis: Axis) -> list[tuple[float, dict[str, Any]]]:
+    """The steps whose start gets a label on the axis: none closer than LABEL_GAP to the one before (steps
+    are as wide as they took, so a quick run of them would print `#3#4` over each other); the last always."""
+    chosen: list[tuple[float, dict[str, Any]]] = []
+    for s in timed:
+        x = axis.x(s["time"]["start"])
+        if not chosen or x - chosen[-1][0] >= LABEL_GAP:
+            chosen.append((x, s))
+    last = timed[-1]
+    if chosen[-1][1] is not last:
+        x = axis.x(last["time"]["start"])
+        if x - chosen[-1][0] < LABEL_GAP and len(chosen) > 1:
+            chosen.pop()
+        if not chosen or x - chosen[-1][0] >= LABEL_GAP:
+            chosen.append((x, last))
+    return chosen
 
 
 def _span(axis: Axis, start: float, ms: float, y: int, colour: str, title: str, kind: str) -> str:

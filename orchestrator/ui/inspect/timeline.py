@@ -9,6 +9,8 @@ import json
 from typing import Any
 
 from orchestrator.agent.approvals import answer_line
+from orchestrator.context.offload import CAIRN_DIR
+from orchestrator.ui.display import call_line
 from orchestrator import events as ev
 from orchestrator.store.children import open_child
 from orchestrator.agent.state import check_verdict
@@ -214,14 +216,23 @@ def critic_line(critic: dict[str, Any]) -> str:
             f"{critic['completion_tokens']:,} completion tokens{cost} (in the totals)")
 
 
-def check_line(check: dict[str, Any]) -> str:
-    """One line on a check, for show, the end of a run and the report: its verdict, code and output file."""
+def check_line(check: dict[str, Any], run: RunDir | None = None) -> str:
+    """One line on a check, for show, the end of a run and the report: its verdict, code and output file
+    (named where a person on this machine opens it when `run` is given, else as the sandbox names it)."""
     if check.get("passed") is None:
         return f"check: not run yet · {check['command']}"
     verdict = "passed" if check["passed"] else "failed"
     code = "could not run" if check.get("exit_code") is None else f"exit code {check['exit_code']}"
-    saved = f" · output in {check['output_path']}" if check.get("output_path") else ""
+    path = check.get("output_path")
+    saved = f" · output in {host_path(run, path) if run is not None else path}" if path else ""
     return f"check {verdict} ({code}) · {check['command']}{saved}"
+
+
+def host_path(run: RunDir, path: str) -> str:
+    """Where a file the sandbox names `path` (one of cairn's, under /cairn, or the workspace's) is on the host."""
+    if path == CAIRN_DIR or path.startswith(CAIRN_DIR + "/"):
+        return str(run.cairn_dir / path[len(CAIRN_DIR):].lstrip("/"))
+    return str(run.workspace / path) if not path.startswith("/") else path
 
 
 def _shown_call(run: RunDir, c: dict[str, Any]) -> dict[str, Any]:
@@ -280,10 +291,11 @@ def _call_lines(step: dict[str, Any], indent: str) -> list[str]:
     for call in step["tool_calls"]:
         mark = "✗" if call["error"] else ("…" if not call["finished"] else " ")
         args = call["arguments"] if isinstance(call["arguments"], str) else json.dumps(call["arguments"])
-        args = call_summary(call["name"], call["arguments"]) or args
-        saved = f"  ⇢ {clean(call['offloaded_to'])}" if call["offloaded_to"] else ""
-        lines.append(f"{indent}{step['index']:>4} {mark}{clean(call['name']):<12} {_preview(clean(args), 50):<50} "
-                     f"→ {_preview(clean(call['result']), 50)}{saved}  [{tokens:,} tok]")
+        what = call_line(call["name"], args, width=60).splitlines()[0]  # `$ command`, `write path (n lines)`, ...
+        lines.append(f"{indent}{step['index']:>4} {mark}{_preview(clean(what), 62):<62} "
+                     f"→ {_preview(clean(call['result']), 60)}  [{tokens:,} tok]")
+        if call["offloaded_to"]:  # on a line of its own: a row stays within 160 columns
+            lines.append(f"{indent}       ⇢ saved in {clean(call['offloaded_to'])}")
         if call.get("approval"):
             lines.append(f"{indent}       {approval_line(call['approval'])}")
         child = call.get("child")

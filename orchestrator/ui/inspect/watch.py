@@ -1,8 +1,9 @@
 """`cairn watch RUN`: follow a run from another terminal.
 
-Prints each event as it is appended to `state/events.jsonl` (one line, as the live display prints it)
-and the workspace files that change, both noticed with watchfiles. Ends when the run's status becomes
-anything but running, when its process is gone, or on Ctrl-C. A run that is not live gets its events
+Prints each event as it is appended to `state/events.jsonl` (one line, as the live display prints it,
+noticed with watchfiles) and, under each step, the workspace files it changed, read from the step's
+checkpoint. Ends when the run's status becomes anything but running, when its process is gone, or on
+Ctrl-C. A run that is not live gets its events
 so far, and the command ends. Reads only; imports no model library.
 """
 
@@ -55,43 +56,34 @@ def _noise(rel: Path) -> bool:
 
 def watch_run(run: RunDir, echo: Callable[[str], None], is_live: Callable[[RunDir], bool],
               stop: threading.Event | None = None) -> str:
-    """Prints the run's events (and, while it is live, its file changes) until it stops running.
+    """Prints the run's events (and each step's file changes) until it stops running.
     Returns the last status seen."""
+    # Live first, then the status: a run writes its end before its lock goes, so a run not live that
+    # still says `running` really went away without saying so.
+    live = is_live(run)
     tail = EventTail(run.events.path)
     status = run.read_meta().get("status", "running")
-    status = _print(tail.new(), echo, status)
-    live = is_live(run)
+    status = _print(tail.new(), echo, status, run)
     if not live or status != "running":
         if not live and status == "running":
             echo(f"(run {run.id} is not live: it crashed or was killed; cairn resume {run.id} continues it)")
         return status
-    from watchfiles import Change, watch
+    from watchfiles import watch
 
-    workspace = run.workspace.resolve()
     events_path = run.events.path.resolve()
-    names = {Change.added: "+", Change.modified: "~", Change.deleted: "-"}
 
-    def wanted(change: Change, path: str) -> bool:
-        p = Path(path)
-        if p == events_path:
-            return True
-        try:
-            return not _noise(p.relative_to(workspace))
-        except ValueError:
-            return False
+    def wanted(_change: object, path: str) -> bool:
+        return Path(path) == events_path
 
     stop = stop or threading.Event()
     try:
-        for changes in watch(run.state, workspace, watch_filter=wanted, stop_event=stop, debounce=200,
-                             rust_timeout=1000, yield_on_timeout=True, recursive=True):
-            files = sorted({(Path(p), c) for c, p in changes if Path(p) != events_path})
-            for path, change in files:
-                echo(f"      {names.get(change, '?')} {clean_name(str(path.relative_to(workspace)))}")
-            status = _print(tail.new(), echo, status)
+        for changes in watch(run.state, watch_filter=wanted, stop_event=stop, debounce=200,
+                             rust_timeout=1000, yield_on_timeout=True, recursive=False):
+            status = _print(tail.new(), echo, status, run)
             if status != "running":
                 break
-            if not changes and not is_live(run):  # the process went away without saying so
-                status = _print(tail.new(), echo, status)
+            if not changes and not is_live(run):  # the process went away (saying so, or not)
+                status = _print(tail.new(), echo, status, run)
                 if status == "running":
                     echo(f"(run {run.id} is no longer live; cairn resume {run.id} continues it)")
                 break
@@ -100,13 +92,27 @@ def watch_run(run: RunDir, echo: Callable[[str], None], is_live: Callable[[RunDi
     return status
 
 
-def _print(events: list[ev.Event], echo: Callable[[str], None], status: str) -> str:
+def _print(events: list[ev.Event], echo: Callable[[str], None], status: str, run: RunDir | None = None) -> str:
     for e in events:
         line = event_line(e)
         if isinstance(e, ev.RunStarted):
             line = f"task: {' '.join(clean(e.task).split())[:200]}"
         elif isinstance(e, ev.StatusChanged):
             status = e.status
+        elif isinstance(e, ev.Checkpoint) and e.commit and e.step and run is not None:
+            for mark, path in _step_changes(run, e.commit):
+                echo(f"      {mark} {clean_name(path)}")
         if line is not None:
             echo(line)
     return status
+
+
+def _step_changes(run: RunDir, commit: str) -> list[tuple[str, str]]:
+    """The files a step changed, from its checkpoint: under the step that made them, whenever the file
+    system told of them, and `~` for a file written again (an atomic write looks like a new file)."""
+    from orchestrator.ui.inspect.changes import commit_changes
+
+    try:
+        return [(mark, path) for mark, path in commit_changes(run, commit) if not _noise(Path(path))]
+    except Exception:  # noqa: BLE001 - a checkpoint git cannot read: the events still show
+        return []
