@@ -10,6 +10,7 @@ import typer
 
 from orchestrator.cli.shared import RUN_HELP, RunsDir, _find, _runs_dir, app, image_app
 from orchestrator.errors import CairnError, UsageError
+from orchestrator.terminal import clean_name
 
 
 @app.command("rm")
@@ -91,14 +92,16 @@ def export_cmd(
             typer.echo(f"saving the container of run {run_dir.id} as an image", err=True)
             machine.save(connect(), run_dir.id, machine_tar, run_dir.root)
         for note in export_run(run_dir, output, machine=machine_tar):  # 'left out: PATH (why)', 'written sparse: ...'
-            typer.echo(note, err=True)
+            typer.echo(clean_name(note), err=True)  # the paths are the agent's choice: no escapes reach the terminal
     typer.echo(str(output))
 
 
 @app.command("import")
 def import_cmd(
     archive: Path = typer.Argument(..., metavar="FILE", help="An archive written by `cairn export`."),
-    max_size: str = typer.Option("20g", "--max-size", metavar="SIZE", help="Refuse an archive that unpacks to more (e.g. 50g)."),
+    max_size: Optional[str] = typer.Option(None, "--max-size", metavar="SIZE", help="Refuse an archive that "
+                                           "unpacks to more (default 20g, and refuse an extreme expansion ratio); "
+                                           "given, only this bound holds."),
     max_files: int = typer.Option(1_000_000, "--max-files", min=1, help="Refuse an archive of more files."),
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
@@ -109,7 +112,7 @@ def import_cmd(
     from orchestrator.store.trust import host_settings
 
     try:
-        max_bytes = parse_size(max_size)
+        max_bytes = parse_size(max_size) if max_size is not None else None
     except ValueError as exc:
         raise UsageError(f"--max-size {exc}") from None
     run_dir = import_run(archive, _runs_dir(runs_dir), max_bytes=max_bytes, max_files=max_files)
