@@ -57,19 +57,33 @@ def ask(question: Question, read: Callable[[str], str] | None = None, out: TextI
 
 def render(question: Question) -> str:
     """The question as the person sees it: the call whole, cleaned of control sequences."""
+    always = f"always: every later call of {clean(question.grant)}"
+    return (f"\n── approval needed ── {clean(question.name)}\n{clean(question.why)}\n"
+            f"{shown_call(question.name, question.arguments)}\n({always}, for the rest of the run)\n")
+
+
+def shown_call(name: str, arguments: str | dict | None, indent: str = "    ") -> str:
+    """A call's arguments whole, as a person deciding on it must see them: a shell command as the lines
+    it is, other arguments as indented JSON; cleaned of control sequences, never cut. Every place a person
+    answers a question shows this (the terminal's question, `cairn show`, `show --step`, the exit line of
+    a run that waits, `cairn approve`)."""
     try:
-        args = json.loads(question.arguments or "{}")
+        args = json.loads(arguments or "{}") if isinstance(arguments, str) or arguments is None else arguments
     except json.JSONDecodeError:
-        args = question.arguments
-    if question.name == "shell_exec" and isinstance(args, dict) and isinstance(args.get("command"), str):
+        args = arguments
+    if name == "shell_exec" and isinstance(args, dict) and isinstance(args.get("command"), str):
         rest = {k: v for k, v in args.items() if k != "command"}
         body = args["command"] + (f"\n{json.dumps(rest, ensure_ascii=False)}" if rest else "")
     else:
         body = args if isinstance(args, str) else json.dumps(args, indent=2, ensure_ascii=False)
-    shown = "\n".join("    " + line for line in clean(body).splitlines() or [""])
-    always = f"always: every later call of {clean(question.grant)}"
-    return (f"\n── approval needed ── {clean(question.name)}\n{clean(question.why)}\n{shown}\n"
-            f"({always}, for the rest of the run)\n")
+    return "\n".join(indent + line for line in clean(body).splitlines() or [""])
+
+
+def waiting_block(name: str, arguments: str | dict | None, why: str, indent: str = "  ") -> str:
+    """The question a run waits for, for a person reading it off the terminal: why it was asked (every
+    pattern or rule that asked) and the call whole."""
+    return (f"{indent}why: {clean(why)}\n{indent}the call ({clean(name)}), whole:\n"
+            + shown_call(name, arguments, indent + "    "))
 
 
 def _edit(arguments: str, read: Callable[[str], str], out: TextIO) -> str | None:

@@ -303,9 +303,9 @@ def clear(agent: Any, call: ToolCall, step: int) -> Clearance:
 
 
 def waiting_reason(name: str, args: dict[str, Any]) -> str:
-    """The status reason of a run that waits: `approval: <tool> <subject>`, on one line."""
-    what = " ".join(subject(name, args).split())
-    return f"approval: {name} {what[:200] + '…' if len(what) > 200 else what}"
+    """The status reason of a run that waits: `approval: <tool> <subject>`, on one line and whole (a person
+    may decide from it: `ls`, the exit line)."""
+    return f"approval: {name} {' '.join(subject(name, args).split())}"
 
 
 def find_asker(agent: Any) -> Asker | None:
