@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -345,3 +346,33 @@ def test_a_copy_of_a_run_beside_its_original_gets_its_own_container(docker_clien
     finally:
         original.remove()
         copy.remove()
+
+
+def test_rm_of_copies_of_one_run_in_two_runs_dirs_removes_each_ones_own_container(docker_client, sandbox_image,
+                                                                                   tmp_path):
+    """The same run imported into two runs directories: the second copy's container is
+    cairn-<id>-<hash> (the name is the first's), and `cairn rm` of either removes its own, not the other's."""
+    original = Cairn(tmp_path, runs_dir=tmp_path / "a")
+    out, _ = original.run("run", "a task", "--model", original.script([done()]))
+    assert out.returncode == 0, out.stderr
+    first = original.the_run()
+    copy = Cairn(tmp_path, runs_dir=tmp_path / "b")
+    shutil.copytree(first.root, copy.runs_dir / first.id, symlinks=True)
+    out, _ = copy.run("resume", first.id, "--message", "go on", "--model", copy.script([done()]))
+    assert out.returncode == 0, out.stderr
+    named = {c.name: c.labels.get("cairn.run_dir") for c in docker_client.containers.list(
+        all=True, filters={"label": f"cairn.run={first.id}"})}
+    assert len(named) == 2 and container_name(first.id) in named, named
+    [copys] = [name for name in named if name != container_name(first.id)]
+    try:
+        removed, _ = copy.here("rm", first.id)
+        assert removed.returncode == 0, removed.stderr
+        assert removed.stdout == f"removed run {first.id} and its container {copys}\n"
+        assert state_of(docker_client, first.id) is not None  # the original's machine is left alone
+        removed, _ = original.here("rm", first.id)
+        assert removed.stdout == f"removed run {first.id} and its container {container_name(first.id)}\n"
+        assert state_of(docker_client, first.id) is None
+    finally:
+        for name in named:
+            docker_client.api.remove_container(name, force=True) if name in {
+                c.name for c in docker_client.containers.list(all=True)} else None

@@ -24,7 +24,7 @@ def rm(
 
     from orchestrator.errors import SandboxError
     from orchestrator.runner import run_is_live
-    from orchestrator.sandbox.container import container_name, remove_if_present
+    from orchestrator.sandbox.container import container_name, remove_kept
 
     runs = list({r.id: r for r in (_find(runs_dir, ref) for ref in run_refs)}.values())  # all found, or none removed
     for run_dir in runs:
@@ -39,13 +39,13 @@ def rm(
         typer.echo(f"cairn: {exc.message}: the runs' containers ({', '.join(container_name(r.id) for r in runs)}) "
                    "are left; `cairn gc` removes them later", err=True)
     for run_dir in runs:
-        gone = client is not None and remove_if_present(client, container_name(run_dir.id))
+        gone = remove_kept(client, run_dir.id, run_dir.root) if client is not None else None
         try:
             shutil.rmtree(run_dir.root)
         except OSError as exc:
             raise CairnError(f"cannot remove {run_dir.root}: {exc.strerror or exc}",
                              hint="files the sandbox made as another user: remove the folder as that user") from None
-        typer.echo(f"removed run {run_dir.id}" + (f" and its container {container_name(run_dir.id)}" if gone else ""))
+        typer.echo(f"removed run {run_dir.id}" + (f" and its container {gone}" if gone else ""))
         if run_dir.external_workspace:
             typer.echo(f"  its folder {run_dir.external_workspace} is yours, and was left as it is", err=True)
 
