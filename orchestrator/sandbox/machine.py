@@ -112,10 +112,10 @@ def _write_without(raw: Path, out: Path, blank: Callable[[list[str]], list[str]]
     image_tar.write(raw, out, replace)
     layers = set(entry.get("Layers") or [])
     for name, data in image_tar.small_members(out, skip=layers):
-        for entry in passed:
-            if _needle(entry) and _needle(entry) in data:
+        for variable in passed:
+            if _needle(variable) and _needle(variable) in data:
                 out.unlink()
-                raise image_tar.BadImageTar(f"the value of {entry.split('=', 1)[0]}, passed into the container, "
+                raise image_tar.BadImageTar(f"the value of {variable.split('=', 1)[0]}, passed into the container, "
                                             f"is still in its {name}; nothing was exported")
 
 
