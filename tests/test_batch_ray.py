@@ -252,3 +252,52 @@ def test_a_node_killed_mid_run_and_its_run_finishes_on_the_other_with_no_call_ru
         local = _local.parent / f"node-{len(workers) + 2}-{storage}"
         fresh = c.add_node(**NODE, resources={"cairn_sandbox": 2}, env_vars={"CAIRN_RAY_RUNS_DIR": str(local)})
         workers[fresh.node_id[:8]] = (fresh, local)  # the next test has two nodes again
+
+
+def test_a_cluster_on_the_loopback_address_is_reached_at_the_address_named(tmp_path, runs_dir, sandbox_image):
+    """`ray start --head --node-ip-address 127.0.0.1` (loopback only: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0),
+    then `cairn batch --ray --ray-address 127.0.0.1:PORT` from a shell without that switch: Ray on its own
+    trades 127.0.0.1 for the machine's interface address, where no GCS listens, and retries for minutes."""
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
+    head = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ray"), "start", "--head", "--node-ip-address", "127.0.0.1", "--port",
+         str(port), "--num-cpus", "2", "--resources", json.dumps({"cairn_sandbox": 1}), "--include-dashboard",
+         "false", "--temp-dir", temp, "--block"],
+        env={**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(1)
+        time.sleep(5)  # the head's raylet registers after its GCS listens
+        script = write_script(tmp_path / "s.json", tool("task_done", summary="ok"))
+        batch = write_batch(tmp_path / "b.jsonl", {"task": "t", "model": f"scripted:{script}"})
+        driver = {k: v for k, v in os.environ.items() if k not in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS")}
+        out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "batch", str(batch), "--ray", "--ray-address",
+                              f"127.0.0.1:{port}", "--json", "--runs-dir", str(runs_dir)],
+                             env=driver, capture_output=True, text=True, timeout=240)
+        assert out.returncode == 0, out.stderr[-3000:]
+        [run] = json.loads(out.stdout)["runs"]
+        assert run["status"] == "done" and "Failed to connect to GCS" not in out.stderr
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)  # `ray start --block` stops what it started
+        try:
+            head.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        shutil.rmtree(temp, ignore_errors=True)

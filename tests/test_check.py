@@ -120,6 +120,30 @@ def test_the_check_runs_in_the_work_directory_in_a_fresh_shell(runs_dir, sandbox
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize("name", ["cd", "builtin", "command", "env", "exec"])
+def test_a_function_in_the_agents_shell_cannot_make_a_failing_check_pass(runs_dir, sandbox_image, tmp_path, name):
+    """The check runs in a shell process of its own: nothing the agent defined in its shell exists there,
+    not even a function shadowing the builtins a wrapper around the check would use."""
+    script = write_script(tmp_path / "s.json", tool("shell_exec", command=f"{name}() {{ exit 0; }}; export -f {name}"),
+                          DONE)
+    out, doc = run_json(runs_dir, "--model", f"scripted:{script}", "--check", "false")
+    assert out.returncode == 1, (out.stderr[-2000:], doc and doc["check"])
+    assert doc["check"]["passed"] is False and doc["check"]["exit_code"] == 1
+
+
+@pytest.mark.docker
+def test_what_a_check_leaves_running_is_killed_when_it_ends(runs_dir, sandbox_image, tmp_path):
+    script = write_script(tmp_path / "s.json", DONE, tool("shell_exec", command="pgrep -f 'sleep 1234' || echo none"),
+                          DONE)
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"check": {"command": "sleep 1234 & false", "rounds": 1}}))
+    out, doc = run_json(runs_dir, "--model", f"scripted:{script}", "--settings", str(settings))
+    shown = json.loads(cairn_here("show", doc["id"], "--json", runs_dir=runs_dir).stdout)
+    [pgrep] = [call for step in shown["steps"] for call in step["tool_calls"] if call["name"] == "shell_exec"]
+    assert "none" in pgrep["result"], pgrep
+
+
+@pytest.mark.docker
 def test_a_check_that_runs_too_long_is_killed_and_fails(runs_dir, sandbox_image, tmp_path):
     script = write_script(tmp_path / "s.json", DONE)
     settings = tmp_path / "settings.json"

@@ -265,7 +265,8 @@ def test_rm_removes_the_run_directory_and_its_container(runs_dir, sandbox_image)
 
     run = _made(runs_dir, 1000.0)
     client = docker.from_env()
-    client.containers.create(sandbox_image, ["true"], name=container_name(run))
+    client.containers.create(sandbox_image, ["true"], name=container_name(run),
+                             labels={"cairn.managed": "1", "cairn.run": run})
     out = cairn("rm", run[:6], runs_dir=runs_dir)
     assert out.returncode == 0, out.stderr
     assert out.stdout == f"removed run {run} and its container cairn-{run}\n"

@@ -322,7 +322,7 @@ def test_the_disk_limit_measures_less_often_when_measuring_is_slow(monkeypatch):
         now[0] += 0.05
     assert 2 <= len(measured) <= 5  # not after every step
     over = DiskLimit("50", lambda: (40, 30), clock=lambda: now[0])
-    assert over.over() == "disk: the workspace and container use 70 B, over --max-disk 50"
+    assert over.over() == "disk: the run's files and its container use 70 B, over --max-disk 50"
     assert over.over() == over.exceeded  # until measured again, the last figure stands
 
 
@@ -336,8 +336,38 @@ def test_a_run_that_writes_past_max_disk_stops_with_status_budget(tmp_path, sand
     assert out.status == "budget"
     [end] = [e for e in out.events("status") if e.status == "budget"]
     assert end.step == 1
-    assert end.reason.startswith("disk: the workspace") and end.reason.endswith("over --max-disk 50m")
+    assert end.reason.startswith("disk: the run's files") and end.reason.endswith("over --max-disk 50m")
     assert len(out.requests) == 1
+
+
+@docker_test
+def test_what_the_agent_writes_into_cairns_own_files_counts_toward_max_disk(tmp_path, sandbox_image):
+    """/cairn is the run's cairn/ on the host: a file written there, or a flood of output offloaded there,
+    takes the host's disk as much as the workspace does."""
+    out = play(tmp_path, [
+        turn(call("shell_exec", command="head -c 40000000 /dev/urandom > /cairn/big.bin")),
+        turn(call("shell_exec", command="head -c 40000000 /dev/urandom | base64")),  # offloaded to /cairn/obs
+        turn(call("shell_exec", command="echo never")),
+        done(),
+    ], settings={"sandbox": {"max_disk": "70m"}})
+    assert out.status == "budget"
+    [end] = [e for e in out.events("status") if e.status == "budget"]
+    assert end.step == 2 and end.reason.startswith("disk: the run's files")
+
+
+@docker_test
+def test_files_the_checkpoints_keep_count_toward_max_disk(tmp_path, sandbox_image):
+    """Files written and deleted again are gone from the workspace, but the step's checkpoint keeps them."""
+    write = "for i in 1 2 3 4; do head -c 7000000 /dev/urandom > $i.bin; done"  # under checkpoints' 10 MiB
+    out = play(tmp_path, [
+        turn(call("shell_exec", command=write)),  # 28 MB in the workspace, 28 MB in the checkpoints
+        turn(call("shell_exec", command=f"rm *.bin && {write}")),  # 28 MB in the workspace, 56 MB in the checkpoints
+        turn(call("shell_exec", command="echo never")),
+        done(),
+    ], settings={"sandbox": {"max_disk": "60m"}})
+    assert out.status == "budget"
+    [end] = [e for e in out.events("status") if e.status == "budget"]
+    assert end.step == 2
 
 
 def test_max_disk_that_is_no_size_is_a_usage_error(tmp_path):

@@ -3,7 +3,9 @@ carried by `export --with-machine`, shown by `ls`, opened by `shell` and removed
 
 from __future__ import annotations
 
+import io
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -155,7 +157,8 @@ def test_export_with_machine_and_import_keep_what_the_agent_installed(cairn, doc
     out, log = use_the_tool(elsewhere, imported, "--trust")
     assert out.returncode == 0, out.stderr
     assert "tool-ok" in previews(out)
-    assert imported.read_meta()["machine"] == {"image": machine_tag(run.id)}
+    image = imported.read_meta()["machine"]["image"]  # by its id: no tag can re-point it
+    assert image.startswith("sha256:") and docker_client.api.inspect_image(machine_tag(run.id))["Id"] == image
     assert not (imported.state / "machine.tar").exists()  # loaded into the engine, then deleted
 
 
@@ -175,6 +178,74 @@ def test_an_untrusted_machine_is_never_loaded_and_safe_defaults_go_on_without_it
     assert "machine" not in imported.read_meta()
     with pytest.raises(docker.errors.ImageNotFound):
         docker_client.api.inspect_image(machine_tag(run.id))
+
+
+def test_export_with_machine_carries_no_value_passed_into_the_container(cairn, docker_client, tmp_path,
+                                                                         monkeypatch):
+    """Docker records the container's config in the committed image (`container_config`) and in each saved
+    layer's `json`: the values of `sandbox.env` and `pass_env` are blanked in all of them."""
+    monkeypatch.setenv("CAIRN_TEST_PASSED", "passed-secret-4f1c")
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"sandbox": {"env": {"CAIRN_TEST_SET": "set-secret-9b2e"},
+                                                "pass_env": ["CAIRN_TEST_PASSED"]}}))
+    out, _ = cairn.run("run", "install a tool", "--settings", str(settings), "--model", cairn.script(
+        [turn(call("shell_exec", command=f"{INSTALL} && echo $CAIRN_TEST_PASSED $CAIRN_TEST_SET")), done()]))
+    assert out.returncode == 0, out.stderr
+    run = cairn.the_run()
+    archive = tmp_path / "run.tar.gz"
+    out, _ = cairn.run("export", run.id, "-o", str(archive), "--with-machine")
+    assert out.returncode == 0, out.stderr
+    with tarfile.open(archive) as outer:
+        machine = outer.extractfile(f"{run.id}/state/machine.tar")
+        with tarfile.open(fileobj=machine, mode="r|") as saved:
+            metadata = {m.name: saved.extractfile(m).read() for m in saved
+                        if m.isreg() and not m.name.endswith("layer.tar")}
+    configs = [name for name in metadata if name.endswith("json")]
+    assert "manifest.json" in configs and len(configs) >= 3, configs  # the manifest, the config, layers' json
+    for name, data in metadata.items():
+        assert b"passed-secret-4f1c" not in data and b"set-secret-9b2e" not in data, name
+    assert b"CAIRN_TEST_PASSED=" in b"".join(metadata.values())  # the names stay, blank
+
+
+def test_loading_a_machine_moves_no_tag_of_this_engine(cairn, docker_client, sandbox_image, tmp_path):
+    """A machine whose manifest claims an existing tag (every run's cairn-sandbox:<hash> is predictable)
+    is loaded by content and tagged cairn-machine:<run id> only: the claimed tag stays where it was."""
+    victim = f"cairn-test-victim:{tmp_path.name[-12:].lower()}"
+    docker_client.api.tag(sandbox_image, *victim.split(":"))
+    before = docker_client.api.inspect_image(victim)["Id"]
+    try:
+        run = install_a_tool(cairn)
+        archive = tmp_path / "run.tar.gz"
+        out, _ = cairn.run("export", run.id, "-o", str(archive), "--with-machine")
+        assert out.returncode == 0, out.stderr
+        docker_client.api.remove_container(container_name(run.id), force=True)  # "another machine"
+        elsewhere = Cairn(tmp_path, runs_dir=tmp_path / "runs2")
+        out, _ = elsewhere.run("import", str(archive))
+        assert out.returncode == 0, out.stderr
+        imported = elsewhere.the_run()
+        claim_tags(imported.state / "machine.tar", [victim, machine_tag(run.id)])
+        out, _ = use_the_tool(elsewhere, imported, "--trust")
+        assert out.returncode == 0, out.stderr
+        assert "tool-ok" in previews(out)
+        assert docker_client.api.inspect_image(victim)["Id"] == before
+    finally:
+        docker_client.api.remove_image(victim)
+
+
+def claim_tags(path: Path, tags: list[str]) -> None:
+    """Rewrite a saved image so that its manifest (and the older `repositories`) claim `tags`."""
+    crafted = path.with_name("crafted.tar")
+    with tarfile.open(path) as tar, tarfile.open(crafted, "w") as out:
+        for m in tar:
+            if m.name == "manifest.json":
+                manifest = json.loads(tar.extractfile(m).read())
+                manifest[0]["RepoTags"] = tags
+                data = json.dumps(manifest).encode()
+                m.size = len(data)
+                out.addfile(m, io.BytesIO(data))
+            else:
+                out.addfile(m, tar.extractfile(m) if m.isreg() else None)
+    crafted.replace(path)
 
 
 def test_export_with_machine_of_a_run_without_a_container_is_a_one_line_error(cairn, docker_client, tmp_path):
@@ -275,3 +346,33 @@ def test_a_copy_of_a_run_beside_its_original_gets_its_own_container(docker_clien
     finally:
         original.remove()
         copy.remove()
+
+
+def test_rm_of_copies_of_one_run_in_two_runs_dirs_removes_each_ones_own_container(docker_client, sandbox_image,
+                                                                                   tmp_path):
+    """The same run imported into two runs directories: the second copy's container is
+    cairn-<id>-<hash> (the name is the first's), and `cairn rm` of either removes its own, not the other's."""
+    original = Cairn(tmp_path, runs_dir=tmp_path / "a")
+    out, _ = original.run("run", "a task", "--model", original.script([done()]))
+    assert out.returncode == 0, out.stderr
+    first = original.the_run()
+    copy = Cairn(tmp_path, runs_dir=tmp_path / "b")
+    shutil.copytree(first.root, copy.runs_dir / first.id, symlinks=True)
+    out, _ = copy.run("resume", first.id, "--message", "go on", "--model", copy.script([done()]))
+    assert out.returncode == 0, out.stderr
+    named = {c.name: c.labels.get("cairn.run_dir") for c in docker_client.containers.list(
+        all=True, filters={"label": f"cairn.run={first.id}"})}
+    assert len(named) == 2 and container_name(first.id) in named, named
+    [copys] = [name for name in named if name != container_name(first.id)]
+    try:
+        removed, _ = copy.here("rm", first.id)
+        assert removed.returncode == 0, removed.stderr
+        assert removed.stdout == f"removed run {first.id} and its container {copys}\n"
+        assert state_of(docker_client, first.id) is not None  # the original's machine is left alone
+        removed, _ = original.here("rm", first.id)
+        assert removed.stdout == f"removed run {first.id} and its container {container_name(first.id)}\n"
+        assert state_of(docker_client, first.id) is None
+    finally:
+        for name in named:
+            docker_client.api.remove_container(name, force=True) if name in {
+                c.name for c in docker_client.containers.list(all=True)} else None

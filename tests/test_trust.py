@@ -416,6 +416,77 @@ def test_cli_import_takes_max_size_and_max_files(tmp_path):
     assert ok.returncode == 0 and ok.stdout.strip() == RID
 
 
+class _Zeros(io.RawIOBase):
+    """`size` zero bytes to read, without holding them."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n is None or n < 0 else min(n, self.left)
+        self.left -= n
+        return b"\0" * n
+
+
+def _bomb(tmp_path: Path, size: int) -> Path:
+    """A minimal run whose workspace holds `size` bytes of zeros: gzip packs them ~1,000 to 1."""
+    path = _tar(tmp_path, [])
+    bomb = tmp_path / "bomb.tar.gz"
+    with tarfile.open(path) as small, tarfile.open(bomb, "w:gz", compresslevel=1) as tar:
+        for m in small:
+            tar.addfile(m, small.extractfile(m) if m.isreg() else None)
+        info = tarfile.TarInfo(f"{RID}/workspace/zeros")
+        info.size = size
+        tar.addfile(info, _Zeros(size))
+    return bomb
+
+
+def test_import_refuses_a_decompression_bomb_before_writing_anything(tmp_path):
+    bomb = _bomb(tmp_path, 300 * 2**20)
+    assert bomb.stat().st_size < 3 * 2**20
+    cairn = Cairn(tmp_path)
+    refused, _ = cairn.here("import", str(bomb))
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("cairn: error: refusing") and "times its size" in refused.stderr
+    assert "--max-size" in refused.stderr
+    assert not list((tmp_path / "runs").glob("*/workspace/zeros")), "nothing was written"
+
+
+def test_an_archive_that_expands_a_lot_imports_when_max_size_says_so(tmp_path, monkeypatch):
+    from orchestrator.store import archive
+
+    monkeypatch.setattr(archive, "RATIO_FLOOR", 2**20)  # the 256 MiB of the real bound, made small
+    bomb = _bomb(tmp_path, 4 * 2**20)
+    with pytest.raises(UsageError, match="times its size"):
+        import_run(bomb, tmp_path / "runs")
+    assert import_run(bomb, tmp_path / "runs", max_bytes=8 * 2**20).id == RID
+
+
+def test_a_sparse_members_holes_are_no_expansion(tmp_path, monkeypatch):
+    from orchestrator.store import archive
+
+    monkeypatch.setattr(archive, "RATIO_FLOOR", 2**20)
+    run = _local_run(tmp_path)
+    with open(run.workspace / "disk.img", "wb") as f:
+        f.truncate(2 * 2**30)
+    assert import_run(_archive_of(tmp_path, run), tmp_path / "runs").id == run.id
+
+
+def test_export_prints_no_escape_sequence_from_a_file_name(tmp_path):
+    run = _local_run(tmp_path)
+    cairn = Cairn(tmp_path, runs_dir=run.root.parent)
+    os.symlink("/etc/hostname", run.workspace / "ln\x1b]0;PWNED\x07")
+    with open(run.workspace / "img\x1b[2J", "wb") as f:
+        f.truncate(2 * 2**20)
+    out, _ = cairn.here("export", run.id, "-o", str(tmp_path / "out.tar.gz"))
+    assert out.returncode == 0, out.stderr
+    assert "left out: workspace/ln" in out.stderr and "written sparse: workspace/img" in out.stderr
+    assert "\x1b" not in out.stderr and "\x07" not in out.stderr
+
+
 # -- 10. export of sparse files -------------------------------------------------------------------------
 
 def test_export_writes_a_50_gb_sparse_file_as_a_sparse_member_and_import_restores_it(tmp_path):

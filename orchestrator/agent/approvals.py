@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Callable
 
+from orchestrator.agent.shell_line import simple_commands
 from orchestrator.config import ApprovalRule, ApprovalsConfig
 from orchestrator.errors import UsageError
 from orchestrator.agent.guards import Finished
@@ -46,6 +47,9 @@ from orchestrator import events as ev
 from orchestrator.tools.dispatch import Observation
 
 NEVER_ASKED = ("task_done", "ask_user", "todo_write")
+# A call asked for several reasons at once (a shell line matching two patterns, two rules asking) has a
+# grant of several parts; an "always" answer to it grants each part, and a later call needs all of its own.
+GRANTS_JOIN = " + "
 
 # Where a command starts: the line's start or a shell operator, then wrappers and variable assignments
 # (`sudo`, `env A=1`, `nohup`, ...). A pattern's arguments may not cross `;`, `&`, `|` or a newline.
@@ -128,7 +132,8 @@ class Ledger:
         elif isinstance(event, ev.ApprovalAnswered):
             self.answer = event
             if event.always and event.grant:
-                self.grants[event.grant] = event
+                for part in event.grant.split(GRANTS_JOIN):
+                    self.grants[part] = event
         elif isinstance(event, (ev.ToolStarted, ev.ToolFinished)):
             if self.asked is not None and self.asked.call_id == event.call_id:
                 self.asked = None
@@ -181,7 +186,8 @@ def shell_patterns(cfg: ApprovalsConfig) -> dict[str, str]:
 
 def outside_reason(name: str, args: dict[str, Any], cfg: ApprovalsConfig, network: bool,
                    annotations: dict[str, dict[str, Any]] | None, mcp_names: set[str]) -> tuple[str, str] | None:
-    """(why, grant) when the call's effects can leave the sandbox; None when they cannot."""
+    """(why, grant) when the call's effects can leave the sandbox; None when they cannot. A shell line
+    that matches several patterns names them all, and its grant is all of them (GRANTS_JOIN)."""
     if name == "web_fetch":
         return ("web_fetch reaches the network", "web_fetch") if network else None
     if name in SHELL_TEXT:
@@ -189,10 +195,12 @@ def outside_reason(name: str, args: dict[str, Any], cfg: ApprovalsConfig, networ
         if not network or not isinstance(command, str):
             return None
         what = "the command matches" if name != "shell_send" else "the keys typed match"
-        for label, pattern in shell_patterns(cfg).items():
-            if re.search(pattern, command):
-                return f"the network is on and {what} the shell pattern {label!r}", f"{name}:{label}"
-        return None
+        labels = [label for label, pattern in shell_patterns(cfg).items() if re.search(pattern, command)]
+        if not labels:
+            return None
+        named = ", ".join(repr(label) for label in labels)
+        return (f"the network is on and {what} the shell pattern{'s' if len(labels) > 1 else ''} {named}",
+                GRANTS_JOIN.join(f"{name}:{label}" for label in labels))
     if name in mcp_names:
         hints = (annotations or {}).get(name)
         if hints and hints.get("readOnlyHint") is True:
@@ -205,20 +213,42 @@ def outside_reason(name: str, args: dict[str, Any], cfg: ApprovalsConfig, networ
 def decide(name: str, args: dict[str, Any], cfg: ApprovalsConfig, *, network: bool,
            annotations: dict[str, dict[str, Any]] | None = None, mcp_names: set[str] | frozenset[str] = frozenset(),
            grants: dict[str, ev.ApprovalAnswered] | None = None) -> Decision:
-    """Whether a call runs unasked, is answered (by a rule or an "always" answer), or is asked."""
+    """Whether a call runs unasked, is answered (by a rule or an "always" answer), or is asked.
+
+    A rule matches a call's subject; for `shell_exec`, each simple command of the line on its own
+    (agent/shell_line.py). A deny rule that matches the whole line or any of its commands denies it. An
+    allow rule allows a line only when every command of it is allowed (each by the first rule that
+    matches it); a line that cannot be parsed is never allowed by a rule, only asked."""
     what = subject(name, args)
-    for index, rule in enumerate(cfg.rules):
-        if not (fnmatchcase(name, rule.tool) and fnmatchcase(what, rule.match)):
-            continue
-        label = rule_label(index, rule)
-        if rule.action == "deny":
-            return Decision("deny", by="rule", rule=label, reason=rule.reason)
-        if cfg.mode == "never":
-            break  # never asks, and needs no allowing
-        if rule.action == "allow":
-            return Decision("allow", by="rule", rule=label)
-        return _asked(f"{label} asks for it", label, grants)
-    if cfg.mode == "never" or name in NEVER_ASKED:
+    parts: list[str] | None = [what]
+    if name == "shell_exec":
+        parts = simple_commands(what) or None
+    rules = [(index, rule) for index, rule in enumerate(cfg.rules) if fnmatchcase(name, rule.tool)]
+
+    def first(text: str) -> tuple[int, ApprovalRule] | None:
+        return next(((i, r) for i, r in rules if fnmatchcase(text, r.match)), None)
+
+    units = [what] + [part for part in parts or [] if part != what]
+    for found in map(first, units):
+        if found is not None and found[1].action == "deny":
+            return Decision("deny", by="rule", rule=rule_label(*found), reason=found[1].reason)
+    if cfg.mode == "never":
+        return Decision("run")  # never asks, and needs no allowing
+    if parts is None:
+        found = first(what)
+        if found is not None:
+            return _asked(f"the command could not be parsed into simple commands, so {rule_label(*found)} "
+                          "cannot allow it", name, grants, grantable=False)
+    else:
+        firsts = [first(part) for part in parts]
+        labels = list(dict.fromkeys(rule_label(*f) for f in firsts if f is not None))
+        if firsts and all(f is not None and f[1].action == "allow" for f in firsts):
+            return Decision("allow", by="rule", rule=", ".join(labels))
+        asking = list(dict.fromkeys(rule_label(*f) for f in firsts if f is not None and f[1].action == "ask"))
+        if asking:
+            return _asked(f"{', '.join(asking)} ask{'s' if len(asking) == 1 else ''} for it", GRANTS_JOIN.join(asking),
+                          grants)
+    if name in NEVER_ASKED:
         return Decision("run")
     if cfg.mode == "always":
         return _asked("--approve always asks before every call", name, grants)
@@ -226,11 +256,15 @@ def decide(name: str, args: dict[str, Any], cfg: ApprovalsConfig, *, network: bo
     return _asked(*outside, grants) if outside else Decision("run")
 
 
-def _asked(why: str, grant: str, grants: dict[str, ev.ApprovalAnswered] | None) -> Decision:
-    earlier = (grants or {}).get(grant)
-    if earlier is not None:  # "always" for this tool, pattern or rule, earlier in the run
-        return Decision("allow" if earlier.approved else "deny", why=why, grant=grant, by="always",
-                        reason=earlier.reason)
+def _asked(why: str, grant: str, grants: dict[str, ev.ApprovalAnswered] | None, grantable: bool = True) -> Decision:
+    """Ask, unless "always" answers earlier in the run cover every part of `grant` (GRANTS_JOIN): then
+    their answer stands (a "never" among them denies)."""
+    needed = grant.split(GRANTS_JOIN)
+    earlier = [(grants or {}).get(part) for part in needed] if grantable else [None]
+    if all(answer is not None for answer in earlier):
+        refused = next((answer for answer in earlier if not answer.approved), None)
+        return Decision("deny" if refused else "allow", why=why, grant=grant, by="always",
+                        reason=refused.reason if refused else None)
     return Decision("ask", why=why, grant=grant)
 
 
@@ -282,9 +316,9 @@ def clear(agent: Any, call: ToolCall, step: int) -> Clearance:
 
 
 def waiting_reason(name: str, args: dict[str, Any]) -> str:
-    """The status reason of a run that waits: `approval: <tool> <subject>`, on one line."""
-    what = " ".join(subject(name, args).split())
-    return f"approval: {name} {what[:200] + '…' if len(what) > 200 else what}"
+    """The status reason of a run that waits: `approval: <tool> <subject>`, on one line and whole (a person
+    may decide from it: `ls`, the exit line)."""
+    return f"approval: {name} {' '.join(subject(name, args).split())}"
 
 
 def find_asker(agent: Any) -> Asker | None:

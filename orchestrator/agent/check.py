@@ -1,9 +1,11 @@
 """The check that says whether the task is done: `cairn run --check CMD [--check-rounds N]`.
 
 When the agent calls task_done, CMD runs in the run's sandbox, in the work directory, in a fresh shell:
-a new bash with the container's own environment (that of its first process, as `docker exec` would
-give it), so whatever the agent did to its own shell (cd, exported variables, functions, aliases, an
-activated venv) can neither help the check pass nor make it fail. Exit code 0 passes; a non-zero code,
+a new bash that the toolbox starts beside the agent's long-lived one (the shell op's `fresh`), with the
+container's own environment (that of its first process, as `docker exec` would give it). Nothing of the
+agent's shell exists in it, so whatever the agent did there (cd, exported variables, functions such as
+`cd() { exit 0; }`, aliases, shell options, an activated venv) can neither help the check pass nor make
+it fail. What the agent did to the container's files it can: see docs/hostile.md. Exit code 0 passes; a non-zero code,
 a timeout (`check.timeout`) or a sandbox that cannot run it fails.
 
 Its whole output is saved among cairn's own files (`check_path`, beside the offloaded outputs) and a
@@ -16,7 +18,6 @@ goes on until its next task_done, when the check runs again. A person's message 
 
 from __future__ import annotations
 
-import shlex
 import time
 from typing import Any
 
@@ -24,21 +25,6 @@ from orchestrator.context.offload import check_path, is_big, preview
 from orchestrator.agent.guards import Finished
 from orchestrator.errors import ToolError
 from orchestrator import events as ev
-
-# The container's environment is that of PID 1 (docker-init, or the image's own entrypoint); where it
-# cannot be read, the check gets the shell's PATH and HOME only, never the rest of the agent's variables.
-_FRESH_SHELL = (
-    "( cd -- {workdir} && "
-    "{{ mapfile -d '' __cairn_env < /proc/1/environ || __cairn_env=(PATH=\"$PATH\" HOME=\"$HOME\"); }} 2>/dev/null && "
-    "exec env -i \"${{__cairn_env[@]}}\" bash --noprofile --norc -c {command} )"
-)
-
-
-def fresh_shell(command: str, workdir: str) -> str:
-    """A command line for the agent's shell that runs `command` in a new bash, in `workdir`, with the
-    container's environment. The subshell keeps the agent's own shell as it was."""
-    return _FRESH_SHELL.format(workdir=shlex.quote(workdir), command=shlex.quote(command))
-
 
 def check_done(agent: Any, step: int, done: Finished) -> Finished | None:
     """Runs the check after a task_done of `agent` (loop.Agent) and records it; returns how the run ends,
@@ -59,14 +45,14 @@ def check_done(agent: Any, step: int, done: Finished) -> Finished | None:
 
 def run_check(agent: Any, step: int) -> ev.CheckFinished:
     """Runs the check in the agent's sandbox and saves its output; the event is not emitted here."""
-    check, workdir = agent.cfg.check, agent.cfg.sandbox.workdir
+    check = agent.cfg.check
     number = agent.state.checks + 1
     path = check_path(number)
     started = time.monotonic()
     base = {"step": step, "command": check.command, "round": number}
     try:
-        r = agent.sandbox.call("shell", command=fresh_shell(check.command, workdir), timeout=check.timeout,
-                               save_as=path)
+        # `fresh`: a new shell process of the toolbox's, beside the agent's shell, never inside it
+        r = agent.sandbox.call("shell", command=check.command, fresh=True, timeout=check.timeout, save_as=path)
     except ToolError as exc:
         return ev.CheckFinished(**base, exit_code=None, passed=False, error=str(exc),
                                 output=f"[the check could not be run: {exc}]",

@@ -33,6 +33,7 @@ back. A Ctrl-C is told to the nodes' runners (each run stops after its current a
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import signal
@@ -79,6 +80,8 @@ class Cluster:
             self.address = "local"
         else:
             _reachable(target)
+            if _on_loopback(target):
+                _loopback_only()  # else Ray trades 127.0.0.1 for the interface address, and retries that for minutes
             try:
                 ray.init(address=target, runtime_env=env, log_to_driver=False, configure_logging=False)
             except ConnectionError as exc:
@@ -98,6 +101,26 @@ def _loopback_only() -> None:
     from ray._private import ray_constants
 
     ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def _on_loopback(address: str) -> bool:
+    """Whether the cluster's head is on this machine's loopback address: as named (`127.0.0.1:6379`,
+    `localhost:6379`, `[::1]:6379`), or for `auto` the one cluster `ray start` made here. Ray itself would
+    connect to the machine's interface address instead, where such a head does not listen."""
+    if address == "auto" and not os.environ.get("RAY_ADDRESS"):
+        from ray._private.services import find_gcs_addresses
+
+        found = find_gcs_addresses()
+        address = next(iter(found)) if len(found) == 1 else ""
+    elif address == "auto":
+        address = os.environ["RAY_ADDRESS"]
+    host = address.rpartition(":")[0].strip("[]") if "://" not in address else ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _starts_a_cluster(address: str) -> bool:

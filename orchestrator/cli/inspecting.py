@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -105,11 +104,13 @@ def show(
         typer.echo(f"check #{c['round']} after step {c['step']}: {check_line(c, run_dir).removeprefix('check ')}"
                    + (" → sent back to the agent" if c["sent_back"] else ""))
     waiting = doc["approval_waiting"]
-    if waiting:  # the call a run stopped for (orchestrator/agent/approvals.py)
-        args = waiting["arguments"] if isinstance(waiting["arguments"], str) else json.dumps(waiting["arguments"])
-        typer.echo(f"approval: {clean(waiting['name'])} {clean(one_line(args, 200))} ({clean(waiting['why'])}) · "
+    if waiting:  # the call a run stopped for (orchestrator/agent/approvals.py), whole: a person decides from it
+        from orchestrator.ui.approval_prompt import waiting_block
+
+        typer.echo(f"approval of {clean(waiting['name'])} at step {waiting['step']}: "
                    + (clean(waiting["answer"]) + f"; go on with: cairn resume {doc['id']}" if waiting["answer"] else
                       f"answer with: cairn approve {doc['id']} [--deny REASON] [--always]"))
+        typer.echo(waiting_block(waiting["name"], waiting["arguments"], waiting["why"]))
     if doc["result"]:
         typer.echo(f"result: {clean(doc['result'])}")
     if doc["check"] is not None:

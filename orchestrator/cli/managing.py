@@ -10,6 +10,7 @@ import typer
 
 from orchestrator.cli.shared import RUN_HELP, RunsDir, _find, _runs_dir, app, image_app
 from orchestrator.errors import CairnError, UsageError
+from orchestrator.ui.terminal import clean_name
 
 
 @app.command("rm")
@@ -22,7 +23,7 @@ def rm(
     import shutil
 
     from orchestrator.errors import SandboxError
-    from orchestrator.sandbox.container import container_name, remove_if_present
+    from orchestrator.sandbox.container import container_name, remove_kept
     from orchestrator.store.liveness import RunIsLive
 
     runs = list({r.id: r for r in (_find(runs_dir, ref) for ref in run_refs)}.values())  # all found, or none removed
@@ -40,13 +41,13 @@ def rm(
         typer.echo(f"cairn: {exc.message}: the runs' containers ({', '.join(container_name(r.id) for r in runs)}) "
                    "are left; `cairn gc` removes them later", err=True)
     for run_dir in runs:
-        gone = client is not None and remove_if_present(client, container_name(run_dir.id))
+        gone = remove_kept(client, run_dir.id, run_dir.root) if client is not None else None
         try:
             shutil.rmtree(run_dir.root)
         except OSError as exc:
             raise CairnError(f"cannot remove {run_dir.root}: {exc.strerror or exc}",
                              hint="files the sandbox made as another user: remove the folder as that user") from None
-        typer.echo(f"removed run {run_dir.id}" + (f" and its container {container_name(run_dir.id)}" if gone else ""))
+        typer.echo(f"removed run {run_dir.id}" + (f" and its container {gone}" if gone else ""))
         if run_dir.external_workspace:
             typer.echo(f"  its folder {run_dir.external_workspace} is yours, and was left as it is", err=True)
 
@@ -93,14 +94,16 @@ def export_cmd(
             typer.echo(f"saving the container of run {run_dir.id} as an image", err=True)
             machine.save(connect(), run_dir.id, machine_tar, run_dir.root)
         for note in export_run(run_dir, output, machine=machine_tar):  # 'left out: PATH (why)', 'written sparse: ...'
-            typer.echo(note, err=True)
+            typer.echo(clean_name(note), err=True)  # the paths are the agent's choice: no escapes reach the terminal
     typer.echo(str(output))
 
 
 @app.command("import")
 def import_cmd(
     archive: Path = typer.Argument(..., metavar="FILE", help="An archive written by `cairn export`."),
-    max_size: str = typer.Option("20g", "--max-size", metavar="SIZE", help="Refuse an archive that unpacks to more (e.g. 50g)."),
+    max_size: Optional[str] = typer.Option(None, "--max-size", metavar="SIZE", help="Refuse an archive that "
+                                           "unpacks to more (default 20g, and refuse an extreme expansion ratio); "
+                                           "given, only this bound holds."),
     max_files: int = typer.Option(1_000_000, "--max-files", min=1, help="Refuse an archive of more files."),
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
@@ -111,7 +114,7 @@ def import_cmd(
     from orchestrator.store.trust import host_settings
 
     try:
-        max_bytes = parse_size(max_size)
+        max_bytes = parse_size(max_size) if max_size is not None else None
     except ValueError as exc:
         raise UsageError(f"--max-size {exc}") from None
     run_dir = import_run(archive, _runs_dir(runs_dir), max_bytes=max_bytes, max_files=max_files)

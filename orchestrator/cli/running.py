@@ -245,7 +245,7 @@ def _check_approval_wait(run_dir, json_output: bool, mode: Optional[str]) -> boo
             what = subject(asked.name, json.loads(asked.arguments or "{}"))
         except (ValueError, AttributeError):
             what = asked.arguments
-        raise UsageError(f"run {run_dir.id} waits for approval of {asked.name} {' '.join(what.split())[:200]}",
+        raise UsageError(f"run {run_dir.id} waits for approval of {asked.name} {' '.join(what.split())}",
                          hint=f"cairn approve {run_dir.id} --resume (or --deny REASON, --always); or resume it "
                               "on a terminal, which asks")
     return True
@@ -257,13 +257,15 @@ def approve(
     deny: Optional[str] = typer.Option(None, "--deny", metavar="REASON", help="Refuse the call; the model is told \"denied by the user: REASON\"."),
     always: bool = typer.Option(False, "--always", help="The answer holds for every later call of that tool (or shell pattern, or rule) in this run."),
     and_resume: bool = typer.Option(False, "--resume", help="Then go on at once, as cairn resume RUN does."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="On a terminal, record the answer without asking to confirm it (the call is shown anyway)."),
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
     """Answer a run that waits for approval of a tool call (status waiting, reason approval: ...); then
     `cairn resume RUN` (or --resume here) runs the call, or gives the model its refusal, and goes on."""
     from orchestrator.agent.approvals import approval_wait, record_answer
-    from orchestrator.ui.display import call_line
     from orchestrator.store.liveness import RunIsLive
+    from orchestrator.ui.approval_prompt import waiting_block
+    from orchestrator.ui.display import call_line
 
     run_dir = _find(runs_dir, run_ref)
     try:
@@ -272,7 +274,16 @@ def approve(
         raise UsageError(f"run {run_dir.id} is running; it waits for an approval only once it has stopped") from None
     if deny is not None and not deny.strip():
         raise UsageError("--deny needs a reason (it is told to the model)")
-    asked, _answered = approval_wait(run_dir)
+    asked, answered = approval_wait(run_dir)
+    if asked is not None and not answered:  # what is being answered, whole, before the answer is recorded
+        typer.echo(f"run {run_dir.id} asks to run {clean(asked.name)} at step {asked.step}:", err=True)
+        typer.echo(waiting_block(asked.name, asked.arguments, asked.why), err=True)
+        if not yes and sys.stdin.isatty() and sys.stderr.isatty():
+            verdict = "approve it" if deny is None else "deny it"
+            if (_ask(f"{verdict}{' and every later call of ' + clean(asked.grant) if always else ''}? [y/N] ",
+                     allow_eof=True) or "").lower() not in ("y", "yes"):
+                typer.echo("nothing recorded", err=True)
+                raise typer.Exit(1)
     answer = record_answer(run_dir, approved=deny is None, reason=deny, always=always)
     verdict = "approved" if answer.approved else f"denied ({clean(deny)})"
     scope = f", and every later call of {clean(answer.grant)}" if always else ""
@@ -339,6 +350,11 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
         typer.secho(f"run {run_dir.id}: {status}" + (f": {clean(said)}" if said else ""), err=True, fg=_status_colour(status))
         if doc["check"] is not None and doc["check"]["passed"] is not None:
             typer.echo(f"  {check_line(doc['check'], run_dir)}", err=True)
+        waiting = doc["approval_waiting"]
+        if waiting and not waiting["answer"]:  # a person decides from this: the call whole
+            from orchestrator.ui.approval_prompt import waiting_block
+
+            typer.echo(waiting_block(waiting["name"], waiting["arguments"], waiting["why"]), err=True)
         nxt = next_command(run_dir, status)
         if nxt:
             typer.echo(f"  {nxt}", err=True)

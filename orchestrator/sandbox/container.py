@@ -355,6 +355,17 @@ def find(client: docker.DockerClient, run_id: str, run_dir: Path | None = None) 
     return None
 
 
+def remove_kept(client: docker.DockerClient, run_id: str, run_dir: Path) -> str | None:
+    """Remove the container of the run at `run_dir` (for `cairn rm`): the one `find` gives, which is a
+    copy's own `cairn-<run id>-<hash>` when the run is a copy beside another directory of the same id,
+    and never that other directory's. Returns the name of the container removed, None when it had none."""
+    kept = find(client, run_id, run_dir)
+    if kept is None:
+        return None
+    remove(client, kept.id)
+    return kept.name
+
+
 def copy_name(run_id: str, run_dir: Path) -> str:
     """The container name of a copy of a run that lives beside its original on the same engine."""
     digest = hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:8]

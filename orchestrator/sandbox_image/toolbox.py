@@ -474,6 +474,91 @@ class Shell:
         return f"the command was killed by SIGKILL (exit 137), likely out of memory{limit}"
 
 
+def container_env() -> dict:
+    """The container's own environment: that of its first process (docker-init, or the image's entrypoint),
+    as `docker exec` would give it. Where PID 1 cannot be read (a non-root toolbox under --lockdown), the
+    toolbox's own, which its `docker exec` gave it the same way. Nothing a command of the agent did can
+    change either."""
+    try:
+        with open("/proc/1/environ", "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:
+        return dict(os.environ)
+    env = {}
+    for entry in entries:
+        key, sep, value = entry.partition(b"=")
+        if sep and key:
+            env[os.fsdecode(key)] = os.fsdecode(value)
+    return env or dict(os.environ)
+
+
+def run_fresh(command: str, root: str, env: dict, timeout: float, capture: Capture) -> dict:
+    """Run `command` in a new shell process of its own (`bash -c`, in its own session), not in the agent's
+    long-lived shell: no function, alias, variable, cwd or option of that shell exists in it. It starts in
+    `root` with `env`; when it ends (or times out), whatever it left running in its session is killed."""
+    started = time.monotonic()
+    out_r, out_w = os.pipe()
+    try:
+        proc = subprocess.Popen([*SHELL_ARGV, "-c", command], stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
+                                cwd=root, env=env, start_new_session=True)
+    except OSError as exc:
+        os.close(out_r)
+        raise ToolError(f"cannot start a shell for the command: {exc.strerror or exc}") from None
+    finally:
+        os.close(out_w)
+    deadline = started + timeout
+    timed_out = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([out_r, HOST], [], [], min(left, WATCH_SECONDS))
+            if out_r in ready:
+                data = os.read(out_r, 1024 * 1024)
+                if data:
+                    capture.feed(data)
+                    continue
+                break  # no writer is left: the shell and everything it started are done
+            if HOST in ready and host_gone():
+                _kill_session(proc.pid)
+                raise HostGone(capture)
+            if proc.poll() is not None:
+                break  # the shell exited; what still holds its output open is left over, and killed below
+    finally:
+        _kill_session(proc.pid)
+        proc.wait()
+        os.set_blocking(out_r, False)
+        try:
+            while True:
+                data = os.read(out_r, 1024 * 1024)
+                if not data:
+                    break
+                capture.feed(data)
+        except BlockingIOError:
+            pass
+        os.close(out_r)
+    code = 124 if timed_out else (128 - proc.returncode if proc.returncode < 0 else proc.returncode)
+    return dict(exit_code=code, timed_out=timed_out, shell_restarted=False,
+                duration_ms=round((time.monotonic() - started) * 1000, 3),
+                note=f"timed out after {timeout:g}s: its processes were killed" if timed_out else None)
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL every process of session `sid` (a command and what it left running), until none is left."""
+    for _ in range(50):
+        targets = [pid for pid, _pgid, psid in _procs() if psid == sid]
+        if not targets:
+            return
+        for pid in targets:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+
+
 class _TextOfHtml(html.parser.HTMLParser):
     SKIP = {"script", "style", "noscript", "template", "svg", "head"}
     BLOCK = {"p", "div", "br", "li", "tr", "td", "th", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article",
@@ -981,6 +1066,7 @@ class Toolbox:
                  journal: str | None = None) -> None:
         self.ws = Workspace(root, name, cairn, lockdown)
         self.shell = Shell(self.ws.root)
+        self.fresh_env = container_env()  # the environment of a `fresh` shell command (see run_fresh)
         self.journal = Journal(journal or os.path.join(self.ws.cairn, JOURNAL_NAME))
         self.request_id = 0
         self._sessions: Sessions | None = None
@@ -1044,7 +1130,8 @@ class Toolbox:
         return {"pid": os.getpid(), "uid": os.getuid()}
 
     def op_shell(self, command: str, timeout: float = 120.0, save_as: str | None = None,
-                 inline_bytes: int = 256 * 1024, max_file_bytes: int = 200 * 1024 * 1024) -> dict:
+                 inline_bytes: int = 256 * 1024, max_file_bytes: int = 200 * 1024 * 1024,
+                 fresh: bool = False) -> dict:
         if not isinstance(command, str) or not command.strip():
             raise ToolError("command must be a non-empty string")
         if not isinstance(timeout, (int, float)) or timeout <= 0:
@@ -1058,10 +1145,13 @@ class Toolbox:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             return open(path, "wb"), path
 
-        live = _open_live(os.path.join(self.ws.cairn, LIVE_OUTPUT))
+        live = _open_live(os.path.join(self.ws.cairn, LIVE_OUTPUT)) if not fresh else None
         capture = Capture(open_file, int(inline_bytes), int(max_file_bytes), live)
         try:
-            result = self.shell.run(command, float(timeout), capture)
+            if fresh:  # the check's own shell: nothing of the agent's shell exists in it
+                result = run_fresh(command, self.ws.root, self.fresh_env, float(timeout), capture)
+            else:
+                result = self.shell.run(command, float(timeout), capture)
         finally:
             if live is not None:
                 live.close()

@@ -232,7 +232,7 @@ def carried_machine(run: RunDir) -> str | None:
         return None  # an untrusted run's machine is never loaded (store/trust.py)
     if tar.is_file():
         progress(f"loading the machine run {run.id} carried ({tar.stat().st_size / 2**20:.0f} MiB)")
-        run.update_meta(machine={"image": machine.load(connect(), tar)})
+        run.update_meta(machine={"image": machine.load(connect(), tar, run.id)})  # its id: no tag can move it
         tar.unlink()
     tag = (run.read_meta().get("machine") or {}).get("image")
     return tag if tag and machine.present(connect(), tag) else None

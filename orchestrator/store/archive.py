@@ -13,7 +13,9 @@ no absolute path, no `..`, no member under a symlink, no name twice; no link in 
 resolved the way the file system would, through the other links of the archive, and one that ends
 outside the run is refused (`sub/deep -> ../..` with `sub/x -> deep/../../f`). Sizes are bounded from
 the headers before anything is written (declared sizes, the real size of a sparse member, the number of
-members) and again on disk while extracting. It extracts into a temporary directory beside the runs and
+members; and, unless the user gave `--max-size`, the ratio of the data to the archive's own size, which
+refuses a decompression bomb long before the absolute bound; a sparse member's holes are no expansion,
+so only its data counts there) and again on disk while extracting. It extracts into a temporary directory beside the runs and
 renames that into place, so a refused or broken archive never leaves half a run behind.
 
 An imported run is marked in its run.json (`"imported": {"archive", "at", "trusted": false}`): its
@@ -55,6 +57,11 @@ RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SPECIAL_BITS = 0o7000  # setuid, setgid, sticky: never carried into an import
 MAX_BYTES = 20 * 2**30  # what a real run holds, with room: `cairn import --max-size` raises it
 MAX_FILES = 1_000_000
+# A decompression bomb: an archive of a few MB that unpacks to GBs. Real runs (source, logs, git packs)
+# unpack to a few times their archive, rarely tens; gzip's most is ~1,000 (zeros). Without --max-size, an
+# archive whose data passes RATIO_FLOOR is refused once it holds more than MAX_RATIO times its own size.
+MAX_RATIO = 100
+RATIO_FLOOR = 256 * 2**20
 _MAX_LINK_HOPS = 40  # as Linux's ELOOP
 _SPARSE_MIN = 1 << 20  # smaller files are written whole, holes and all
 
@@ -223,16 +230,19 @@ def _add_sparse(tar: tarfile.TarFile, host: Path, name: str) -> str:
 
 # -- import -----------------------------------------------------------------------------------------
 
-def import_run(archive: Path, runs_dir: Path, max_bytes: int = MAX_BYTES, max_files: int = MAX_FILES) -> RunDir:
+def import_run(archive: Path, runs_dir: Path, max_bytes: int | None = None, max_files: int = MAX_FILES) -> RunDir:
     """Checks and extracts an exported run into `runs_dir`; refuses an unsafe archive, one past the
-    size limits, or a taken id. The run is marked imported and untrusted."""
+    size limits, or a taken id. The run is marked imported and untrusted. `max_bytes`: the user's bound on
+    what it unpacks to; without it, MAX_BYTES and the bound on the expansion ratio (MAX_RATIO)."""
     archive = Path(archive)
+    ratio = max_bytes is None
+    max_bytes = MAX_BYTES if max_bytes is None else max_bytes
     try:
         tar = tarfile.open(archive, "r:*")
     except (OSError, tarfile.TarError) as exc:
         raise UsageError(f"cannot read {archive} as a run archive ({exc})") from exc
     with tar:
-        members = _read_members(tar, archive, max_bytes, max_files)
+        members = _read_members(tar, archive, max_bytes, max_files, ratio)
         run_id = check_members(members, archive)
         target = runs_dir / run_id
         if target.exists():
@@ -262,10 +272,12 @@ def import_run(archive: Path, runs_dir: Path, max_bytes: int = MAX_BYTES, max_fi
     return RunDir(target)
 
 
-def _read_members(tar: tarfile.TarFile, archive: Path, max_bytes: int, max_files: int) -> list[tarfile.TarInfo]:
+def _read_members(tar: tarfile.TarFile, archive: Path, max_bytes: int, max_files: int,
+                  ratio: bool = True) -> list[tarfile.TarInfo]:
     """The members, read header by header and refused as soon as they pass a limit (before any write)."""
     members: list[tarfile.TarInfo] = []
-    total = 0
+    total = data = 0
+    packed = max(archive.stat().st_size, 1)
     try:
         for m in tar:
             members.append(m)
@@ -276,6 +288,12 @@ def _read_members(tar: tarfile.TarFile, archive: Path, max_bytes: int, max_files
                 total += m.size
                 if m.sparse is not None and any(o < 0 or n < 0 or o + n > m.size for o, n in m.sparse):
                     raise UsageError(f"refusing {archive}: member {m.name!r} has a sparse map past its size")
+                data += m.size if m.sparse is None else sum(n for _o, n in m.sparse)
+            if ratio and data > RATIO_FLOOR and data > MAX_RATIO * packed:
+                raise UsageError(f"refusing {archive}: it unpacks to more than {MAX_RATIO} times its size "
+                                 f"({format_size(data)} from {format_size(packed)} by {m.name!r}), as a "
+                                 "decompression bomb does", hint="if you expect that, say how much it may "
+                                 "unpack to: cairn import --max-size SIZE")
             if total > max_bytes:
                 raise UsageError(f"refusing {archive}: it unpacks to more than {format_size(max_bytes)} "
                                  f"(at {m.name!r})", hint="if you expect that much, raise the limit: "

@@ -1,10 +1,12 @@
 """How much disk a run uses, and the limit on it (`--max-disk`).
 
-A run's disk use is what its workspace tree holds (counted by allocated blocks, so a sparse file counts
-what it really takes, and a file hard-linked twice counts once) plus the container's writable layer
-(what the agent wrote outside the workspace: packages, caches; as the engine reports it, `SizeRw` of
-`docker inspect --size`). For a run on a user's own folder (`--workspace DIR`) what the folder held
-when the run first measured it is not counted: the run did not make it (and `<run>/cairn/` is).
+A run's disk use is everything it can make grow on the host: its whole run directory (the workspace,
+`cairn/`, which the sandbox sees as /cairn and where floods of output are offloaded, and `state/`, whose
+checkpoints keep every version of the workspace's files), counted by allocated blocks (so a sparse file
+counts what it really takes, and a file hard-linked twice counts once), plus the container's writable
+layer (what the agent wrote elsewhere in its computer: packages, caches; as the engine reports it,
+`SizeRw` of `docker inspect --size`). For a run on a user's own folder (`--workspace DIR`) what the
+folder held when the run first measured it is not counted: the run did not make it.
 
 Measuring walks the workspace and makes the engine walk the container's layer: ~5 µs a file for each
 (226 ms and 276 ms for 50,000 files on the project's machine; bench/disk_bench.py). So `DiskLimit` measures
@@ -50,8 +52,8 @@ def tree_usage(root: Path) -> int:
 
 class DiskLimit:
     """Stops a run whose disk use passes `limit` (a size as `parse_size` reads it); measured after
-    steps, spaced by its own cost. `measure()` returns (workspace bytes, container layer bytes, or None
-    when the engine does not say)."""
+    steps, spaced by its own cost. `measure()` returns (bytes of the run's files on the host, container
+    layer bytes, or None when the engine does not say)."""
 
     def __init__(self, limit: str, measure: Callable[[], tuple[int, int | None]],
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -76,7 +78,7 @@ class DiskLimit:
         if used <= self.limit:
             self.exceeded = None
             return None
-        what = "the workspace and container use" if layer else "the workspace uses"
+        what = "the run's files and its container use" if layer else "the run's files use"
         self.exceeded = f"disk: {what} {format_size(used)}, over --max-disk {self.text.strip()}"
         return self.exceeded
 
@@ -93,10 +95,10 @@ def disk_limit_of(run: Any, sandbox: Any, limit: str) -> DiskLimit:
             run.update_meta(disk_baseline=baseline)
 
     def measure() -> tuple[int, int | None]:
-        workspace = tree_usage(run.workspace)
+        files = tree_usage(run.root)  # workspace/ (unless external), cairn/ and state/
         if external is not None:
-            workspace = max(0, workspace - baseline) + tree_usage(run.cairn_dir)
+            files += max(0, tree_usage(external) - baseline)
         layer = getattr(sandbox, "disk_usage", None)  # a stand-in sandbox (tests) may not measure
-        return workspace, layer() if layer is not None else None
+        return files, layer() if layer is not None else None
 
     return DiskLimit(limit, measure)

@@ -126,6 +126,8 @@ class LocalSandbox:
         toolbox.shell.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.workspace),
                              "LANG": "C.UTF-8", "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat"}
         toolbox.shell.restart()  # with that environment, not this process's (its keys stay out)
+        toolbox.fresh_env = {key: value for key, value in toolbox.shell.env.items()
+                             if key not in ("TERM", "PAGER", "GIT_PAGER")}  # a check's fresh shell, likewise
         self._toolbox = toolbox
 
     def call(self, op: str, **args: Any) -> dict[str, Any]:

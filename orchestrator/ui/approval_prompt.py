@@ -61,23 +61,37 @@ def ask(question: Question, read: Callable[[str], str] | None = None, out: TextI
 
 def render(question: Question) -> str:
     """The question as the person sees it: the call whole, cleaned of control sequences."""
+    always = f"always: every later call of {clean(question.grant)}"
+    return (f"\n── approval needed ── {clean(question.name)}\n{clean(question.why)}\n"
+            f"{shown_call(question.name, question.arguments)}\n({always}, for the rest of the run)\n")
+
+
+def shown_call(name: str, arguments: str | dict | None, indent: str = "    ") -> str:
+    """A call's arguments whole, as a person deciding on it must see them: a shell command as the lines
+    it is, other arguments as indented JSON; cleaned of control sequences, never cut. Every place a person
+    answers a question shows this (the terminal's question, `cairn show`, `show --step`, the exit line of
+    a run that waits, `cairn approve`)."""
     try:
-        args = json.loads(question.arguments or "{}")
+        args = json.loads(arguments or "{}") if isinstance(arguments, str) or arguments is None else arguments
     except json.JSONDecodeError:
-        args = question.arguments
-    text = {"shell_exec": "command", "shell_start": "command", "shell_send": "keys"}.get(question.name)
+        args = arguments
+    text = {"shell_exec": "command", "shell_start": "command", "shell_send": "keys"}.get(name)
     if text and isinstance(args, dict) and isinstance(args.get(text), str):  # the command line as it is
         rest = {k: v for k, v in args.items() if k != text}
         body = args[text] + (f"\n{json.dumps(rest, ensure_ascii=False)}" if rest else "")
-    elif question.name in ("file_write", "file_edit") and isinstance(args, dict) and set(args) <= FILE_ARGS \
+    elif name in ("file_write", "file_edit") and isinstance(args, dict) and set(args) <= FILE_ARGS \
             and all(isinstance(v, str) for v in args.values()):
-        body = _file_body(question.name, args)  # the file as it would be written, or the edit as a diff
+        body = _file_body(name, args)  # the file as it would be written, or the edit as a diff
     else:
         body = args if isinstance(args, str) else json.dumps(args, indent=2, ensure_ascii=False)
-    shown = "\n".join("    " + line for line in clean(body).splitlines() or [""])
-    always = f"always: every later call of {clean(question.grant)}"
-    return (f"\n── approval needed ── {clean(question.name)}\n{clean(question.why)}\n{shown}\n"
-            f"({always}, for the rest of the run)\n")
+    return "\n".join(indent + line for line in clean(body).splitlines() or [""])
+
+
+def waiting_block(name: str, arguments: str | dict | None, why: str, indent: str = "  ") -> str:
+    """The question a run waits for, for a person reading it off the terminal: why it was asked (every
+    pattern or rule that asked) and the call whole."""
+    return (f"{indent}why: {clean(why)}\n{indent}the call ({clean(name)}), whole:\n"
+            + shown_call(name, arguments, indent + "    "))
 
 
 FILE_ARGS = {"path", "content", "old", "new"}

@@ -12,6 +12,7 @@ from orchestrator.agent.approvals import answer_line
 from orchestrator.context.offload import CAIRN_DIR
 from orchestrator.ui.display import call_line
 from orchestrator import events as ev
+from orchestrator.ui.approval_prompt import waiting_block
 from orchestrator.store.children import open_child
 from orchestrator.agent.state import check_verdict
 from orchestrator.store.runs import RunDir
@@ -97,7 +98,7 @@ def walk(run: RunDir) -> dict[str, Any]:
             calls[e.call_id] = call
             step_of(e.step)["calls"].append(call)
         elif isinstance(e, ev.ApprovalAsked):
-            approvals[e.call_id] = {"asked": e.why, "name": e.name, "arguments": e.arguments}
+            approvals[e.call_id] = {"asked": e.why, "name": e.name, "arguments": e.arguments, "step": e.step}
         elif isinstance(e, ev.ApprovalAnswered):
             approvals.setdefault(e.call_id, {})["answer"] = answer_line(e)
         elif isinstance(e, ev.ToolFinished) and e.call_id in calls:
@@ -139,7 +140,7 @@ def _waiting(approvals: dict[str, dict[str, Any]], status: str) -> dict[str, Any
     for call_id, approval in approvals.items():
         if "asked" in approval:
             return {"call_id": call_id, "name": approval["name"], "arguments": _arguments(approval["arguments"]),
-                    "why": approval["asked"], "answer": approval.get("answer")}
+                    "why": approval["asked"], "answer": approval.get("answer"), "step": approval.get("step")}
     return None
 
 
@@ -153,7 +154,8 @@ def end_error(status: str, result: str | None, end: dict[str, Any] | None) -> di
         said = f"waits for {said}"
     elif status == Status.WAITING:
         said = f"the agent asks: {result}" if result else "the agent waits for an answer"
-    reason = one_line(said) or f"the run ended as {status} without a recorded reason"
+    whole = status == Status.WAITING and said.startswith("waits for approval")  # a person decides from it
+    reason = one_line(said, len(said) if whole else 300) or f"the run ended as {status} without a recorded reason"
     event = {k: end[k] for k in ("index", "type", "step")} if end else None
     return {"reason": reason, "event": event}
 
@@ -341,6 +343,10 @@ def step_text(walked: dict[str, Any], n: int) -> str:
         if c["finished"]:
             out += ["result:" + (f" (saved whole to {c['offloaded_to']})" if c["offloaded_to"] else ""),
                     _indented(c["output"] or "")]
+    waiting = walked.get("approval_waiting")
+    if waiting and waiting.get("step") == n and not waiting.get("answer"):  # asked, so never started: not in calls
+        out += ["", f"── {waiting['name']} (waiting for approval)", waiting_block(waiting["name"], waiting["arguments"],
+                                                                             waiting["why"], indent="")]
     for text in step["notices"]:
         out += ["", f"! {text}"]
     return "\n".join(out)
