@@ -16,13 +16,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
-# Pages other branches of issue 20's work are adding: linked already from the index and the front page.
-# A link to one of them may be missing for now, and only for now: the lead removes this list once those
-# branches are merged, after which a missing page is a broken link like any other.
-EXPECTED_TO_COME = {
-    "docs/terminal-sessions.md", "docs/instructions.md", "docs/install.md", "docs/harbor.md",
-    "docs/atif.md", "docs/web.md", "docs/hostile.md", "docs/compaction.md", "docs/terminal.md",
-}
 
 # [text](target) and [text](target "title"); images too. Code spans and fenced blocks are removed first.
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -66,9 +59,9 @@ def anchors(path: Path) -> set[str]:
     return found
 
 
-def broken_links() -> tuple[list[str], set[str]]:
-    """(links that resolve to nothing inside the repository, pages still expected from other branches)."""
-    broken, waiting = [], set()
+def broken_links() -> list[str]:
+    """The links that resolve to nothing inside the repository (a file, or a heading of a page)."""
+    broken: list[str] = []
     for page in markdown_files():
         where = page.relative_to(ROOT)
         for target in links(page):
@@ -82,14 +75,11 @@ def broken_links() -> tuple[list[str], set[str]]:
                 broken.append(f"{where}: {target} leads outside the repository")
                 continue
             if not resolved.exists():
-                if inside in EXPECTED_TO_COME:
-                    waiting.add(inside)
-                else:
-                    broken.append(f"{where}: {target} names no file of the repository")
+                broken.append(f"{where}: {target} names no file of the repository")
                 continue
             if anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
                 broken.append(f"{where}: {target} names no heading of {inside}")
-    return broken, waiting
+    return broken
 
 
 def test_the_front_page_is_short():
@@ -122,10 +112,8 @@ def test_the_index_and_the_front_page_link_every_docs_page():
 
 
 def test_every_relative_link_resolves_inside_the_repository():
-    broken, waiting = broken_links()
+    broken = broken_links()
     assert not broken, "\n".join(broken)
-    for page in waiting:  # say which pages are still awaited, without failing for them
-        print(f"expected from another branch, not here yet: {page}")
 
 
 def test_the_link_checker_catches_what_it_should(tmp_path, monkeypatch):
@@ -137,8 +125,7 @@ def test_the_link_checker_catches_what_it_should(tmp_path, monkeypatch):
     (tmp_path / "docs" / "a.md").write_text("# A\n\n## B `c`\n")
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     monkeypatch.setitem(globals(), "DOCS", tmp_path / "docs")
-    broken, waiting = broken_links()
-    assert waiting == set()
+    broken = broken_links()
     assert [b.split(": ", 1)[1] for b in broken] == [
         "../x.md leads outside the repository",
         "docs/z.md names no file of the repository",
