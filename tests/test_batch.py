@@ -318,3 +318,16 @@ def test_without_ray_installed_batch_ray_says_how_to_install_it_and_other_comman
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "CAIRN_RUNS_DIR": str(runs_dir)})
     assert out.stdout.strip() == "False"
+
+
+def test_a_rows_model_retry_says_what_it_waits_for_not_a_countdown_that_stops():
+    """The live table is redrawn four times a second: a row must not freeze on `retry 2/6 in 8 s`."""
+    from orchestrator import events as ev
+    from orchestrator.batch.rows import Row, RowDisplay
+
+    row = Row(1, "a task")
+    state = type("State", (), {"step": 3, "totals": type("Totals", (), {"prompt_tokens": 0, "completion_tokens": 0,
+                                                                          "cost_usd": 0.0, "cost_known": True})()})()
+    RowDisplay(row).event(ev.Notice(step=3, text="retry 2/6 in 8 s: the endpoint answered 503", kind="model_retry"),
+                          state)
+    assert row.status == "running: waiting for the model (retry 2/6)"

@@ -63,7 +63,8 @@ class RowDisplay:
         elif isinstance(event, ev.ToolFinished):
             self.row.status = "running"
         elif isinstance(event, ev.Notice) and getattr(event, "kind", None) == "model_retry":
-            self.row.status = f"running: {event.text.split(':', 1)[0]}"  # "retry 2/6 in 8 s"
+            # "retry 2/6 in 8 s: ..." is a moment, not a state: the row says what it waits for until the next event
+            self.row.status = f"running: waiting for the model ({event.text.split(' in ', 1)[0]})"
 
     def close(self) -> None:
         pass
