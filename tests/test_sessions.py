@@ -219,7 +219,7 @@ def test_a_server_started_in_one_step_answers_a_command_in_a_later_step_and_the_
     shown = [c["arguments"] for s in outcome.doc["steps"] for c in s["tool_calls"]]
     assert shown[0] == {"command": "python3 -m http.server 8766", "session": "web", "wait": 2}
     timeline = "\n".join(step_lines(outcome.doc))  # cairn show: the session call in short
-    assert "shell_start  web $ python3 -m http.server 8766 (wait 2 s)" in timeline
+    assert "$ python3 -m http.server 8766 [session web]" in timeline
 
 
 def test_a_flooding_session_is_offloaded_and_all_it_printed_is_kept(tmp_path):
