@@ -93,9 +93,9 @@ def test_installed_from_the_wheel_outside_any_clone_cairn_builds_checks_and_runs
     assert built.stdout.strip() == sandbox_image
     assert "building the sandbox image" not in built.stderr
 
-    doctor = cairn("doctor")
+    doctor = cairn("doctor", "--model", "scripted:demo")  # the model a run would use: the built-in script's
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
-    assert sandbox_image in doctor.stdout
+    assert sandbox_image in doctor.stdout and "scripted:demo" in doctor.stdout
 
     demo = cairn("demo")
     assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
