@@ -507,7 +507,7 @@ def run_fresh(command: str, root: str, env: dict, timeout: float, capture: Captu
     finally:
         os.close(out_w)
     deadline = started + timeout
-    timed_out = False
+    timed_out = ended = False
     try:
         while True:
             left = deadline - time.monotonic()
@@ -520,13 +520,19 @@ def run_fresh(command: str, root: str, env: dict, timeout: float, capture: Captu
                 if data:
                     capture.feed(data)
                     continue
-                break  # no writer is left: the shell and everything it started are done
+                ended = True  # no writer is left: the shell and everything it started are done
+                break
             if HOST in ready and host_gone():
                 _kill_session(proc.pid)
                 raise HostGone(capture)
             if proc.poll() is not None:
                 break  # the shell exited; what still holds its output open is left over, and killed below
     finally:
+        if ended:  # the shell gets to finish exiting on its own: only what it left behind is killed
+            try:
+                proc.wait(timeout=max(0.0, min(2.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                pass
         _kill_session(proc.pid)
         proc.wait()
         os.set_blocking(out_r, False)
