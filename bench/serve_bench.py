@@ -112,6 +112,7 @@ def in_page(page, *marks: str) -> list[float]:
 
 def bench_events(page, base: str, runs_dir: Path, count: int) -> dict[str, float]:
     run = new_run(runs_dir, "live")
+    run.hold()  # this process plays the run's driver: it is live while the bench appends its events
     (run.state / "pid").write_text(json.dumps(process_identity(os.getpid())))  # this process plays the live run
     watch = subprocess.Popen(cairn("watch", run.id, "--runs-dir", str(runs_dir)), stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True, env=ENV, cwd=ROOT)
@@ -144,6 +145,7 @@ def bench_events(page, base: str, runs_dir: Path, count: int) -> dict[str, float
     finally:
         watch.terminate()
         watch.wait()
+        run.release()
     return {"event_to_browser_median_s": statistics.median(browser), "event_to_browser_p90_s": percentile(browser, 0.9),
             "cairn_watch_median_s": statistics.median(terminal) if terminal else float("nan")}
 
