@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.config import SandboxConfig  # noqa: E402
 from orchestrator.sandbox import Sandbox  # noqa: E402
+from orchestrator.agent.delegate import delegate_tool  # noqa: E402
 from orchestrator.tools.builtin import builtin_tools  # noqa: E402
 from orchestrator.tools.registry import Registry, ToolContext  # noqa: E402
 
@@ -63,7 +64,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--wait", type=float, default=0.02, help="shell_send's wait, in seconds")
     options = parser.parse_args()
-    registry = Registry(builtin_tools(Agentish))
+    registry = Registry(builtin_tools(delegate_tool(Agentish)))
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "cairn").mkdir()
         with Sandbox(f"bench-sessions-{os.getpid()}", Path(tmp) / "ws", SandboxConfig(), options.image or default_image(),
