@@ -54,7 +54,7 @@ from typing import Any, Callable
 from orchestrator.config import LimitsConfig, RunConfig
 from orchestrator.errors import first_line
 from orchestrator import events as ev
-from orchestrator.store.children import CHILDREN, ChildRun, open_child, safe_name, top_of
+from orchestrator.store.children import CHILDREN, ChildRun, open_child, safe_name
 from orchestrator.tools.builtin import agent_delegate
 from orchestrator.tools.registry import Tool, ToolContext
 from orchestrator.store.runs import RunDir
@@ -87,11 +87,11 @@ def _new_child_run(parent: Any, call_id: str, step: int, task: str, cfg: RunConf
     root.mkdir(parents=True)
     run = ChildRun(root, parent.run_dir)
     run.write_meta({"id": root.name, "created": time.time(), "task": task, "status": "running",
-                    "parent": top_of(parent.run_dir).id, "call_id": call_id, "parent_step": step, "depth": depth,
+                    "parent": parent.run_dir.top_run.id, "call_id": call_id, "parent_step": step, "depth": depth,
                     "config": cfg.model_dump(mode="json")})
     s = parent.state
     run.events.append(ev.RunStarted(task=task, system_prompt=s.system_prompt, tools=s.tools,
-                                    parent=top_of(parent.run_dir).id, call_id=call_id, depth=depth))
+                                    parent=parent.run_dir.top_run.id, call_id=call_id, depth=depth))
     return run
 
 
@@ -179,7 +179,7 @@ def delegate(parent: Any, agent_class: type, call: Any, step: int, args: dict[st
         raise BadCall("agent_delegate needs a task: the sub-task, written out whole")
     cfg = parent.cfg.model_copy(update={"limits": child_limits(parent, _steps_argument(args.get("max_steps")))})
     run = _new_child_run(parent, call.id, step, task, cfg, depth)
-    diff = WorkspaceDiff(top_of(parent.run_dir), run.root / "index.tmp")
+    diff = WorkspaceDiff(parent.run_dir.top_run, run.root / "index.tmp")
     diff.start()
     run.update_meta(workspace_before=diff.before)
     return _run_child(parent, agent_class, run, cfg, depth, diff, step)
@@ -190,7 +190,7 @@ def resume_delegate(parent: Any, agent_class: type, run: ChildRun, step: int) ->
     it had ended, its ending is read back), and the result is the one the call would have had."""
     meta = run.read_meta()
     cfg = safe_config(meta, run.id)  # as runner.load_config reads a run's stored config
-    diff = WorkspaceDiff(top_of(parent.run_dir), run.root / "index.tmp")
+    diff = WorkspaceDiff(parent.run_dir.top_run, run.root / "index.tmp")
     diff.resume(meta.get("workspace_before"))
     return _run_child(parent, agent_class, run, cfg, int(meta.get("depth") or getattr(parent, "depth", 0) + 1), diff, step,
                       resumed=True)

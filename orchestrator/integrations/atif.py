@@ -30,7 +30,7 @@ from typing import Any
 from orchestrator.version import __version__
 from orchestrator.context import TokenCounter
 from orchestrator import events as ev
-from orchestrator.store.children import ChildRun, open_child, top_of
+from orchestrator.store.children import ChildRun, open_child
 from orchestrator.agent.state import RunState
 from orchestrator.store.runs import RunDir
 from orchestrator.store.trust import safe_config
@@ -128,7 +128,7 @@ class _Export:
                 handler(e)
         if not self.steps:  # a run that crashed before its first event still had a task
             self._step("user", self.task, self.meta.get("created"))
-        top = top_of(self.run)
+        top = self.run.top_run
         doc = {
             "schema_version": SCHEMA_VERSION,
             "session_id": top.id,

@@ -42,10 +42,6 @@ class ChildRun(RunDir):
 
     @property
     def top_run(self) -> RunDir:  # type: ignore[override]
-        return self.top
-
-    @property
-    def top(self) -> RunDir:
         run: RunDir = self
         while isinstance(run, ChildRun):
             run = run.parent
@@ -54,11 +50,7 @@ class ChildRun(RunDir):
     @property
     def path(self) -> str:
         """Relative to the top run's directory, e.g. `state/children/call_1`."""
-        return self.root.relative_to(self.top.root.absolute()).as_posix()
-
-
-def top_of(run: RunDir) -> RunDir:
-    return run.top_run
+        return self.root.relative_to(self.top_run.root.absolute()).as_posix()
 
 
 def safe_name(call_id: str) -> str:
@@ -69,7 +61,7 @@ def safe_name(call_id: str) -> str:
 def open_child(run: RunDir, call_id: str, info: dict[str, Any] | None = None) -> ChildRun | None:
     """The child run of one agent_delegate call of `run`: by the path its ToolFinished recorded, or, for
     a call still running (or cut off by a crash), by its call id."""
-    top = top_of(run)
+    top = run.top_run
     if info and isinstance(info.get("path"), str):
         root = top.root / info["path"]
     else:
