@@ -135,13 +135,7 @@ class Sandbox:
             self._died = self._why_dead(exc.message)
             raise ToolError(f"the sandbox died during this call: {self._died}; "
                             f"the next call starts a fresh one on the same workspace") from exc
-        if not response.get("ok"):
-            error = response.get("error") or "the toolbox gave no reason"
-            raise ToolError(f"{error} (and: {restarted})" if restarted else error)
-        result = response["result"]
-        if restarted:
-            result["sandbox_restarted"] = restarted
-        return result
+        return op_result(response, restarted)
 
     @property
     def instance(self) -> str | None:
@@ -285,6 +279,18 @@ class Sandbox:
         if state.get("Status") != "running":
             return f"the sandbox container stopped ({state.get('Status')}, exit code {state.get('ExitCode')})"
         return f"the toolbox process died ({detail or 'no detail'})"
+
+
+def op_result(response: dict, restarted: str | None = None) -> dict:
+    """A toolbox response as the op's result, or ToolError with its reason (every backend of the toolbox:
+    this one, and Harbor's). `restarted`: why the sandbox was started again before the op, said with it."""
+    if not response.get("ok"):
+        error = response.get("error") or "the toolbox gave no reason"
+        raise ToolError(f"{error} (and: {restarted})" if restarted else error)
+    result = response["result"]
+    if restarted:
+        result["sandbox_restarted"] = restarted
+    return result
 
 
 def with_defaults(cfg: SandboxConfig, op: str, args: dict) -> tuple[dict, float]:

@@ -38,7 +38,7 @@ from typing import Any, Coroutine
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import SandboxError
 from orchestrator.errors import ToolError
-from orchestrator.sandbox import python_volume, with_defaults
+from orchestrator.sandbox import op_result, python_volume, with_defaults
 from orchestrator.sandbox.container import CAIRN_DIR, TOOLBOX_SOURCE
 
 AGENT_DIR = "/opt/cairn"  # the toolbox and its relay, as in cairn's own image
@@ -168,14 +168,7 @@ class HarborSandbox:
         if done.return_code != 0 or not (done.stdout or "").strip():
             self._died = _last_line(done.stderr) or f"the toolbox's relay exited with {done.return_code}"
             raise ToolError(f"the sandbox died during this call: {self._died}; the next call starts it again")
-        response = json.loads((done.stdout or "").strip().splitlines()[-1])
-        if not response.get("ok"):
-            error = response.get("error") or "the toolbox gave no reason"
-            raise ToolError(f"{error} (and: {restarted})" if restarted else error)
-        result = response["result"]
-        if restarted:
-            result["sandbox_restarted"] = restarted
-        return result
+        return op_result(json.loads((done.stdout or "").strip().splitlines()[-1]), restarted)
 
     def has_command(self, name: str) -> bool | None:
         try:
