@@ -18,6 +18,7 @@ from orchestrator.config import ModelConfig
 from orchestrator.llm.client import LLM
 from orchestrator.llm.direct import HEADER_VARIABLES, usage_cost
 from orchestrator.llm.facts import cache_file, cached_facts, model_facts
+from orchestrator.llm.preflight import preflight
 from orchestrator.llm.scripted import ScriptedServer
 
 TOOLS = [{"type": "function", "function": {"name": "shell_exec", "description": "Run a command.",
@@ -134,18 +135,19 @@ def test_facts_kept_by_an_older_cairn_are_asked_again():
     assert model_facts("openai/gpt-4o").prices is not None
 
 
-def test_a_known_openai_model_is_checked_and_asked_without_importing_litellm(server, tmp_path):
+def test_a_known_openai_model_is_checked_and_asked_without_importing_litellm(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    cfg = ModelConfig(model="openai/gpt-4o")
+    preflight(cfg)  # the first time, litellm is asked for the model's facts, which are kept
+    assert LLM(cfg).complete([{"role": "user", "content": "hi"}], []).usage.cost_usd > 0
     code = ("import sys; from orchestrator.config import ModelConfig; from orchestrator.llm.client import LLM; "
             "from orchestrator.llm.preflight import preflight; "
             "cfg = ModelConfig(model='openai/gpt-4o'); preflight(cfg); llm = LLM(cfg); "
             "reply = llm.complete([{'role': 'user', 'content': 'hi'}], []); "
             "print(reply.usage.cost_usd > 0, llm.context_window(), 'litellm' in sys.modules)")
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "OPENAI_BASE_URL": server.url,
-           "OPENAI_API_KEY": "sk-test"}
-    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
-    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
-    assert first.stdout.split() == ["True", "128000", "True"]  # litellm asked once, for the facts
-    assert again.stdout.split() == ["True", "128000", "False"]
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
+    assert again.stdout.split() == ["True", "128000", "False"]  # the kept facts: litellm is never imported
 
 
 def test_the_facts_of_another_installed_litellm_are_kept_and_those_of_a_replaced_one_dropped(tmp_path):

@@ -66,16 +66,19 @@ def test_a_probe_never_makes_a_taker_believe_the_run_is_live(tmp_path):
     state.mkdir()
     RunLock.take(state).release()  # the lock file exists
     probing = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom pathlib import Path\nfrom orchestrator.store.liveness import lock_is_held\n"
-        "end = time.monotonic() + 3\n"
-        "while time.monotonic() < end: lock_is_held(Path(sys.argv[1]))\n"), str(state)])
+        "import sys\nfrom pathlib import Path\nfrom orchestrator.store.liveness import lock_is_held\n"
+        "lock_is_held(Path(sys.argv[1])); print('probing', flush=True)\n"
+        "while True: lock_is_held(Path(sys.argv[1]))\n"), str(state)], stdout=subprocess.PIPE, text=True)
     try:
-        for _ in range(200):
+        assert probing.stdout.readline() == "probing\n"  # the probes run all through the takes below
+        for _ in range(500):
             lock = RunLock.take(state)
             assert lock is not None
             assert lock_is_held(state)
             lock.release()
+        assert probing.poll() is None
     finally:
+        probing.kill()
         probing.wait()
 
 

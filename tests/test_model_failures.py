@@ -125,6 +125,18 @@ def _no_provider_keys(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _warm() -> None:
+    """One answered request first, so that litellm's set-up of a process's first request (a second or
+    so of imports) is not counted against the idle timeouts below, which can then be short."""
+    server = ScriptedServer({"turns": [{"content": "ok"}]})
+    server.start()
+    try:
+        LLM(ModelConfig(model="openai/test", api_base=server.url)).complete(MESSAGES, [])
+    finally:
+        server.stop()
+
+
 def llm_for(url: str, **settings: object) -> tuple[LLM, list[Retry]]:
     llm = LLM(ModelConfig(model="openai/test", api_base=url, **settings))
     llm.retry_base_seconds = 0.01
@@ -150,13 +162,12 @@ def test_an_endpoint_that_never_answers_fails_after_its_idle_timeout_and_one_ret
 
 
 def test_a_stream_that_stalls_after_its_first_chunk_fails_naming_the_endpoint(stalling):
-    # The idle time includes litellm's set-up of its first request in a process: a second or so here.
-    llm, retries = llm_for(stalling.url, stream_idle_timeout=5, max_retries=0)
+    llm, retries = llm_for(stalling.url, stream_idle_timeout=2, max_retries=0)
     seen: list[str] = []
     with pytest.raises(ModelError) as failure:
         llm.complete(MESSAGES, [], on_text=seen.append)
     assert seen == ["Hel"]  # the answer had begun: this is a stall, not a silent endpoint
-    assert f"{stalling.url}: the answer stalled (no byte for 5 s)" in failure.value.message
+    assert f"{stalling.url}: the answer stalled (no byte for 2 s)" in failure.value.message
 
 
 def test_a_long_answer_is_not_cut_by_the_idle_timeout():
@@ -193,7 +204,7 @@ def test_each_kind_of_failure_counts_its_own_retries():
     server = ScriptedServer({"turns": [{"fail": 503}, {"fail": 429}, {"fail": "timeout"}, {"content": "ok"}]})
     server.start()
     try:
-        llm, retries = llm_for(server.url, stream_idle_timeout=3)
+        llm, retries = llm_for(server.url, stream_idle_timeout=1)
         reply = llm.complete(MESSAGES, [])
     finally:
         server.stop()

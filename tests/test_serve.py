@@ -24,17 +24,23 @@ from orchestrator.ui.web.server import is_loopback
 from tests.serve_helpers import ROOT, served
 
 
-@pytest.fixture
-def made(tmp_path) -> RunDir:
+def make_run(runs: Path) -> RunDir:
     """A run that was made and never driven (no sandbox needed): status running, not live."""
     cfg = RunConfig.model_validate({"model": {"model": "scripted:demo"}})
-    run = create_run(tmp_path / "runs", "a task with <img src=x onerror=alert(1)>", cfg)
+    run = create_run(runs, "a task with <img src=x onerror=alert(1)>", cfg)
     run.events.append(ev.RunStarted(task="a task", system_prompt="s", tools=[]))
     run.release()  # made by this process, which does not drive it: it is not live
     return run
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> RunDir:
+    """The one run the module's server serves. The tests below only add to it what the others do not
+    look at (an event, a message, files of the workspace), so they share one server process."""
+    return make_run(tmp_path_factory.mktemp("serve") / "runs")
+
+
+@pytest.fixture(scope="module")
 def server(made):
     yield from served(made.root.parent)
 
@@ -253,9 +259,10 @@ def test_an_image_of_the_workspace_is_served_as_an_image_and_nothing_else_is(ser
     assert status == 200 and json.loads(body)["image"] is None  # shown as text on the page
 
 
-def test_the_list_the_server_keeps_is_read_again_when_a_runs_files_change(made):
+def test_the_list_the_server_keeps_is_read_again_when_a_runs_files_change(tmp_path):
     from orchestrator.ui.inspect.listing import list_runs
 
+    made = make_run(tmp_path / "runs")
     kept: dict = {}
     (first,) = list_runs(made.root.parent, kept)
     assert first["status"] == "interrupted" and made.id in kept
