@@ -12,7 +12,7 @@ from typing import Any
 
 from orchestrator.agent.approvals import approval_wait, subject
 from orchestrator.ui.inspect.listing import list_runs, run_row
-from orchestrator.ui.inspect.report import chart as report_chart
+from orchestrator.ui.inspect.chart import chart as report_chart
 from orchestrator.ui.inspect.report_data import sessions, step_diffs, step_times
 from orchestrator.ui.inspect.report_time import time_axis
 from orchestrator.ui.inspect.timeline import step_text, walk
