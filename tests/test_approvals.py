@@ -5,11 +5,9 @@ from __future__ import annotations
 import io
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from orchestrator.store.runs import RunDir
 from tests import fake_loop
 from tests.in_process import cairn_in_process
 from tests.loop_helpers import call, done, play, tool_messages, turn
+from tests.terminal_helpers import Pane
 
 NETWORK = {"sandbox": {"network": "bridge"}}
 
@@ -419,42 +418,6 @@ def test_mcp_annotations_from_a_real_stdio_server_decide_what_is_asked(tmp_path,
 # -- asking on a terminal: the real command in tmux ------------------------------------------------
 
 
-class Tmux:
-    """`cairn run` on a real terminal (a tmux pane), read with capture-pane and answered with send-keys."""
-
-    def __init__(self, tmp_path: Path, args: list[str], env: dict[str, str], number: int) -> None:
-        self.runs, self.name = tmp_path / "runs", f"cairn-test-{os.getpid()}-{tmp_path.name}-{number}"
-        command = shlex.join(["env", "-u", "EDITOR", "-u", "VISUAL", f"CAIRN_RUNS_DIR={self.runs}",
-                              *(f"{k}={v}" for k, v in env.items()), sys.executable, "-m", "orchestrator.cli", *args])
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "200", "-y", "50",
-                        "-c", str(Path(__file__).resolve().parent.parent), f"{command}; echo EXIT=$?; sleep 300"],
-                       check=True)
-
-    def screen(self) -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name, "-S", "-"], capture_output=True,
-                              text=True, check=True).stdout
-
-    def wait_for(self, text: str, count: int = 1, timeout: float = 120) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if screen.count(text) >= count:
-                return screen
-            time.sleep(0.3)
-        raise AssertionError(f"{text!r} (x{count}) never appeared; the screen:\n{self.screen()}")
-
-    def keys(self, *keys: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
-
-    def answer(self, *lines: str) -> None:
-        for line in lines:
-            subprocess.run(["tmux", "send-keys", "-t", self.name, "-l", line], check=True)
-            subprocess.run(["tmux", "send-keys", "-t", self.name, "Enter"], check=True)
-
-    def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
-
-
 PROMPT = "approve? [y]es once · [a]lways · [n]o · [e]dit:"
 
 
@@ -462,17 +425,18 @@ PROMPT = "approve? [y]es once · [a]lways · [n]o · [e]dit:"
 def terminal(tmp_path):
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed (apt-get install tmux)")
-    made: list[Tmux] = []
+    made: list[Pane] = []
 
     def start(turns: list[dict] | None = None, settings: dict | None = None, env: dict[str, str] | None = None,
-              args: list[str] | None = None) -> Tmux:
+              args: list[str] | None = None) -> Pane:
         """`cairn run` of a scripted task with the network on (or the command `args`), in a new pane."""
         if args is None:
             model = script(tmp_path, f"script-{len(made)}.json", turns or [])
             options = tmp_path / f"settings-{len(made)}.json"
             options.write_text(json.dumps(settings or {}))
             args = ["run", "--model", model, "--network", "bridge", "--settings", str(options), "a task with effects"]
-        made.append(Tmux(tmp_path, args, env or {}, len(made)))
+        made.append(Pane(f"cairn-test-{os.getpid()}-{tmp_path.name}-{len(made)}", tmp_path / "runs", args, env,
+                         width=200, height=50))
         return made[-1]
     yield start
     for pane in made:
@@ -490,14 +454,14 @@ def test_on_a_terminal_each_answer_y_a_n_and_e_does_what_it_says(terminal):
                     {"approvals": {"shell_patterns": ["^echo deploy"]}})
     screen = pane.wait_for(PROMPT)
     assert "── approval needed ── shell_exec" in screen and "    echo deploy 1" in screen
-    pane.answer("y")
+    pane.type("y")
     pane.wait_for(PROMPT, 2)
-    pane.answer("a")  # always for the pattern: deploy 3 runs unasked
+    pane.type("a")  # always for the pattern: deploy 3 runs unasked
     screen = pane.wait_for(PROMPT, 3)
     assert "web_fetch reaches the network" in screen and "echo deploy 3" in screen
-    pane.answer("n", "no fetching today")
+    pane.type("n", "no fetching today")
     pane.wait_for(PROMPT, 4)
-    pane.answer("e", '{"command": broken', '{"command": "echo edited"}')
+    pane.type("e", '{"command": broken', '{"command": "echo edited"}')
     screen = pane.wait_for("EXIT=")
     assert "not valid JSON" in screen and "EXIT=0" in screen
 
@@ -517,7 +481,7 @@ def test_on_a_terminal_e_opens_the_editor_when_one_is_set(terminal):
     pane = terminal([shell("echo deploy main"), done()], {"approvals": {"shell_patterns": ["^echo deploy"]}},
                     env={"EDITOR": "sed -i s/main/edited/"})
     pane.wait_for(PROMPT)
-    pane.answer("e")
+    pane.type("e")
     assert "EXIT=0" in pane.wait_for("EXIT=")
     run = RunDir.all(pane.runs)[0]
     (started, _done) = [e for e in run.events.read()[0] if e.type == "tool_started"]
@@ -633,7 +597,7 @@ def test_a_waiting_run_resumed_on_a_terminal_asks_there_and_ctrl_d_leaves_it_wai
     assert out.run.read_meta()["status"] == "waiting"
     pane = terminal(args=["resume", out.run.id, "--model", rest])
     pane.wait_for(PROMPT)
-    pane.answer("y")
+    pane.type("y")
     assert "EXIT=0" in pane.wait_for("EXIT=")
     events = out.run.events.read()[0]
     assert len([e for e in events if e.type == "approval_asked"]) == 1  # asked once in the log, answered once
