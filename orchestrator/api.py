@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UsageError
+from orchestrator.ports import Unseen
 
 EventCallback = Callable[[Any], None]  # called with each orchestrator.events event, in order, as it is logged
 
@@ -144,7 +145,7 @@ class Agent:
         try:
             if resumed:
                 self.run_dir.events.set_aside_torn_line()
-            agent = Loop(self.run_dir, cfg, self.sandbox, self.model, _Sink(self.on_event))
+            agent = Loop(self.run_dir, cfg, self.sandbox, self.model, Unseen(self.on_event))
             if self.tools is not None:
                 agent.execute = _only(agent, self.tools)
             if resumed:
@@ -169,31 +170,11 @@ def result_of(run_dir: Any, status: str, error: Any = None) -> RunResult:
 
 # -- the pieces -------------------------------------------------------------------------------------
 
-class _Sink:
-    """The display port for a program: each event goes to `on_event`, nothing is printed."""
-
-    def __init__(self, on_event: EventCallback | None) -> None:
-        self.on_event = on_event
-
-    def event(self, event: Any, state: Any) -> None:
-        if self.on_event is not None:
-            self.on_event(event)
-
-    def pause(self) -> None:
-        pass
-
-    def resume(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def _drive(run_dir: Any, cfg: Any, on_event: EventCallback | None, message: str | None, resumed: bool) -> RunResult:
     from orchestrator.session.drive import drive
 
     try:
-        driven = drive(run_dir, cfg, _Sink(on_event), resumed=resumed, message=message)
+        driven = drive(run_dir, cfg, Unseen(on_event), resumed=resumed, message=message)
     finally:
         run_dir.release()  # a program goes on after the run: its lock goes with its session
     return result_of(run_dir, driven.status, driven.error)

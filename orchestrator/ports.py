@@ -109,6 +109,18 @@ class Display(Protocol):
         """`state`: the run's state after the event (agent/state.py's RunState)."""
 
 
+class Unseen:
+    """The display nobody looks at: a program's run (each event goes to `on_event`, if given) and a
+    sub-agent with no display of its own."""
+
+    def __init__(self, on_event: Callable[[ev.Event], None] | None = None) -> None:
+        self.on_event = on_event
+
+    def event(self, event: ev.Event, state: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+
+
 class EventLog(Protocol):
     def append(self, event: ev._Event) -> None: ...
 

@@ -13,16 +13,12 @@ from typing import Any, Callable
 
 from orchestrator.agent.loop import Agent
 from orchestrator.config import RunConfig
+from orchestrator.ports import Unseen
 from orchestrator.testing import LocalSandbox, MemoryStore, ScriptedModel
 from orchestrator.ui.inspect.timeline import timeline
 from tests.loop_helpers import call, done, text_of, tool_messages, turn
 
 __all__ = ["MemoryOutcome", "call", "done", "play", "resume", "text_of", "tool_messages", "turn"]
-
-
-class _Unseen:
-    def event(self, event: Any, state: Any) -> None:
-        pass
 
 
 @dataclass
@@ -63,7 +59,7 @@ def resume(outcome: MemoryOutcome, message: str | None = None, turns: list[dict[
 def _go(store: MemoryStore, cfg: RunConfig, sandbox: LocalSandbox, script: dict[str, Any], message: str | None,
         resumed: bool) -> MemoryOutcome:
     model = ScriptedModel(script, context_window=cfg.model.context_window)
-    agent = Agent(store, cfg, sandbox, model, _Unseen())
+    agent = Agent(store, cfg, sandbox, model, Unseen())
     try:
         if resumed:
             agent.recover()

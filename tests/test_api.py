@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import orchestrator
-from orchestrator.api import _Sink
+from orchestrator.ports import Unseen
 from orchestrator.errors import UsageError
 from orchestrator.session.new_run import create_run
 from orchestrator.session.settings import resolve_config
@@ -37,7 +37,7 @@ def test_the_task_given_to_both_create_run_and_go_is_sent_once(tmp_path):
     model = ScriptedModel({"turns": [{"tool_calls": [{"name": "task_done", "arguments": {"summary": "3"}}]}]})
     session = Session.__new__(Session)  # the Session's own go(), on in-memory ports instead of Docker
     with LocalSandbox(run.workspace, run.cairn_dir) as sandbox:
-        session.agent = Loop(run, cfg, sandbox, model, _Sink(None))
+        session.agent = Loop(run, cfg, sandbox, model, Unseen())
         assert session.go("count to three") == "done"
     sent = json.dumps(model.requests[0]["messages"])
     assert sent.count("count to three") == 1

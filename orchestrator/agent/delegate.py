@@ -53,6 +53,7 @@ from typing import Any, Callable
 
 from orchestrator.config import LimitsConfig, RunConfig
 from orchestrator.errors import first_line
+from orchestrator.ports import Unseen
 from orchestrator import events as ev
 from orchestrator.store.children import CHILDREN, ChildRun, open_child, safe_name
 from orchestrator.tools.builtin import agent_delegate
@@ -134,15 +135,7 @@ def child_display(parent: Any, depth: int) -> Any:
     """What shows a sub-agent's events: the parent display's `child(depth)` where it has one (the terminal's
     indents the child's lines under the parent's: ui/display.py), else nothing."""
     make = getattr(parent, "child", None)
-    return make(depth) if make is not None else _Unseen()
-
-
-class _Unseen:
-    def event(self, event: ev.Event, state: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+    return make(depth) if make is not None else Unseen()
 
 
 # -- the tool ---------------------------------------------------------------------------------------
