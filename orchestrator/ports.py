@@ -2,9 +2,10 @@
 
 The loop (agent/loop.py) and the tools (tools/) depend on these and on nothing of Docker, litellm or the run
 directory's layout; the composition root (session/compose.py) plugs in the real parts: `llm.client.LLM` for
-`Model`, `sandbox.Sandbox` (Docker) for `Sandbox`, `store.runs.RunDir` for `Store`, `ui.display.LiveDisplay` or
-`Quiet` for `Display` (`Unseen` below where nobody looks). A second sandbox backend is one new class with the methods of `Sandbox`; a test's
-fake is one too (orchestrator/testing has in-memory ones of Model, Sandbox and Store).
+`Model`, `sandbox.Sandbox` (Docker) for `Sandbox`, `store.runs.RunDir` for `Store`, `ui.display.LiveDisplay`
+or `Quiet` for `Display` (`Unseen` below where nobody looks). A second sandbox backend is one new class with
+the methods of `Sandbox`; a test's fake is one too (orchestrator/testing has in-memory ones of Model,
+Sandbox and Store).
 """
 
 from __future__ import annotations
