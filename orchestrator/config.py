@@ -22,7 +22,7 @@ class Settings(BaseModel):
 
 class SandboxConfig(Settings):
     """The Docker sandbox: by default the agent is root in a container walled off from the host
-    (orchestrator/sandbox/container.py says where the wall is); `lockdown` is the cage for untrusted work."""
+    (orchestrator/sandbox/profile.py says where the wall is); `lockdown` is the cage for untrusted work."""
 
     image: str | None = Field(None, description="Image to run; None means the image built from sandbox_image/.")
     workdir: str = Field("/workspace", description="The agent's work directory in the container, where the run's "

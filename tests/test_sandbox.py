@@ -12,7 +12,8 @@ import pytest
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import SandboxError, UsageError
 from orchestrator.sandbox import Sandbox, ToolError
-from orchestrator.sandbox.container import ROOT_CAPABILITIES, gc, run_options, sandbox_user
+from orchestrator.sandbox.container import gc
+from orchestrator.sandbox.profile import ROOT_CAPABILITIES, run_options, sandbox_user
 from tests.sandbox_fixtures import build_image, docker_client, sandbox_image  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.docker

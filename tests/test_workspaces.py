@@ -194,7 +194,7 @@ def test_under_lockdown_a_folder_root_owns_is_refused_unless_a_sandbox_user_is_g
     out = cairn_here("run", "task", "--workspace", str(folder), "--lockdown", runs_dir=runs_dir)
     assert out.returncode == 2 and "belongs to root" in out.stderr and "--sandbox-user" in out.stderr
     assert not runs_dir.exists() or not list(runs_dir.iterdir())
-    from orchestrator.sandbox.container import decide_user
+    from orchestrator.sandbox.profile import decide_user
 
     cfg = resolve_config({"sandbox": {"user": "1000:1000", "lockdown": True}})
     assert decide_user(cfg.sandbox, folder, external=True) == (1000, 1000)

@@ -28,6 +28,7 @@ from orchestrator.errors import ToolError  # the port's: a fake sandbox raises t
 from orchestrator.sandbox import container as containers
 from orchestrator.sandbox import ownership
 from orchestrator.sandbox.engine import connect
+from orchestrator.sandbox.profile import decide_user
 from orchestrator.sandbox.exec_stream import DockerExecStream
 from orchestrator.sandbox.toolbox_client import ToolboxClient, ToolboxDied
 
@@ -81,7 +82,7 @@ class Sandbox:
     def start(self) -> None:
         """Start the run's container (the kept one when it fits, see container.open_machine) and the
         toolbox in it. Raises SandboxError naming the problem."""
-        user = self.user = containers.decide_user(self.cfg, self.workspace, external=self.external)
+        user = self.user = decide_user(self.cfg, self.workspace, external=self.external)
         self.client = self.client or connect()
         machine = containers.open_machine(self.client, self.cfg, self.run_id, self.workspace, self.image,
                                           user=user, cairn_mount=self.cairn_mount, run_dir=self.run_dir,

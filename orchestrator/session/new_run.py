@@ -53,7 +53,7 @@ def create_run(runs_dir: Path, task: str, cfg: RunConfig, workspace: Path | None
     template = template_dir(cfg.template)
     if workspace is not None:
         workspace = check_workspace_dir(Path(workspace), runs_dir)
-        from orchestrator.sandbox.container import decide_user
+        from orchestrator.sandbox.profile import decide_user
 
         decide_user(cfg.sandbox, workspace, external=True)  # a folder root owns is refused before a run exists
     if from_git is not None:

@@ -39,7 +39,7 @@ from orchestrator.config import SandboxConfig
 from orchestrator.errors import SandboxError
 from orchestrator.errors import ToolError
 from orchestrator.sandbox import op_result, python_volume, with_defaults
-from orchestrator.sandbox.container import CAIRN_DIR, TOOLBOX_SOURCE
+from orchestrator.sandbox.profile import CAIRN_DIR, TOOLBOX_SOURCE
 
 AGENT_DIR = "/opt/cairn"  # the toolbox and its relay, as in cairn's own image
 RELAY_SOURCE = Path(__file__).with_name("relay.py")
