@@ -151,6 +151,9 @@ class ContextConfig(Settings):
     compact_growth: float = Field(
         0.09, ge=0, lt=1, description="Compact also above the low-water mark once the history grew by this share "
         "of the window since the last compaction (0: only at the high-water mark).")
+    digest_budget: float = Field(
+        0.06, ge=0, lt=1, description="Once the digests pass this share of the window, the oldest fold into one "
+        "line naming the file that holds them (0: never).")
 
     @field_validator("low_water")
     @classmethod

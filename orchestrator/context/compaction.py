@@ -126,7 +126,10 @@ def compact(
     replacements = _pointers(entries, recent | last, calls, tokens, counter, save, fits)
     total = sum(tokens.values())
 
-    digest = None if fits(total) else make_digest(turns[: max(0, len(turns) - protected)], tokens, replacements, counter, summary_prefix, step)
+    digest = None if fits(total) else make_digest(
+        turns[: max(0, len(turns) - protected)], tokens, replacements, counter, summary_prefix, step,
+        # The budget in raw tokens, as the history counts them.
+        round(cfg.digest_budget * window / counter.ratio))
     # A digest when it leaves the request below the middle of the marks (the part that stays, the digests
     # and the recent turns, may be above the low mark: a summary then would be written at every compaction),
     # else a summary; a digest still, when no summary can be made.
