@@ -145,7 +145,7 @@ def _steps(digests: Sequence[Entry]) -> tuple[int, int]:
 def fold_line(first: int, last: int, path: str) -> str:
     """The line that stands for folded digests in the context: what they were, where they are, how to read them."""
     return (
-        f"[Steps {first} to {last}, folded twice by cairn to keep the context small: their digests (a line a "
+        f"[Steps {first} to {last}, folded by cairn to keep the context small: their digests (a line a "
         f"step, with your calls and where each result is) are in {path}, under \"The replaced messages\"; "
         "read any file with file_read.]"
     )
