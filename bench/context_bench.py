@@ -1200,7 +1200,8 @@ def _workload(name: str, steps: int, seed: int) -> list[Turn]:
 def _config(args: argparse.Namespace, **overrides: Any) -> ContextConfig:
     fields = {"high_water": args.high_water, "low_water": args.low_water, "preview_lines": args.preview_lines,
               "preview_chars": args.preview_chars, "keep_recent_results": args.keep_recent_results,
-              "keep_recent_turns": args.keep_recent_turns, "compact_growth": args.compact_growth}
+              "keep_recent_turns": args.keep_recent_turns, "compact_growth": args.compact_growth,
+              "digest_budget": args.digest_budget}
     return ContextConfig(**(fields | overrides))
 
 
@@ -1231,6 +1232,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--keep-recent-turns", type=int, default=defaults.keep_recent_turns)
     parser.add_argument("--compact-growth", type=float, default=defaults.compact_growth,
                         help="cairn also compacts above the low mark after this share of the window's growth (0: off)")
+    parser.add_argument("--digest-budget", type=float, default=defaults.digest_budget,
+                        help="cairn folds the oldest digests into one line past this share of the window (0: never)")
     parser.add_argument("--sweep", action="store_true",
                         help="instead of one run: cairn's marks and preview size over seeds and windows, as a table")
     args = parser.parse_args(argv)

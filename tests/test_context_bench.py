@@ -10,6 +10,8 @@ from types import ModuleType
 
 import pytest
 
+from orchestrator.config import ContextConfig
+
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "context_bench.py"
 LAST_LINE = re.compile(
     r"^cache_hit=(?P<cache_hit>[0-9.]+) peak_tokens=(?P<peak>\d+) "
@@ -94,8 +96,8 @@ def test_real_shaped_workload_has_the_measured_shapes() -> None:
 # --- references back: what a step that needs an earlier observation costs --------------------------
 
 
-def _cairn(bench: ModuleType, turns: list, references: dict):
-    ledger, _ = bench.measure_cairn(turns, 16_000, 1, references=references)
+def _cairn(bench: ModuleType, turns: list, references: dict, **settings: object):
+    ledger, _ = bench.measure_cairn(turns, 16_000, 1, ContextConfig(**settings), references=references)
     return ledger
 
 
@@ -119,7 +121,8 @@ def test_a_result_still_whole_in_the_request_costs_cairn_nothing() -> None:
     bench = load_bench()
     turns = bench.make_workload(40, seed=7)
     source = turns[_small_step(turns, range(33, 40)) - 1].calls[-1]  # among the last 10 results: whole
-    plain, ledger = _cairn(bench, turns, {}), _cairn(bench, turns, {40: source})
+    plain = _cairn(bench, turns, {}, keep_recent_results=10)
+    ledger = _cairn(bench, turns, {40: source}, keep_recent_results=10)
     assert ledger.rereads == 0 and ledger.reread_cost == 0
     assert (ledger.requests, ledger.cost) == (plain.requests, plain.cost)
 

@@ -19,10 +19,12 @@ Three moves, cheapest first:
 2. If that does not reach the low-water mark, the old turns since the last summary or digest are
    folded into a digest (context/digest.py): one message, a line a step with its calls and where
    each result is, and a file with the turns as they were. No model call, nothing lost, about a
-   quarter of the tokens of the same turns as pointers; earlier digests stay as they are. The
-   digest is enough when it leaves the request below the middle of the two marks: what stays (the
-   prefix, the digests, the recent turns) may itself be above the low mark.
-3. If the digest does not leave that room (the digests have piled up), the oldest turns (earlier
+   quarter of the tokens of the same turns as pointers; earlier digests stay as they are, until
+   they pass `digest_budget` of the window: then the oldest fold into one line naming the new
+   digest's file, which holds them whole (a line a step still piles up over a long run, and would
+   otherwise force a summary). The digest is enough when it leaves the request below the middle of
+   the two marks: what stays (the prefix, the digests, the recent turns) may itself be above the low mark.
+3. If the digest does not leave that room (the digests have piled up, or the fold is off), the oldest turns (earlier
    digests included) are summarized by the model. The summary is saved as a file with the paths of
    every saved output of those turns and the turns themselves, and one message holding the summary
    and that file's path takes their place. The summary request is the agent's own request as it stands (the history
@@ -126,7 +128,10 @@ def compact(
     replacements = _pointers(entries, recent | last, calls, tokens, counter, save, fits)
     total = sum(tokens.values())
 
-    digest = None if fits(total) else make_digest(turns[: max(0, len(turns) - protected)], tokens, replacements, counter, summary_prefix, step)
+    digest = None if fits(total) else make_digest(
+        turns[: max(0, len(turns) - protected)], tokens, replacements, counter, summary_prefix, step,
+        # The budget in raw tokens, as the history counts them.
+        round(cfg.digest_budget * window / counter.ratio))
     # A digest when it leaves the request below the middle of the marks (the part that stays, the digests
     # and the recent turns, may be above the low mark: a summary then would be written at every compaction),
     # else a summary; a digest still, when no summary can be made.

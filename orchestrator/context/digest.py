@@ -12,6 +12,7 @@ Nothing is lost: every line's file resolves, and the digest's file holds the res
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,12 @@ MAX_ARGUMENT_CHARS = 160
 # A result this short is shown in its line ("edited a.py"): a path to it would be no shorter.
 MAX_INLINE_RESULT_CHARS = 80
 MAX_ERROR_CHARS = 120
+# When the digests outgrow their budget, the newest of them stay in the context up to this share of it
+# (with the new digest); the older fold into one line naming the file that holds them.
+KEEP_AFTER_FOLD = 0.5
+
+# The first line of a digest (and of a fold, which starts alike): the steps it stands for.
+_STEPS = re.compile(r"^\[Steps (\d+) to (\d+)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -50,15 +57,24 @@ def make_digest(
     counter: TokenCounter,
     prefix: str,
     step: int,
+    budget: int = 0,
 ) -> Digest | None:
     """A digest of the `old` turns after the last summary or digest (their messages' `tokens` and
     pointer `replacements` as the pointer pass left them), or None when there are none, or when it
     would not be smaller than they are. Earlier summaries and digests stay as they are, so the prefix
-    up to them stays cached. Results that were in no file yet get one, to be saved with the digest's."""
+    up to them stays cached. Results that were in no file yet get one, to be saved with the digest's.
+
+    Unless the digests since the last summary, with the new one, pass `budget` raw tokens (0: no
+    budget): then the oldest of them fold into one line naming the new digest's file, which holds
+    them whole, and the newest stay whole after that line up to `KEEP_AFTER_FOLD` of the budget. A
+    line a step piles up to thousands of tokens read at every step of a long run, and would in the
+    end need a summary (a model call); the fold costs no call, loses nothing, and rewrites only the
+    digests kept, once in a while."""
     start = max((i + 1 for i, turn in enumerate(old) if turn[0].kind in ("summary", "digest")), default=0)
     span = [entry for turn in old[start:] for entry in turn]
     if not span:
         return None
+    earlier = _earlier_digests(old[:start])
     messages = [replaced_message(e, replacements[e.id]) if e.id in replacements else e.message for e in span]
     path = digest_path(span, prefix)
     results: dict[str, str | None] = {}
@@ -79,11 +95,60 @@ def make_digest(
             errors[entry.id] = error_line(text)
     message = digest_message(span, messages, path, results, errors)
     digest_tokens = counter.message({"role": "user", "content": message})
+    first = span[0].step
+    folded = _to_fold(earlier, tokens, digest_tokens, budget)
+    if folded:
+        kept = earlier[len(folded) :]
+        first, last = _steps(folded)
+        message = "\n\n".join([fold_line(first, last, path), *(e.content for e in kept), message])
+        span, messages = [*folded, *kept, *span], [*(e.message for e in folded + kept), *messages]
+        digest_tokens = counter.message({"role": "user", "content": message})
     removed = sum(tokens[entry.id] for entry in span)
     if digest_tokens >= removed:
         return None
-    files.append((path, digest_file(step, span, messages, message)))
+    files.append((path, digest_file(step, span, messages, message, first)))
     return Digest([e.id for e in span], message, path, files, digest_tokens, removed)
+
+
+def _earlier_digests(before: list[list[Entry]]) -> list[Entry]:
+    """The digests that end `before` (the turns up to the new digest's span), back to the last summary:
+    they are one run of messages, each digest having replaced all the turns since the one before it."""
+    earlier: list[Entry] = []
+    for turn in reversed(before):
+        if turn[0].kind != "digest" or len(turn) > 1:
+            break
+        earlier.insert(0, turn[0])
+    return earlier
+
+
+def _to_fold(earlier: list[Entry], tokens: dict[str, int], new_tokens: int, budget: int) -> list[Entry]:
+    """The oldest of the `earlier` digests to fold: none while they and the new digest (`new_tokens`)
+    are within `budget`; else all but the newest that stay within `KEEP_AFTER_FOLD` of it with the new."""
+    if budget <= 0 or sum(tokens[e.id] for e in earlier) + new_tokens <= budget:
+        return []
+    room, keep = KEEP_AFTER_FOLD * budget - new_tokens, 0
+    for entry in reversed(earlier):
+        if tokens[entry.id] > room:
+            break
+        room, keep = room - tokens[entry.id], keep + 1
+    return earlier[: len(earlier) - keep]
+
+
+def _steps(digests: Sequence[Entry]) -> tuple[int, int]:
+    """The first and last step the `digests` stand for, read from their first lines."""
+    ranges = [(int(a), int(b)) for entry in digests for a, b in _STEPS.findall(entry.content)]
+    if not ranges:  # not written by digest_message: the steps of their compactions
+        return digests[0].step, digests[-1].step
+    return min(a for a, _ in ranges), max(b for _, b in ranges)
+
+
+def fold_line(first: int, last: int, path: str) -> str:
+    """The line that stands for folded digests in the context: what they were, where they are, how to read them."""
+    return (
+        f"[Steps {first} to {last}, folded by cairn to keep the context small: their digests (a line a "
+        f"step, with your calls and where each result is) are in {path}, under \"The replaced messages\"; "
+        "read any file with file_read.]"
+    )
 
 
 def digest_path(span: Sequence[Entry], prefix: str = "") -> str:
@@ -115,10 +180,12 @@ def digest_message(span: Sequence[Entry], messages: Sequence[dict[str, Any]], pa
     return "\n".join(lines)
 
 
-def digest_file(step: int, span: Sequence[Entry], messages: Sequence[dict[str, Any]], message: str) -> str:
-    """The saved digest: the message that stands for the span, then the span's messages as they were."""
+def digest_file(step: int, span: Sequence[Entry], messages: Sequence[dict[str, Any]], message: str,
+                first: int | None = None) -> str:
+    """The saved digest: the message that stands for the span, then the span's messages as they were.
+    `first` is the first step the span stands for (a folded digest's entry has its compaction's step)."""
     parts = [
-        f"# Steps {span[0].step} to {span[-1].step}",
+        f"# Steps {span[0].step if first is None else first} to {span[-1].step}",
         "",
         f"Folded at step {step} by cairn's compaction: {len(span)} messages replaced in the context by",
         "the digest below. The messages follow it as the context held them; a pointer in them names",
