@@ -100,7 +100,8 @@ from orchestrator.context import (  # noqa: E402
     shape_assistant_message,
     shape_result,
 )
-from orchestrator.context.compaction import SUMMARY_DIR, pointer_path  # noqa: E402
+from orchestrator.context.compaction import SUMMARY_DIR  # noqa: E402
+from orchestrator.context.pointers import pointer_path  # noqa: E402
 from orchestrator.context.offload import obs_path  # noqa: E402
 from orchestrator.agent.critic import CRITIC_DIR, critic_request, tail_text  # noqa: E402
 from orchestrator.events import CriticNote  # noqa: E402

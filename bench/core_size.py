@@ -57,6 +57,9 @@ OUTSIDE = (
                                      "its running servers"),
     ("orchestrator/llm/openai_compat.py", "the direct path to a server of one's own: took the body and key "
                                           "of its request"),
+    # 2026-11-25
+    ("orchestrator/context/span_files.py", "the text of the files a digest or a summary leaves for reading back "
+                                           "(digest_file, summary_file, replaced_messages): no request holds it"),
 )
 
 

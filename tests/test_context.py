@@ -22,7 +22,7 @@ from orchestrator.context import (
     shape_result,
     shape_write_arguments,
 )
-from orchestrator.context.compaction import pointer_path
+from orchestrator.context.pointers import pointer_path
 from orchestrator.events import Compaction, dump_event, parse_event
 
 SYSTEM = "You are cairn."

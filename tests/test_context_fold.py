@@ -64,19 +64,6 @@ def test_past_the_budget_the_oldest_digests_fold_into_one_line_naming_a_file_tha
     assert fold.tokens < old[0].tokens + old[1].tokens
 
 
-def test_after_a_fold_the_newest_digests_stay_whole_within_half_the_budget() -> None:
-    files = Files()
-    history, _ = two_digests(files, first_turns=40)  # a big oldest digest, a small newer one
-    big, small = history.entries[:2]
-    add_turns(history, 50, 5)
-    # Past the budget with the new digest; the small one and the new stay within half of it.
-    cfg = ContextConfig(**MARKS, digest_budget=budget(big.tokens + small.tokens))
-    event = run_compact(history, cfg, window=WINDOW, files=files)
-    fold = history.entries[0].content
-    assert fold.startswith(fold_line(0, 43, event.summary_path) + "\n\n" + small.content + "\n\n[Steps 49 to ")
-    assert big.content in files.saved[event.summary_path] and small.content in files.saved[event.summary_path]
-
-
 def test_within_the_budget_no_digest_is_folded() -> None:
     files = Files()
     history, _ = two_digests(files)

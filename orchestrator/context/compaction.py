@@ -42,10 +42,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator.config import ContextConfig
-from orchestrator.context.digest import make_digest, replaced_messages
+from orchestrator.context.digest import make_digest
 from orchestrator.context.history import Entry, History, replaced_message
 from orchestrator.context.offload import CAIRN_DIR, Save, call_arguments, is_big, obs_path, with_arguments
-from orchestrator.context.pointers import ARGUMENTS_PATH, TEXT_PATH, argument_pointer, pointer_path, pointer_text, text_pointer
+from orchestrator.context.pointers import argument_pointer, pointer_text, text_pointer
+from orchestrator.context.span_files import summary_file
 from orchestrator.context.tokens import TokenCounter, canonical_json
 from orchestrator.errors import CairnError
 from orchestrator.events import Compaction
@@ -350,37 +351,6 @@ def summary_message(number: int, path: str, span: list[Entry], text: str) -> str
         "those steps, and the replaced messages whole; read it with file_read when you need a detail.]\n\n"
         + text
     )
-
-
-def summary_file(number: int, step: int, text: str, span: list[Entry], replaced: list[dict[str, Any]]) -> str:
-    """The saved summary: the summary, the pointers of the span, and the span itself."""
-    parts = [
-        f"# Summary {number:03d}",
-        "",
-        f"Written at step {step} by cairn's compaction. It replaced {len(span)} messages "
-        f"(steps {span[0].step} to {span[-1].step}) in the context.",
-        "",
-        text,
-        "",
-        "## Saved outputs of these steps",
-        "",
-    ]
-    saved = [(entry, path) for entry, message in zip(span, replaced) for path in _saved_paths(entry, message)]
-    parts += [f"- step {entry.step}, {entry.tool or 'tool call'}: {path}" for entry, path in saved] or ["- none"]
-    parts += ["", "## The replaced messages, as they were in the context", ""]
-    return "\n".join(parts + replaced_messages(span, replaced))
-
-
-def _saved_paths(entry: Entry, message: dict[str, Any]) -> list[str]:
-    """Where the text of a span's tool result, or the arguments of a span's tool calls, are in files."""
-    if entry.kind == "tool":
-        path = entry.offloaded_to or pointer_path(str(message.get("content") or ""))
-        return [path] if path else []
-    if entry.kind == "assistant":
-        arguments = [str((call.get("function") or {}).get("arguments")) for call in message.get("tool_calls") or []]
-        text = TEXT_PATH.findall(str(message.get("content") or ""))
-        return text + sorted({path for args in arguments for path in ARGUMENTS_PATH.findall(args)})
-    return []
 
 
 def _fail_if_over(tokens: int, window: int, after: str) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from orchestrator.context.history import Entry, replaced_message
 from orchestrator.context.offload import CAIRN_DIR, call_arguments, count_lines, obs_path
 from orchestrator.context.pointers import error_line, pointer_path
+from orchestrator.context.span_files import digest_file
 from orchestrator.context.tokens import TokenCounter
 
 DIGEST_DIR = f"{CAIRN_DIR}/summaries"
@@ -30,10 +31,6 @@ MAX_ARGUMENT_CHARS = 160
 # A result this short is shown in its line ("edited a.py"): a path to it would be no shorter.
 MAX_INLINE_RESULT_CHARS = 80
 MAX_ERROR_CHARS = 120
-# When the digests outgrow their budget, the newest of them stay in the context up to this share of it
-# (with the new digest); the older fold into one line naming the file that holds them.
-KEEP_AFTER_FOLD = 0.5
-
 # The first line of a digest (and of a fold, which starts alike): the steps it stands for.
 _STEPS = re.compile(r"^\[Steps (\d+) to (\d+)", re.MULTILINE)
 
@@ -65,11 +62,11 @@ def make_digest(
     up to them stays cached. Results that were in no file yet get one, to be saved with the digest's.
 
     Unless the digests since the last summary, with the new one, pass `budget` raw tokens (0: no
-    budget): then the oldest of them fold into one line naming the new digest's file, which holds
-    them whole, and the newest stay whole after that line up to `KEEP_AFTER_FOLD` of the budget. A
-    line a step piles up to thousands of tokens read at every step of a long run, and would in the
-    end need a summary (a model call); the fold costs no call, loses nothing, and rewrites only the
-    digests kept, once in a while."""
+    budget): then the earlier ones fold into one line before the new digest, naming its file, which
+    holds them whole. A line a step piles up to thousands of tokens read at every step of a long run,
+    and would in the end need a summary (a model call); the fold costs no call and loses nothing.
+    (Keeping the newest earlier digests whole beside the fold line, within part of the budget, was
+    measured: at the default budget it never kept one, so the fold takes them all.)"""
     start = max((i + 1 for i, turn in enumerate(old) if turn[0].kind in ("summary", "digest")), default=0)
     span = [entry for turn in old[start:] for entry in turn]
     if not span:
@@ -96,12 +93,10 @@ def make_digest(
     message = digest_message(span, messages, path, results, errors)
     digest_tokens = counter.message({"role": "user", "content": message})
     first = span[0].step
-    folded = _to_fold(earlier, tokens, digest_tokens, budget)
-    if folded:
-        kept = earlier[len(folded) :]
-        first, last = _steps(folded)
-        message = "\n\n".join([fold_line(first, last, path), *(e.content for e in kept), message])
-        span, messages = [*folded, *kept, *span], [*(e.message for e in folded + kept), *messages]
+    if budget and earlier and sum(tokens[e.id] for e in earlier) + digest_tokens > budget:
+        first, last = _steps(earlier)
+        message = fold_line(first, last, path) + "\n\n" + message
+        span, messages = [*earlier, *span], [*(e.message for e in earlier), *messages]
         digest_tokens = counter.message({"role": "user", "content": message})
     removed = sum(tokens[entry.id] for entry in span)
     if digest_tokens >= removed:
@@ -121,25 +116,10 @@ def _earlier_digests(before: list[list[Entry]]) -> list[Entry]:
     return earlier
 
 
-def _to_fold(earlier: list[Entry], tokens: dict[str, int], new_tokens: int, budget: int) -> list[Entry]:
-    """The oldest of the `earlier` digests to fold: none while they and the new digest (`new_tokens`)
-    are within `budget`; else all but the newest that stay within `KEEP_AFTER_FOLD` of it with the new."""
-    if budget <= 0 or sum(tokens[e.id] for e in earlier) + new_tokens <= budget:
-        return []
-    room, keep = KEEP_AFTER_FOLD * budget - new_tokens, 0
-    for entry in reversed(earlier):
-        if tokens[entry.id] > room:
-            break
-        room, keep = room - tokens[entry.id], keep + 1
-    return earlier[: len(earlier) - keep]
-
-
 def _steps(digests: Sequence[Entry]) -> tuple[int, int]:
     """The first and last step the `digests` stand for, read from their first lines."""
-    ranges = [(int(a), int(b)) for entry in digests for a, b in _STEPS.findall(entry.content)]
-    if not ranges:  # not written by digest_message: the steps of their compactions
-        return digests[0].step, digests[-1].step
-    return min(a for a, _ in ranges), max(b for _, b in ranges)
+    steps = [int(n) for entry in digests for pair in _STEPS.findall(entry.content) for n in pair]
+    return (min(steps), max(steps)) if steps else (digests[0].step, digests[-1].step)  # else: not cairn's
 
 
 def fold_line(first: int, last: int, path: str) -> str:
@@ -178,39 +158,6 @@ def digest_message(span: Sequence[Entry], messages: Sequence[dict[str, Any]], pa
             text = str(message.get("content") or "").strip().replace("\n", " ")
             lines.append(f"{entry.step}: [{entry.kind} message] {_cut(text, MAX_ARGUMENT_CHARS)}")
     return "\n".join(lines)
-
-
-def digest_file(step: int, span: Sequence[Entry], messages: Sequence[dict[str, Any]], message: str,
-                first: int | None = None) -> str:
-    """The saved digest: the message that stands for the span, then the span's messages as they were.
-    `first` is the first step the span stands for (a folded digest's entry has its compaction's step)."""
-    parts = [
-        f"# Steps {span[0].step if first is None else first} to {span[-1].step}",
-        "",
-        f"Folded at step {step} by cairn's compaction: {len(span)} messages replaced in the context by",
-        "the digest below. The messages follow it as the context held them; a pointer in them names",
-        "the file that holds what it replaced.",
-        "",
-        message,
-        "",
-        "## The replaced messages",
-        "",
-    ]
-    return "\n".join(parts + replaced_messages(span, messages))
-
-
-def replaced_messages(span: Sequence[Entry], messages: Sequence[dict[str, Any]]) -> list[str]:
-    """The lines that keep a span's messages whole in its file (a digest's or a summary's): each with
-    its kind, tool, step, text and tool calls."""
-    parts: list[str] = []
-    for entry, message in zip(span, messages):
-        label = entry.kind + (f" {entry.tool}" if entry.tool else "") + (", failed" if entry.error else "")
-        parts += [f"### {label} (step {entry.step})", "", str(message.get("content") or "")]
-        for call in message.get("tool_calls") or []:
-            function = call.get("function", {})
-            parts.append(f"tool call {function.get('name')}: {function.get('arguments')}")
-        parts.append("")
-    return parts
 
 
 def _call(call: dict[str, Any]) -> str:
