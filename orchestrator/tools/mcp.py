@@ -28,7 +28,8 @@ first, and that call's result says so. A server that does not start again makes 
 
 Packages (the uvx rule, `mcp_packages.py`): servers that tiny-agents would fetch at start (`uvx`,
 `uv tool run`, `pipx run`, `npx`) are installed into a derived image `cairn-tools:<hash>`, since the sandbox
-has no network (the image is built by sandbox/derived.py). The stdio transport is in `mcp_transport.py`.
+has no network (the image is built by sandbox/derived.py). The stdio transport is in `mcp_transport.py`;
+what a tool looks like to the model (its spec, its name, its result as text) in `mcp_tools.py`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
-import re
 import shlex
 import threading
 import time
@@ -53,12 +53,11 @@ from orchestrator.errors import SandboxError, first_line
 from orchestrator.ports import Sandbox
 from orchestrator.tools.dispatch import Observation
 from orchestrator.tools.mcp_packages import server_argv
+from orchestrator.tools.mcp_tools import clean_name, format_result, function_spec, hints, sdk_field, unique_name
 from orchestrator.tools.mcp_transport import ExecProcess, exec_stdio_client, http_client
 from orchestrator.tools.registry import Tool, ToolContext
 
 
-NAME_LIMIT = 64
-_BAD_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
 CLOSE_SECONDS = 5.0
 
 # -- the hub -------------------------------------------------------------------------------------
@@ -179,7 +178,7 @@ class McpHub:
             return f"error: {name} gave no answer within {self.call_timeout:g} s", True
         except Exception as exc:  # noqa: BLE001 - any failure of the server is a result the model sees
             return f"error: the MCP server {server.cfg.name} failed on {tool}: {self._failure(server, exc)}{restarted}", True
-        return format_result(result) + restarted, bool(_field(result, "is_error", "isError"))
+        return format_result(result) + restarted, bool(sdk_field(result, "is_error", "isError"))
 
     def _failure(self, server: _Server, exc: BaseException) -> str:
         """Why a call failed: the session's error, and whether the server's process is gone (then with its
@@ -388,12 +387,12 @@ class McpHub:
         specs = []
         for server in self.servers:
             for tool in sorted(server.tools, key=lambda t: t.name):
-                clash = counts[tool.name] > 1 or _clean(tool.name) in self.reserved
-                public = _clean(f"{server.cfg.name}__{tool.name}" if clash else tool.name)
-                public = _unique(public, taken)
+                clash = counts[tool.name] > 1 or clean_name(tool.name) in self.reserved
+                public = clean_name(f"{server.cfg.name}__{tool.name}" if clash else tool.name)
+                public = unique_name(public, taken)
                 self.routes[public] = (server, tool.name)
                 self.annotations[public] = hints(tool)
-                specs.append(_spec(public, tool))
+                specs.append(function_spec(public, tool))
         self._specs = specs
         self.known = set(self.routes)
 
@@ -416,7 +415,7 @@ async def _list_tools(session: Any) -> list[Any]:
     """tools/list, following the cursor."""
     result = await session.list_tools()
     tools = list(result.tools)
-    while cursor := _field(result, "next_cursor", "nextCursor"):
+    while cursor := sdk_field(result, "next_cursor", "nextCursor"):
         try:
             from mcp.types import PaginatedRequestParams
 
@@ -425,67 +424,6 @@ async def _list_tools(session: Any) -> list[Any]:
             result = await session.list_tools(cursor=cursor)
         tools += list(result.tools)
     return tools
-
-
-def _spec(name: str, tool: Any) -> dict[str, Any]:
-    schema = dict(_field(tool, "input_schema", "inputSchema") or {})
-    schema.setdefault("type", "object")
-    schema.setdefault("properties", {})
-    description = getattr(tool, "description", None) or getattr(tool, "title", None) or f"The MCP tool {tool.name}."
-    return json.loads(json.dumps(
-        {"type": "function", "function": {"name": name, "description": description, "parameters": schema}},
-        sort_keys=True))
-
-
-def hints(tool: Any) -> dict[str, Any]:
-    """The tool's annotations as its server listed them (readOnlyHint, destructiveHint, openWorldHint,
-    idempotentHint), only those it set; {} for a tool without any."""
-    annotations = getattr(tool, "annotations", None)
-    if annotations is None:
-        return {}
-    data = annotations.model_dump(by_alias=True, exclude_none=True) if hasattr(annotations, "model_dump") else dict(annotations)
-    return {key: value for key, value in data.items() if key.endswith("Hint")}
-
-
-def _clean(name: str) -> str:
-    return (_BAD_NAME_CHARS.sub("_", name).strip("_") or "tool")[:NAME_LIMIT]
-
-
-def _unique(name: str, taken: set[str]) -> str:
-    candidate, n = name, 2
-    while candidate in taken:
-        suffix = f"_{n}"
-        candidate, n = name[: NAME_LIMIT - len(suffix)] + suffix, n + 1
-    taken.add(candidate)
-    return candidate
-
-
-def format_result(result: Any) -> str:
-    """A CallToolResult as text, as tiny-agents formats it; binary parts are described, not inlined."""
-    parts = []
-    for item in getattr(result, "content", None) or []:
-        kind = getattr(item, "type", None)
-        if kind == "text":
-            parts.append(item.text)
-        elif kind in ("image", "audio"):
-            parts.append(f"[{kind} {_field(item, 'mime_type', 'mimeType') or ''}, about {len(item.data) * 3 // 4} bytes; "
-                         "not shown]")
-        elif kind == "resource":
-            resource = item.resource
-            text = getattr(resource, "text", None)
-            parts.append(text if isinstance(text, str) else f"[binary resource {resource.uri}, not shown]")
-        elif kind == "resource_link":
-            parts.append(f"[resource {getattr(item, 'uri', '')}]")
-    structured = _field(result, "structured_content", "structuredContent")
-    if not parts and structured is not None:
-        parts.append(json.dumps(structured, ensure_ascii=False, sort_keys=True))
-    return "\n".join(parts) if parts else "[no content]"
-
-
-def _field(obj: Any, snake: str, camel: str) -> Any:
-    """A field of an SDK object: mcp 2.x names them in snake_case, 1.x in camelCase."""
-    value = getattr(obj, snake, None)
-    return value if value is not None else getattr(obj, camel, None)
 
 
 def _explain(exc: BaseException) -> str:
