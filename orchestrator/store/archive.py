@@ -24,7 +24,8 @@ settings that reach the host apply only once the user trusts it (orchestrator/st
 
 Export leaves out what would not be safe or sane to carry: links whose chain leaves the run, special
 files. A file that is mostly holes (a disk image, a preallocated file) is written as a GNU sparse member
-(PAX format 1.0) holding only its data, so a 50 GB sparse file costs what it holds, not 50 GB of zeros.
+(PAX format 1.0) holding only its data, so a 50 GB sparse file costs what it holds, not 50 GB of zeros
+(store/sparse.py).
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import os
 import posixpath
 import re
 import shutil
-import stat
 import tarfile
 import tempfile
 import time
@@ -48,6 +48,7 @@ from orchestrator.errors import UsageError
 from orchestrator.store.checkpoints import SKIPPED_DIRS, own_git_dir
 from orchestrator.events import parse_event
 from orchestrator.store.runs import RunDir
+from orchestrator.store.sparse import add_sparse, is_sparse
 
 PARTS = ("workspace", "cairn", "state")
 # Files of a live process, meaningless elsewhere: the pid file and half-written temporary files.
@@ -63,7 +64,6 @@ MAX_FILES = 1_000_000
 MAX_RATIO = 100
 RATIO_FLOOR = 256 * 2**20
 _MAX_LINK_HOPS = 40  # as Linux's ELOOP
-_SPARSE_MIN = 1 << 20  # smaller files are written whole, holes and all
 
 
 # -- export -----------------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ def export_run(run: RunDir, out: Path, machine: Path | None = None) -> list[str]
             if not (info.isreg() or info.isdir() or info.issym() or info.islnk()):
                 notes.append(f"left out: {rel} (not a file, directory or link)")
                 return None
-            if info.isreg() and _is_sparse(host):
+            if info.isreg() and is_sparse(host):
                 sparse.append((host, info.name))
                 return None
             info.uid = info.gid = 0
@@ -113,7 +113,7 @@ def export_run(run: RunDir, out: Path, machine: Path | None = None) -> list[str]
             else:
                 _add_in_place_run(tar, run, keep_under)
             for host, name in sparse:
-                notes.append(_add_sparse(tar, host, name))
+                notes.append(add_sparse(tar, host, name))
             if machine is not None:
                 add_machine(tar, run.id, machine)
         os.replace(tmp, out)
@@ -157,75 +157,6 @@ def _add_in_place_run(tar: tarfile.TarFile, run: RunDir, keep_under) -> None:  #
 
 def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
-
-
-def _is_sparse(path: Path) -> bool:
-    """A file of 1 MiB or more that holds less than half its size on disk."""
-    st = os.lstat(path)
-    return st.st_size >= _SPARSE_MIN and st.st_blocks * 512 < st.st_size // 2
-
-
-def _data_regions(f: io.BufferedReader, size: int) -> list[tuple[int, int]]:
-    """(offset, length) of the parts of a file that hold data, from the file system (SEEK_DATA/HOLE)."""
-    fd, regions, offset = f.fileno(), [], 0
-    while offset < size:
-        try:
-            start = os.lseek(fd, offset, os.SEEK_DATA)
-        except OSError:  # ENXIO: no data after offset
-            break
-        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
-        regions.append((start, end - start))
-        offset = end
-    return regions
-
-
-class _Concat(io.RawIOBase):
-    """The data of a sparse member: its map, then each data region of the file, read as one stream."""
-
-    def __init__(self, head: bytes, f: io.BufferedReader, regions: list[tuple[int, int]]) -> None:
-        self.parts: list[tuple[str, int, int]] = [("head", 0, len(head))] + [("file", o, n) for o, n in regions]
-        self.head, self.f = head, f
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, n: int | None = -1) -> bytes:
-        """`n` bytes (all that is left with -1), across the parts: tarfile takes a short read for the end."""
-        out = bytearray()
-        while self.parts and (n is None or n < 0 or len(out) < n):
-            kind, offset, left = self.parts[0]
-            take = left if n is None or n < 0 else min(n - len(out), left)
-            if kind == "head":
-                data = self.head[offset:offset + take]
-            else:
-                self.f.seek(offset)
-                data = self.f.read(take)
-                if len(data) < take:  # the file shrank while being read: pad, the header's size is written
-                    data += b"\0" * (take - len(data))
-            out += data
-            self.parts[0] = (kind, offset + take, left - take)
-            if left == take:
-                self.parts.pop(0)
-        return bytes(out)
-
-
-def _add_sparse(tar: tarfile.TarFile, host: Path, name: str) -> str:
-    """A GNU sparse member, format 1.0 (what `tar --sparse --format=pax` writes): a map of the data
-    regions, then their bytes; the holes are not in the archive. Returns the note for the user."""
-    st = os.lstat(host)
-    with open(host, "rb") as f:
-        regions = _data_regions(f, st.st_size)
-        map_text = f"{len(regions)}\n" + "".join(f"{o}\n{n}\n" for o, n in regions)
-        head = map_text.encode() + b"\0" * (-len(map_text) % tarfile.BLOCKSIZE)
-        info = tarfile.TarInfo(f"{posixpath.dirname(name)}/GNUSparseFile.0/{posixpath.basename(name)}")
-        info.size = len(head) + sum(n for _o, n in regions)
-        info.mode, info.mtime = stat.S_IMODE(st.st_mode), int(st.st_mtime)
-        # "path" first: a reader applies these in order, and GNU.sparse.name must win.
-        info.pax_headers = {"path": info.name, "GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": name,
-                            "GNU.sparse.realsize": str(st.st_size)}
-        tar.addfile(info, _Concat(head, f, regions))
-    held = sum(n for _o, n in regions)
-    return f"written sparse: {name.split('/', 1)[1]} ({format_size(st.st_size)}, of which {format_size(held)} data)"
 
 
 # -- import -----------------------------------------------------------------------------------------
