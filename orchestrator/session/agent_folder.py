@@ -37,7 +37,6 @@ need those values cannot resume and says so.
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import re
 import sys
@@ -49,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 
 from orchestrator.config import McpServerConfig, ModelConfig, RunConfig, default_model
 from orchestrator.errors import UsageError
+from orchestrator.session.settings import read_json
 
 FILENAME = "agent.json"
 PROMPT_FILENAMES = ("PROMPT.md", "AGENTS.md")
@@ -167,12 +167,7 @@ def load_agent(path: str | Path) -> AgentFolder:
     else:
         raise UsageError(f"{given}: no such file or folder (--config takes an agent.json or a folder with one)")
     file = file.resolve()
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{file}: cannot read it ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{file}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    data = read_json(file, str(file))
     if not isinstance(data, dict):
         raise UsageError(f"{file}: the top level must be a JSON object")
     try:

@@ -43,16 +43,22 @@ def template_settings(name: str) -> dict[str, Any]:
     return settings
 
 
+def read_json(path: Path, label: str) -> Any:
+    """A file's JSON value, or a one-line UsageError that starts with `label` (naming the file) and says
+    why it cannot be read or parsed."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{label}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{label}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+
+
 def settings_file(path: Path, what: str = "--settings") -> dict[str, Any]:
     """A JSON file of run settings (`cairn run --settings FILE`, a batch line's `settings`, an agent
     folder's cairn.json): any RunConfig fields, nested as in run.json, like a template's cairn.json.
     A bad file is a one-line UsageError that names it."""
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{what} {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{what} {path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    settings = read_json(path, f"{what} {path}")
     if not isinstance(settings, dict):
         raise UsageError(f"{what} {path}: must be a JSON object of settings, like "
                          '{"model": {"context_window": 32768}}')
