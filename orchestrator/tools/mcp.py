@@ -53,7 +53,7 @@ from orchestrator.errors import SandboxError, first_line
 from orchestrator.ports import Sandbox
 from orchestrator.tools.dispatch import Observation
 from orchestrator.tools.mcp_packages import server_argv
-from orchestrator.tools.mcp_tools import clean_name, format_result, function_spec, hints, sdk_field, unique_name
+from orchestrator.tools.mcp_tools import clean_name, format_result, hints, mcp_spec, sdk_field, unique_name
 from orchestrator.tools.mcp_transport import ExecProcess, exec_stdio_client, http_client
 from orchestrator.tools.registry import Tool, ToolContext
 
@@ -392,7 +392,7 @@ class McpHub:
                 public = unique_name(public, taken)
                 self.routes[public] = (server, tool.name)
                 self.annotations[public] = hints(tool)
-                specs.append(function_spec(public, tool))
+                specs.append(mcp_spec(public, tool))
         self._specs = specs
         self.known = set(self.routes)
 

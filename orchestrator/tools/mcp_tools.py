@@ -12,7 +12,7 @@ NAME_LIMIT = 64
 _BAD_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
 
 
-def function_spec(name: str, tool: Any) -> dict[str, Any]:
+def mcp_spec(name: str, tool: Any) -> dict[str, Any]:
     schema = dict(sdk_field(tool, "input_schema", "inputSchema") or {})
     schema.setdefault("type", "object")
     schema.setdefault("properties", {})
