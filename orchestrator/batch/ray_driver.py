@@ -38,7 +38,6 @@ import os
 import secrets
 import signal
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
@@ -309,20 +308,16 @@ class RayBatch(Batch):
         fill(row, RunDir(self.runs_dir / row.id), row.action)
         self.on_end(row)
 
-    def _on_stop_signal(self, signum: int, frame: Any) -> None:
-        """Ctrl-C or SIGTERM: the nodes stop every run after its current action; the second one at once."""
-        name = self.stopped_by = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-        self._sigints += 1
-        self.interrupted = True
-        self.stopping.set()
-        if self._sigints == 1 and self.placements is not None:
-            self.placements.stop(name)
-            sys.stderr.write(f"cairn: {name}: stopping every run after its current action "
-                             f"({name} again to stop at once)\n")
-            return
-        if self.placements is not None:  # at once: the runs are left crashed (resumable)
+    def _stop_after_action(self, name: str) -> bool:
+        """The nodes stop every run after its current action."""
+        if self.placements is None:
+            return False
+        self.placements.stop(name)
+        return True
+
+    def _stop_at_once(self) -> None:
+        if self.placements is not None:
             self.placements.close()
-        raise KeyboardInterrupt
 
 
 def _here() -> Any:

@@ -189,22 +189,30 @@ class Batch:
         self.on_end(row)
 
     def _on_stop_signal(self, signum: int, frame: Any) -> None:
-        """Ctrl-C or SIGTERM: every run stops after its current action; the second one stops at once."""
+        """Ctrl-C or SIGTERM: every run stops after its current action; the second one stops at once (the
+        runs are left crashed, resumable)."""
         name = self.stopped_by = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
         self._sigints += 1
         self.interrupted = True
         self.stopping.set()
-        if self._sigints == 1:
-            for session in list(self.sessions.values()):
-                session.agent.stop_requested = True  # the loop checks it after the current action
-                session.agent.stopped_by = name
-                session.agent.model.cancel()  # a model request is not worth finishing: it stops now
+        if self._sigints == 1 and self._stop_after_action(name):
             sys.stderr.write(f"cairn: {name}: stopping every run after its current action "
                              f"({name} again to stop at once)\n")
             return
-        for session in list(self.sessions.values()):  # at once: the runs are left crashed (resumable)
+        self._stop_at_once()
+        raise KeyboardInterrupt
+
+    def _stop_after_action(self, name: str) -> bool:
+        """Asks every run to stop after its current action; False where none can be asked."""
+        for session in list(self.sessions.values()):
+            session.agent.stop_requested = True  # the loop checks it after the current action
+            session.agent.stopped_by = name
+            session.agent.model.cancel()  # a model request is not worth finishing: it stops now
+        return True
+
+    def _stop_at_once(self) -> None:
+        for session in list(self.sessions.values()):
             try:
                 session.sandbox.stop()
             except Exception:  # noqa: BLE001
                 pass
-        raise KeyboardInterrupt
