@@ -82,6 +82,20 @@ def use_the_tool(cairn: Cairn, run: RunDir, *options: str) -> tuple[subprocess.C
 # Kept, and started again
 
 
+def moved_with_its_machine(cairn: Cairn, docker_client, tmp_path: Path) -> tuple[RunDir, Path, Cairn, RunDir]:
+    """A run that installed a tool, exported `--with-machine`, its container gone (as on another machine),
+    and imported into another runs dir: (the run, the archive, the other runs dir's cairn, the import)."""
+    run = install_a_tool(cairn)
+    archive = tmp_path / "run.tar.gz"
+    out, _ = cairn.run("export", run.id, "-o", str(archive), "--with-machine")
+    assert out.returncode == 0, out.stderr
+    docker_client.api.remove_container(container_name(run.id), force=True)  # "another machine"
+    elsewhere = Cairn(tmp_path, runs_dir=tmp_path / "runs2")
+    out, _ = elsewhere.run("import", str(archive))
+    assert out.returncode == 0, out.stderr
+    return run, archive, elsewhere, elsewhere.the_run()
+
+
 def test_a_stopped_run_keeps_its_container_and_resume_finds_what_the_agent_installed(cairn, docker_client):
     run = install_a_tool(cairn)
     assert state_of(docker_client, run.id) == "exited"
@@ -140,17 +154,9 @@ def test_a_kept_container_made_with_other_settings_is_replaced_and_says_why(dock
 
 
 def test_export_with_machine_and_import_keep_what_the_agent_installed(cairn, docker_client, tmp_path):
-    run = install_a_tool(cairn)
-    archive = tmp_path / "run.tar.gz"
-    out, _ = cairn.run("export", run.id, "-o", str(archive), "--with-machine")
-    assert out.returncode == 0, out.stderr
+    run, archive, elsewhere, imported = moved_with_its_machine(cairn, docker_client, tmp_path)
     with tarfile.open(archive) as tar:
         assert f"{run.id}/state/machine.tar" in tar.getnames()
-    docker_client.api.remove_container(container_name(run.id), force=True)  # "another machine"
-    elsewhere = Cairn(tmp_path, runs_dir=tmp_path / "runs2")
-    out, _ = elsewhere.run("import", str(archive))
-    assert out.returncode == 0, out.stderr
-    imported = elsewhere.the_run()
     out, _ = use_the_tool(elsewhere, imported)  # the machine is an image from someone else: it waits for trust
     assert out.returncode == 2
     assert "machine = \"state/machine.tar\" (this container image from the archive would be loaded" in out.stderr
@@ -163,15 +169,7 @@ def test_export_with_machine_and_import_keep_what_the_agent_installed(cairn, doc
 
 
 def test_an_untrusted_machine_is_never_loaded_and_safe_defaults_go_on_without_it(cairn, docker_client, tmp_path):
-    run = install_a_tool(cairn)
-    archive = tmp_path / "run.tar.gz"
-    out, _ = cairn.run("export", run.id, "-o", str(archive), "--with-machine")
-    assert out.returncode == 0, out.stderr
-    docker_client.api.remove_container(container_name(run.id), force=True)  # "another machine"
-    elsewhere = Cairn(tmp_path, runs_dir=tmp_path / "runs2")
-    out, _ = elsewhere.run("import", str(archive))
-    assert out.returncode == 0, out.stderr
-    imported = elsewhere.the_run()
+    run, _archive, elsewhere, imported = moved_with_its_machine(cairn, docker_client, tmp_path)
     out, _ = use_the_tool(elsewhere, imported, "--safe-defaults")
     assert out.returncode == 0, out.stderr
     assert "no-tool" in previews(out)  # a fresh container of cairn's image: the tool is not there
@@ -214,15 +212,7 @@ def test_loading_a_machine_moves_no_tag_of_this_engine(cairn, docker_client, san
     docker_client.api.tag(sandbox_image, *victim.split(":"))
     before = docker_client.api.inspect_image(victim)["Id"]
     try:
-        run = install_a_tool(cairn)
-        archive = tmp_path / "run.tar.gz"
-        out, _ = cairn.run("export", run.id, "-o", str(archive), "--with-machine")
-        assert out.returncode == 0, out.stderr
-        docker_client.api.remove_container(container_name(run.id), force=True)  # "another machine"
-        elsewhere = Cairn(tmp_path, runs_dir=tmp_path / "runs2")
-        out, _ = elsewhere.run("import", str(archive))
-        assert out.returncode == 0, out.stderr
-        imported = elsewhere.the_run()
+        run, _archive, elsewhere, imported = moved_with_its_machine(cairn, docker_client, tmp_path)
         claim_tags(imported.state / "machine.tar", [victim, machine_tag(run.id)])
         out, _ = use_the_tool(elsewhere, imported, "--trust")
         assert out.returncode == 0, out.stderr
