@@ -1234,7 +1234,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--compact-growth", type=float, default=defaults.compact_growth,
                         help="cairn also compacts above the low mark after this share of the window's growth (0: off)")
     parser.add_argument("--digest-budget", type=float, default=defaults.digest_budget,
-                        help="cairn folds the oldest digests into one line past this share of the window (0: never)")
+                        help="cairn folds the earlier digests into one line past this share of the window (0: never)")
     parser.add_argument("--sweep", action="store_true",
                         help="instead of one run: cairn's marks and preview size over seeds and windows, as a table")
     args = parser.parse_args(argv)

@@ -154,7 +154,7 @@ class ContextConfig(Settings):
         0.2, ge=0, lt=1, description="Compact also above the low-water mark once the history grew by this share "
         "of the window since the last compaction (0: only at the high-water mark).")
     digest_budget: float = Field(
-        0.03, ge=0, lt=1, description="Once the digests pass this share of the window, the oldest fold into one "
+        0.03, ge=0, lt=1, description="Once the digests pass this share of the window, they all fold into one "
         "line naming the file that holds them (0: never).")
 
     @field_validator("low_water")

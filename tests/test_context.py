@@ -642,7 +642,7 @@ def test_every_line_of_a_digest_resolves_to_a_file_holding_the_result_whole() ->
 
 def test_a_digest_leaves_an_earlier_digest_as_it_is() -> None:
     history = make_history(30, result="3 passed\n" * 3, say=REASONING)
-    # Within their budget (past it, the oldest fold: tests/test_context_fold.py).
+    # Within their budget (past it, they fold: tests/test_context_fold.py).
     cfg = ContextConfig(keep_recent_results=4, keep_recent_turns=2, low_water=0.3, digest_budget=0.5)
     run_compact(history, cfg, window=int(history.tokens() / 0.99))
     first = history.entries[0]

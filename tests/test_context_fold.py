@@ -1,8 +1,8 @@
-"""Folding digests: past their budget, the oldest digests become one line naming the file that holds them.
+"""Folding digests: past their budget, the earlier digests become one line naming the file that holds them.
 
 A digest is a line a step; over a long run the digests pile up to thousands of tokens read at every
 step, and in the end force a summary (a model call). Past `context.digest_budget` of the window the
-oldest fold into one line, with no model call and nothing lost.
+earlier ones fold into one line, with no model call and nothing lost.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def two_digests(files: Files, first_turns: int = 10) -> tuple[History, list[Comp
     return history, events
 
 
-def test_past_the_budget_the_oldest_digests_fold_into_one_line_naming_a_file_that_holds_them_whole() -> None:
+def test_past_the_budget_the_earlier_digests_fold_into_one_line_naming_a_file_that_holds_them_whole() -> None:
     files = Files()
     history, _ = two_digests(files)
     old = history.entries[:2]

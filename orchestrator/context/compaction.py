@@ -20,7 +20,7 @@ Three moves, cheapest first:
    folded into a digest (context/digest.py): one message, a line a step with its calls and where
    each result is, and a file with the turns as they were. No model call, nothing lost, about a
    quarter of the tokens of the same turns as pointers; earlier digests stay as they are, until
-   they pass `digest_budget` of the window: then the oldest fold into one line naming the new
+   they pass `digest_budget` of the window: then they all fold into one line naming the new
    digest's file, which holds them whole (a line a step still piles up over a long run, and would
    otherwise force a summary). The digest is enough when it leaves the request below the middle of
    the two marks: what stays (the prefix, the digests, the recent turns) may itself be above the low mark.
