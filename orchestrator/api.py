@@ -77,12 +77,16 @@ def resume(run_id: str, *, message: str | None = None, runs_dir: str | Path | No
 
     run_dir = RunDir.find(_runs_dir(runs_dir), run_id)
     run_dir.hold()  # RunIsLive when another process drives it: nothing below touches it then
-    cfg = load_config(run_dir)
-    if model is not None:
-        cfg.model.model = model
-    if max_steps is not None:
-        cfg.limits.max_steps = max_steps
-    _preflight(cfg)
+    try:
+        cfg = load_config(run_dir)
+        if model is not None:
+            cfg.model.model = model
+        if max_steps is not None:
+            cfg.limits.max_steps = max_steps
+        _preflight(cfg)
+    except BaseException:
+        run_dir.release()  # the program goes on: a later resume (a good model this time) may take the run
+        raise
     run_dir.update_meta(config=cfg.model_dump(mode="json"))
     return _drive(run_dir, cfg, on_event, message=message, resumed=True)
 
@@ -173,10 +177,7 @@ def result_of(run_dir: Any, status: str, error: Any = None) -> RunResult:
 def _drive(run_dir: Any, cfg: Any, on_event: EventCallback | None, message: str | None, resumed: bool) -> RunResult:
     from orchestrator.session.drive import drive
 
-    try:
-        driven = drive(run_dir, cfg, Unseen(on_event), resumed=resumed, message=message)
-    finally:
-        run_dir.release()  # a program goes on after the run: its lock goes with its session
+    driven = drive(run_dir, cfg, Unseen(on_event), resumed=resumed, message=message)  # lets go of the run's lock
     return result_of(run_dir, driven.status, driven.error)
 
 

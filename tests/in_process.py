@@ -33,12 +33,26 @@ def cairn_in_process(*args: str, env: dict[str, str] | None = None, cwd: Path | 
                      input: str = "") -> subprocess.CompletedProcess:
     """Run `cairn ARGS` with exactly `env` as its environment (as subprocess's `env=`) in `cwd`."""
     import orchestrator.cli as cli
+    from orchestrator.store.liveness import TAKE_PATIENCE_S, RunLock
 
     out, err = _Stream(), _Stream()
     code: int | str | None = 0
+    taken: list[RunLock] = []
+    take = RunLock.take.__func__
+
+    def take_and_note(cls: type[RunLock], state: Path, patience: float = TAKE_PATIENCE_S) -> RunLock | None:
+        lock = take(cls, state, patience)
+        if lock is not None:
+            taken.append(lock)
+        return lock
+
     # main() ends with os._exit once litellm is loaded (to skip the interpreter's teardown): here it must
     # only raise, as sys.exit does, so the test's process goes on.
     with contextlib.ExitStack() as stack:
+        # A process's end lets go of every run lock it took, whatever still refers to it; here the
+        # command's locks are let go of as it returns, not when the garbage collector gets to them.
+        stack.callback(lambda: [lock.release() for lock in taken])
+        stack.enter_context(mock.patch.object(RunLock, "take", classmethod(take_and_note)))
         stack.enter_context(mock.patch.object(cli, "_exit", sys.exit))
         for signum in (signal.SIGTERM, signal.SIGINT):  # main() and a run set their own handlers
             stack.callback(signal.signal, signum, signal.getsignal(signum))

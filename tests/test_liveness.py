@@ -6,6 +6,7 @@ processes, as people do from two terminals, and look at the run from every insta
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+import orchestrator
+from orchestrator.errors import CairnError, UsageError
 from orchestrator.store.liveness import RunIsLive, RunLock, lock_is_held, run_is_live
 from orchestrator.store.runs import RunDir
 from tests.in_process import cairn_in_process
@@ -58,6 +61,26 @@ def test_a_run_is_live_while_the_process_that_made_it_runs_and_not_after_a_kill(
     assert run_is_live(run)
     mine.release()
     assert not run_is_live(run)
+
+
+def test_a_program_that_goes_on_after_a_failed_run_or_resume_leaves_the_run_free(tmp_path, monkeypatch):
+    """The Python API (and a batch, and Harbor's process) goes on after a run that could not start, or a
+    resume refused for its model: the run must be free at once, not whenever the garbage collector
+    closes the lock's file, or the program's next resume is told another process drives it."""
+    runs_dir = tmp_path / "runs"
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    gc.disable()  # what the lock's release must not depend on
+    try:
+        with pytest.raises(CairnError) as failed:  # kept, as a program that logs its errors keeps them
+            orchestrator.run("task", model="scripted:demo", runs_dir=runs_dir)
+        [run] = RunDir.all(runs_dir)
+        assert lock_is_held(run.state) is False
+        with pytest.raises(UsageError, match="no script file or built-in script") as refused:
+            orchestrator.resume(run.id, model="scripted:no-such-script", runs_dir=runs_dir)
+        assert lock_is_held(run.state) is False
+        assert failed.traceback and refused.traceback  # both still refer to the frames that held the lock
+    finally:
+        gc.enable()
 
 
 def test_a_probe_never_makes_a_taker_believe_the_run_is_live(tmp_path):

@@ -181,7 +181,7 @@ class Batch:
                 traceback.print_exc(file=sys.stderr)
         finally:
             if run is not None:
-                run.release()  # a session releases it as it ends; a run whose session never began, here
+                run.release()  # drive() lets go of it as it ends; a run that never reached drive(), here
             self.sessions.pop(index, None)
             row.seconds = round(time.monotonic() - started, 2)
         if run is not None:

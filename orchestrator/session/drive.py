@@ -4,6 +4,7 @@ batches on threads and on Ray nodes (and the web page and the Harbor agent, whic
     take a `cairn stop` left from the run's last end (it is not for this one)
     open a Session (sandbox, model, tools; recovery of a resumed run), go, keep going while asked
     a run that never started says why in its log
+    let go of the run's lock, however the drive ended (a program, a batch or a test goes on after it)
 
 Everything else an entry point does (its display, what it prints, its exit code) stays its own.
 """
@@ -78,3 +79,6 @@ def drive(run: RunDir, cfg: RunConfig, display: Display, *, resumed: bool = Fals
         if not isinstance(exc, (CairnError, SandboxError)):
             traceback.print_exc(file=sys.stderr)  # a bug of cairn's: its trace, once
         return Driven("failed", error, None)
+    finally:
+        if hold:
+            run.release()  # after the failure is recorded: until then no other process may take the run
