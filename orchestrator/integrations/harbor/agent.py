@@ -134,6 +134,7 @@ class CairnAgent(BaseAgent):
                 run.update_meta(status="interrupted", result=None)
             else:
                 mark_failed(run, exc.message)  # a run whose sandbox never started says why in its log
+            run.release()  # Harbor's process goes on to other trials: drive() would have let go of it too
             raise
 
         def opened(session: Any) -> None:  # noqa: ANN401 - session.compose.Session
