@@ -202,12 +202,12 @@ def _options(settings: dict[str, Any], model: str | None, image: str | None, max
 def _config(resolve: Callable[..., Any], options: dict[str, Any], template: str | None) -> Any:
     from pydantic import ValidationError
 
+    from orchestrator.session.settings import invalid_setting
+
     try:
         return resolve(options, template=template)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise UsageError(f"invalid setting {where}: {first['msg']}") from None
+        raise UsageError(invalid_setting(exc)) from None
 
 
 def _preflight(cfg: Any) -> None:

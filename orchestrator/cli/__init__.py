@@ -1,9 +1,9 @@
 """The `cairn` command: `main()`, and the registration of the commands on the app (cli/shared.py).
 
-The commands live in modules by job: `running` (run, demo, resume, batch), `inspecting` (ls, show, todo,
-files, diff, report, watch, say) and `managing` (rm, stop, export, import, shell, image build, doctor,
-gc), `serving` (serve); importing them registers them, in the order `cairn --help` lists them. Commands that do not call a
-model never import litellm, so they start fast."""
+The commands live in modules by job: `running` (run, demo, resume, approve), `batching` (batch),
+`inspecting` (ls, show, todo, files, diff, report, watch, say), `managing` (rm, stop, export, import,
+shell, image build, doctor, gc) and `serving` (serve); importing them registers them, in the order
+`cairn --help` lists them. Commands that do not call a model never import litellm, so they start fast."""
 
 from __future__ import annotations
 
@@ -72,4 +72,4 @@ def _busy_threads() -> bool:
 
 
 # Importing the modules registers their commands on `app`; in this order, as `cairn --help` lists them.
-from orchestrator.cli import running, inspecting, managing, serving  # noqa: E402,F401 - submodules, not names of this one
+from orchestrator.cli import running, batching, inspecting, managing, serving  # noqa: E402,F401 - submodules, not names of this one

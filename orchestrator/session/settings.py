@@ -65,7 +65,7 @@ def settings_file(path: Path, what: str = "--settings") -> dict[str, Any]:
     try:
         RunConfig.model_validate(settings)
     except ValidationError as exc:
-        raise UsageError(f"{what} {path}: {_invalid(exc)}") from None
+        raise UsageError(f"{what} {path}: {invalid_setting(exc)}") from None
     return settings
 
 
@@ -77,7 +77,8 @@ def agent_folder_settings(config: Path) -> dict[str, Any]:
     return settings_file(path, "the agent folder's settings") if path.is_file() else {}
 
 
-def _invalid(exc: ValidationError) -> str:
+def invalid_setting(exc: ValidationError) -> str:
+    """A settings error in one line, for every face that takes settings (CLI, API, Harbor's --ak)."""
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"])
     message = "unknown setting (a typo?)" if first["type"] == "extra_forbidden" else first["msg"]

@@ -160,7 +160,7 @@ class CairnAgent(BaseAgent):
         """The run's config: `-m`, `--ak api_base=`, `--ak settings=FILE`, `--ak max_steps=`, `max_cost=`."""
         from pydantic import ValidationError
 
-        from orchestrator.session.settings import resolve_config, settings_file
+        from orchestrator.session.settings import invalid_setting, resolve_config, settings_file
 
         if not self.model_name:
             raise UsageError("cairn needs a model: harbor run ... -m MODEL (a litellm model string)")
@@ -173,8 +173,7 @@ class CairnAgent(BaseAgent):
         try:
             cfg = resolve_config(options, layers=layers)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            raise UsageError(f"invalid setting {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+            raise UsageError(invalid_setting(exc)) from None
         if cfg.mcp.servers:
             raise UsageError("MCP servers are not available to cairn in a Harbor environment yet")
         return cfg
