@@ -8,9 +8,10 @@ fetched URL, a `git push` when the network is on. Before each call the loop asks
 - answered by a rule (`approvals.rules`, the first that matches) or by an earlier "always" answer;
 - asked: on a terminal the live display stops and puts the question (orchestrator/ui/approval_prompt.py);
   without one (a batch, `--json`, the Python API) the run ends `waiting` with the reason
-  `approval: <tool> <subject>`, `cairn approve RUN` records the answer, and `cairn resume` runs the rest
-  of that step: the answered call (or its refusal, `denied by the user: <reason>`, an error result that
-  stays in the context like any failure) and the calls after it, none of them twice.
+  `approval: <tool> <subject>`, `cairn approve RUN` records the answer (agent/approval_answers.py), and
+  `cairn resume` runs the rest of that step: the answered call (or its refusal, `denied by the user:
+  <reason>`, an error result that stays in the context like any failure) and the calls after it, none of
+  them twice.
 
 What `outside` asks for:
 - an MCP tool that does not declare itself read-only (`readOnlyHint` in the tool's annotations, read from
@@ -31,7 +32,6 @@ Every question and answer is an event (ApprovalAsked, ApprovalAnswered), replaye
 
 from __future__ import annotations
 
-import fcntl
 import json
 import re
 from dataclasses import dataclass
@@ -40,7 +40,6 @@ from typing import Any, Callable
 
 from orchestrator.agent.shell_line import simple_commands
 from orchestrator.config import ApprovalRule, ApprovalsConfig
-from orchestrator.errors import UsageError
 from orchestrator.agent.guards import Finished
 from orchestrator.llm.types import ToolCall
 from orchestrator import events as ev
@@ -372,44 +371,3 @@ def answer_line(event: ev.ApprovalAnswered) -> str:
     always = f"; always, for {event.grant}" if event.always else ""
     reason = f": {event.reason}" if event.reason and event.by != "sub-agent" else ""
     return f"{'✓' if event.approved else '✗'} {verdict} {by}{always}{reason}"
-
-
-
-# -- `cairn approve` --------------------------------------------------------------------------------
-
-
-def record_answer(run: Any, approved: bool, reason: str | None = None, always: bool = False) -> ev.ApprovalAnswered:
-    """Answers the question a waiting run asks, in its event log; `cairn resume` then goes on. Exactly
-    once: a run that waits for no approval, or whose question was answered already, is a UsageError, and
-    a lock keeps two `cairn approve` at once from both answering. (The caller has made sure the run is
-    not live: a live run asks on its own terminal, or stops to wait.)"""
-    with open(run.state / "approve.lock", "a") as lock:  # held until the answer is written
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        asked, answered = approval_wait(run)
-        if asked is None:
-            status = run.read_meta().get("status", "?")
-            raise UsageError(f"run {run.id} waits for no approval (its status is {status})")
-        if answered:
-            raise UsageError(f"run {run.id}'s approval of {asked.name} is answered already",
-                             hint=f"cairn resume {run.id} goes on")
-        answer = ev.ApprovalAnswered(step=asked.step, call_id=asked.call_id, name=asked.name, approved=approved,
-                                     by="cairn approve", reason=reason, always=always, grant=asked.grant)
-        run.events.append(answer)
-        return answer
-
-
-def approval_wait(run: Any) -> tuple[ev.ApprovalAsked | None, bool]:
-    """The question a run stopped for (its status `waiting`, its reason `approval: ...`) and whether it is
-    answered now; (None, False) for a run that did not stop for one."""
-    events, _torn = run.events.read()
-    ledger = Ledger()
-    last_status = None
-    for event in events:
-        ledger.apply(event)
-        if isinstance(event, ev.StatusChanged):
-            last_status = event
-    if last_status is None or last_status.status != "waiting" or not last_status.reason.startswith("approval"):
-        return None, False
-    if ledger.asked is None:
-        return None, False
-    return ledger.asked, ledger.answer_for(ledger.asked.call_id) is not None

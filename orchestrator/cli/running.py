@@ -235,7 +235,8 @@ def _approve_mode(value: Optional[str]) -> Optional[str]:
 def _check_approval_wait(run_dir, json_output: bool, mode: Optional[str]) -> bool:  # noqa: ANN001 - RunDir
     """True when the run stopped for an approval that is answered now, or that this terminal can answer,
     or that a new --approve mode decides again; a UsageError when no one can answer it here."""
-    from orchestrator.agent.approvals import approval_wait, subject
+    from orchestrator.agent.approval_answers import approval_wait
+    from orchestrator.agent.approvals import subject
 
     asked, answered = approval_wait(run_dir)
     if asked is None:
@@ -262,7 +263,7 @@ def approve(
 ) -> None:
     """Answer a run that waits for approval of a tool call (status waiting, reason approval: ...); then
     `cairn resume RUN` (or --resume here) runs the call, or gives the model its refusal, and goes on."""
-    from orchestrator.agent.approvals import approval_wait, record_answer
+    from orchestrator.agent.approval_answers import approval_wait, record_answer
     from orchestrator.store.liveness import RunIsLive
     from orchestrator.ui.approval_prompt import waiting_block
     from orchestrator.ui.display import call_line

@@ -151,7 +151,7 @@ def waiting_question(run_dir: Any) -> str | None:  # noqa: ANN401 - RunDir
 
 def next_command(run_dir: Any, status: str) -> str | None:  # noqa: ANN401 - RunDir
     """The exact command that takes an ended run further, where one does."""
-    from orchestrator.agent.approvals import approval_wait
+    from orchestrator.agent.approval_answers import approval_wait
 
     if status == "waiting":
         if approval_wait(run_dir)[0] is not None:

@@ -1,7 +1,7 @@
 """What the page's buttons do, each through cairn's own operation, as the CLI does it.
 
 `Send` is `cairn say` (store/inbox.say), `Stop` is `cairn stop` (RunDir.request_stop), `Approve`/`Deny`
-is `cairn approve` (approvals.record_answer). A run that is to go on, after an answer, on `Resume` or from
+is `cairn approve` (approval_answers.record_answer). A run that is to go on, after an answer, on `Resume` or from
 the new-run form, is driven by `cairn resume` / `cairn run` in a process of its own, started detached
 (its own session: Ctrl-C on the server does not reach it, and it outlives the server), so it is an
 ordinary run that `cairn ls`, `watch` and `stop` see like any other. Its output goes to a log file in the
@@ -51,7 +51,7 @@ def stop(run: RunDir) -> str:
 
 
 def answer(run: RunDir, approved: bool, reason: str | None) -> str:
-    from orchestrator.agent.approvals import record_answer
+    from orchestrator.agent.approval_answers import record_answer
 
     if run_is_live(run):
         raise ActionError(f"run {run.id} is running; it waits for an approval only once it has stopped")

@@ -10,7 +10,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agent.approvals import approval_wait, subject
+from orchestrator.agent.approval_answers import approval_wait
+from orchestrator.agent.approvals import subject
 from orchestrator.ui.inspect.listing import list_runs, run_row
 from orchestrator.ui.inspect.chart import chart as report_chart
 from orchestrator.ui.inspect.report_data import sessions, step_diffs, step_times
