@@ -86,8 +86,8 @@ def settle(limit_s: float = 15.0) -> float:
 def forget_containers(rows: list) -> None:
     """The runs' kept containers removed: the runs directory goes with the temporary directory, and an
     engine that piles up a thousand stopped containers gets slower at everything."""
-    from orchestrator.sandbox.container import remove
-    from orchestrator.sandbox.engine import connect
+    from orchestrator.sandbox.docker.container import remove
+    from orchestrator.sandbox.docker.engine import connect
 
     client = connect()
     for row in rows:
@@ -100,8 +100,8 @@ def one_setting(jobs: int, tasks: int, on_ray: bool = False, same_start: bool = 
     (threads against Ray): litellm is not imported before the clock, as Ray's runners import it within
     theirs; each batch loads it as it does (a local one before its threads start)."""
     from orchestrator.batch.threads import Batch
-    from orchestrator.sandbox import Sandbox
-    from orchestrator.sandbox.image import ensure_image
+    from orchestrator.sandbox.docker.sandbox import DockerSandbox
+    from orchestrator.sandbox.docker.image import ensure_image
 
     if not same_start:
         from orchestrator.llm import client  # noqa: F401 - litellm, imported before the clock starts
@@ -109,7 +109,7 @@ def one_setting(jobs: int, tasks: int, on_ray: bool = False, same_start: bool = 
     ensure_image()
     starts: list[float] = []
     lock = threading.Lock()
-    original = Sandbox.start
+    original = DockerSandbox.start
 
     def timed_start(self) -> None:  # noqa: ANN001
         began = time.perf_counter()
@@ -117,7 +117,7 @@ def one_setting(jobs: int, tasks: int, on_ray: bool = False, same_start: bool = 
         with lock:
             starts.append(time.perf_counter() - began)
 
-    Sandbox.start = timed_start
+    DockerSandbox.start = timed_start
     baseline = rss_mb()
     with tempfile.TemporaryDirectory(prefix="cairn-batch-bench-") as tmp:
         lines = []

@@ -3,7 +3,7 @@
 Two figures, each beside its baseline measured in the same run:
 - interpreter start (`python3 -I -S -c pass`, timed inside one container, so no `docker exec` is
   counted): the carried Python through its own loader, and cairn's image's python3;
-- toolbox ready (container create + toolbox ready line, `Sandbox.start()`): an image without Python
+- toolbox ready (container create + toolbox ready line, `DockerSandbox.start()`): an image without Python
   (`cairn-base:bookworm`, carried Python) and cairn's own image.
 
     PYTHONPATH=. python bench/carried_python.py [--repeats 5]
@@ -18,19 +18,21 @@ import time
 from pathlib import Path
 
 from orchestrator.config import SandboxConfig
-from orchestrator.sandbox import Sandbox, python_volume
-from orchestrator.sandbox.container import carried_python
-from orchestrator.sandbox.engine import connect
-from orchestrator.sandbox.image import ensure_image
+from orchestrator.sandbox import carried
+from orchestrator.sandbox.docker import python_volume
+from orchestrator.sandbox.docker.sandbox import DockerSandbox
+from orchestrator.sandbox.docker.container import carried_python
+from orchestrator.sandbox.docker.engine import connect
+from orchestrator.sandbox.docker.image import ensure_image
 
 NO_PYTHON_IMAGE = "cairn-base:bookworm"
 
 
 def interpreter_ms(client, image: str, volume: str, repeats: int) -> tuple[float, float]:
-    loop = (f"for i in $(seq {repeats}); do s=$(date +%s%N); {' '.join(python_volume.argv('-c'))} pass; "
+    loop = (f"for i in $(seq {repeats}); do s=$(date +%s%N); {' '.join(carried.argv('-c'))} pass; "
             "m=$(date +%s%N); python3 -I -S -c pass; e=$(date +%s%N); echo $((m-s)) $((e-m)); done")
     box = client.containers.run(image, entrypoint=["sh", "-c", loop], command=[], detach=True, network_mode="none",
-                                volumes={volume: {"bind": python_volume.MOUNT, "mode": "ro"}})
+                                volumes={volume: {"bind": carried.MOUNT, "mode": "ro"}})
     try:
         box.wait(timeout=120)
         rows = [line.split() for line in box.logs().decode().split("\n") if line.strip()]
@@ -43,7 +45,7 @@ def ready_ms(image: str, repeats: int) -> float:
     times = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(repeats):
-            sandbox = Sandbox(f"bench-carried-{i}", Path(tmp) / "ws", SandboxConfig(), image)
+            sandbox = DockerSandbox(f"bench-carried-{i}", Path(tmp) / "ws", SandboxConfig(), image)
             t0 = time.perf_counter()
             sandbox.start()
             times.append((time.perf_counter() - t0) * 1000)

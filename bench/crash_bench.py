@@ -221,7 +221,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the trials' run directories")
     options = parser.parse_args()
     if options.image is None:
-        from orchestrator.sandbox.image import ensure_image
+        from orchestrator.sandbox.docker.image import ensure_image
 
         options.image = ensure_image()
     rng = random.Random(options.seed)

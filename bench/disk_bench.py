@@ -5,7 +5,7 @@
 (a) The workspace: a tree of N small files in 100 directories; the median of `tree_usage` (the walk cairn
     does after a step), beside `du -s` (a subprocess) of the same tree in the same run.
 (b) The container's writable layer: a container of IMAGE with the same N files written in its layer; the
-    median of `Sandbox.disk_usage` (the engine's `SizeRw`, a walk of the layer by the engine), beside
+    median of `DockerSandbox.disk_usage` (the engine's `SizeRw`, a walk of the layer by the engine), beside
     the same call on the container with an empty layer.
 
 The last line is `walk_ms=<n> du_ms=<n> walk_vs_du=<ratio> layer_ms=<n> layer_empty_ms=<n> files=<N>`.
@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.config import SandboxConfig  # noqa: E402
 from orchestrator.store.disk import tree_usage  # noqa: E402
-from orchestrator.sandbox import Sandbox  # noqa: E402
-from orchestrator.sandbox.engine import connect  # noqa: E402
+from orchestrator.sandbox.docker.sandbox import DockerSandbox  # noqa: E402
+from orchestrator.sandbox.docker.engine import connect  # noqa: E402
 
 
 def median_ms(what: Callable[[], object], repeats: int) -> float:
@@ -68,7 +68,7 @@ def main() -> None:
     box = client.containers.run(args.image, "sleep 600", detach=True, network_mode="none",
                                 name=f"cairn-disk-bench-{os.getpid()}")
     try:
-        sandbox = Sandbox("disk-bench", Path(tempfile.gettempdir()), SandboxConfig(), image=args.image, client=client)
+        sandbox = DockerSandbox("disk-bench", Path(tempfile.gettempdir()), SandboxConfig(), image=args.image, client=client)
         sandbox.container = box
         empty = median_ms(sandbox.disk_usage, args.repeats)
         box.exec_run(["sh", "-c", f"mkdir -p /opt/bench && cd /opt/bench && i=0; "

@@ -8,7 +8,7 @@
     `RunState` (with the token counter a resume makes), and building the first request with its token
     estimate: what `cairn resume` does before the container starts, plus loading the tokenizer (once per
     process, so once per resume; timed first, separately). The container start
-    (`Sandbox.start()` with the real image) is measured beside it.
+    (`DockerSandbox.start()` with the real image) is measured beside it.
 (b) Checkpoints: workspaces of 100 and 2,000 files (0.2-8 KB, nested); each step modifies 3 files and
     adds 1; the median over the steps of `Checkpoints.commit`, beside two baselines in the same run:
     `cp -r` of the workspace, and `git add -A && git commit` (subprocess) with the index removed first,
@@ -40,7 +40,7 @@ from orchestrator.agent.prompts import system_prompt  # noqa: E402
 from orchestrator import events as ev  # noqa: E402
 from orchestrator.store.checkpoints import Checkpoints  # noqa: E402
 from orchestrator.agent.state import RunState  # noqa: E402
-from orchestrator.store.runs import RunDir  # noqa: E402
+from orchestrator.store.run_dir import RunDir  # noqa: E402
 from orchestrator.tools.specs import BUILTIN_TOOLS, canonical  # noqa: E402
 
 WORDS = ("the of and to in is that for it as with was on be by this are or from at which file test value "
@@ -120,11 +120,10 @@ def time_resume(run: RunDir, cfg: RunConfig, repeats: int = 5) -> dict[str, floa
 
 
 def time_container_start(run: RunDir, cfg: RunConfig, image: str, repeats: int = 3) -> float:
-    from orchestrator.sandbox import Sandbox
-
+    from orchestrator.sandbox.docker.sandbox import DockerSandbox
     times = []
     for i in range(repeats):
-        sandbox = Sandbox(f"{run.id}-b{i}", run.workspace, cfg.sandbox, image=image, cairn_mount=run.cairn_dir)
+        sandbox = DockerSandbox(f"{run.id}-b{i}", run.workspace, cfg.sandbox, image=image, cairn_mount=run.cairn_dir)
         t0 = time.perf_counter()
         sandbox.start()
         times.append(time.perf_counter() - t0)
@@ -212,7 +211,7 @@ def main() -> None:
         size = run.events.path.stat().st_size
         r = time_resume(run, cfg)
         resume_s = tokenizer_s + r["read"] + r["replay"] + r["build"]
-        from orchestrator.sandbox.image import ensure_image
+        from orchestrator.sandbox.docker.image import ensure_image
 
         image = options.image or os.environ.get("CAIRN_TEST_IMAGE") or ensure_image()
         start_s = time_container_start(run, cfg, image)

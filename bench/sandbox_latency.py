@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.config import SandboxConfig  # noqa: E402
-from orchestrator.sandbox import Sandbox  # noqa: E402
+from orchestrator.sandbox.docker.sandbox import DockerSandbox  # noqa: E402
 
 
 def median_ms(action, calls: int) -> float:
@@ -43,7 +43,7 @@ def median_ms(action, calls: int) -> float:
 def default_image() -> str:
     if os.environ.get("CAIRN_TEST_IMAGE"):
         return os.environ["CAIRN_TEST_IMAGE"]
-    from orchestrator.sandbox.image import ensure_image
+    from orchestrator.sandbox.docker.image import ensure_image
 
     return ensure_image()
 
@@ -60,7 +60,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="cairn-bench-") as workspace:
         Path(workspace, "small.txt").write_text("".join(f"line {i}\n" for i in range(20)))
-        with Sandbox(f"bench-{os.getpid()}", Path(workspace), SandboxConfig(), image) as sandbox:
+        with DockerSandbox(f"bench-{os.getpid()}", Path(workspace), SandboxConfig(), image) as sandbox:
             container = sandbox.container
             rows = [
                 ("shell `true`",
@@ -85,13 +85,13 @@ def main() -> None:
 
 def measure_starts(image: str, count: int) -> dict[str, float]:
     """Median milliseconds of a cold start, a warm start, and a bare `docker run --rm`."""
-    from orchestrator.sandbox.engine import connect
+    from orchestrator.sandbox.docker.engine import connect
 
     client = connect()
     cold, warm, bare = [], [], []
     with tempfile.TemporaryDirectory(prefix="cairn-bench-") as workspace:
         for i in range(count):
-            box = Sandbox(f"bench-start-{os.getpid()}-{i}", Path(workspace), SandboxConfig(), image, client,
+            box = DockerSandbox(f"bench-start-{os.getpid()}-{i}", Path(workspace), SandboxConfig(), image, client,
                           keep=True)
             try:
                 begin = time.perf_counter()

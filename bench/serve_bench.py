@@ -41,10 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.config import RunConfig  # noqa: E402
-from orchestrator.session.new_run import create_run  # noqa: E402
+from orchestrator.runs.new_run import create_run  # noqa: E402
 from orchestrator import events as ev  # noqa: E402
 from orchestrator.store.liveness import process_identity  # noqa: E402
-from orchestrator.store.runs import RunDir, new_run_id  # noqa: E402
+from orchestrator.store.run_dir import RunDir, new_run_id  # noqa: E402
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

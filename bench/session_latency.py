@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.config import SandboxConfig  # noqa: E402
-from orchestrator.sandbox import Sandbox  # noqa: E402
+from orchestrator.sandbox.docker.sandbox import DockerSandbox  # noqa: E402
 from orchestrator.agent.delegate import delegate_tool  # noqa: E402
 from orchestrator.tools.builtin import builtin_tools  # noqa: E402
 from orchestrator.tools.registry import Registry, ToolContext  # noqa: E402
@@ -42,7 +42,7 @@ class Agentish:
 def default_image() -> str:
     if os.environ.get("CAIRN_TEST_IMAGE"):
         return os.environ["CAIRN_TEST_IMAGE"]
-    from orchestrator.sandbox.image import ensure_image
+    from orchestrator.sandbox.docker.image import ensure_image
 
     return ensure_image()
 
@@ -67,7 +67,7 @@ def main() -> None:
     registry = Registry(builtin_tools(delegate_tool(Agentish)))
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "cairn").mkdir()
-        with Sandbox(f"bench-sessions-{os.getpid()}", Path(tmp) / "ws", SandboxConfig(), options.image or default_image(),
+        with DockerSandbox(f"bench-sessions-{os.getpid()}", Path(tmp) / "ws", SandboxConfig(), options.image or default_image(),
                      cairn_mount=Path(tmp) / "cairn") as sandbox:
             ctx = ToolContext(sandbox, sandbox.cfg, "/cairn/obs/bench.txt")
 

@@ -134,7 +134,7 @@ def main() -> None:
     args = parser.parse_args()
     starts = 1 if args.short else args.starts
 
-    from orchestrator.sandbox.image import ensure_image
+    from orchestrator.sandbox.docker.image import ensure_image
 
     ensure_image()  # built before the clock starts: the target is a start with the image there
     figures: dict[str, list[float]] = {"first_request_s": [], "sandbox_ready_s": [], "one_step_total_s": []}

@@ -4,7 +4,7 @@
 
 A model is any object with `complete(messages, tools, tool_choice, history_end, on_text) -> Reply` and
 `context_window() -> int`; a sandbox, any object with `call(op, **args) -> dict` answering the toolbox's
-ops (orchestrator/sandbox_image/PROTOCOL.md). `ScriptedModel` plays a script in this process, without HTTP or
+ops (sandbox_image/PROTOCOL.md). `ScriptedModel` plays a script in this process, without HTTP or
 litellm; `LocalSandbox` runs the toolbox's ops over a folder of this machine, without Docker (and
 without a wall: commands run as you). No Docker engine and no model service are needed.
 """

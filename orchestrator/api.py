@@ -19,10 +19,13 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UsageError
 from orchestrator.ports import Unseen
+
+if TYPE_CHECKING:
+    from orchestrator.agent.loop import Loop
 
 EventCallback = Callable[[Any], None]  # called with each orchestrator.events event, in order, as it is logged
 
@@ -56,8 +59,8 @@ def run(task: str, *, model: str | None = None, workspace: str | Path | None = N
     on in place (else a copy of `template`); `image`: the sandbox image; `settings`: any other fields of
     a run's config, nested as in run.json (`limits={"max_cost": 2}`, `check={"command": "pytest -q"}`),
     or top-level ones such as `max_cost`. Bad settings raise UsageError, before any run exists."""
-    from orchestrator.session.new_run import create_run
-    from orchestrator.session.settings import resolve_config
+    from orchestrator.runs.new_run import create_run
+    from orchestrator.runs.settings import resolve_config
 
     options = _options(settings, model=model, image=image, max_steps=max_steps)
     cfg = _config(resolve_config, options, template)
@@ -72,8 +75,8 @@ def resume(run_id: str, *, message: str | None = None, runs_dir: str | Path | No
            model: str | None = None, max_steps: int | None = None, on_event: EventCallback | None = None) -> RunResult:
     """Continue a run that stopped, waits for an answer (`message` is the answer), was interrupted or
     crashed, as `cairn resume` does. `run_id` is an id, a unique prefix of one, or `@last`."""
-    from orchestrator.session.settings import load_config
-    from orchestrator.store.runs import RunDir
+    from orchestrator.runs.settings import load_config
+    from orchestrator.store.run_dir import RunDir
 
     run_dir = RunDir.find(_runs_dir(runs_dir), run_id)
     run_dir.hold()  # RunIsLive when another process drives it: nothing below touches it then
@@ -119,8 +122,8 @@ class Agent:
 
     def run(self, task: str, max_steps: int | None = None) -> RunResult:
         """A new run of `task`, driven to its end."""
-        from orchestrator.session.new_run import create_run
-        from orchestrator.session.settings import resolve_config
+        from orchestrator.runs.new_run import create_run
+        from orchestrator.runs.settings import resolve_config
 
         options = _options(self.settings, model=getattr(self.model, "name", None) or "custom", image=None,
                            max_steps=max_steps)
@@ -133,14 +136,14 @@ class Agent:
 
     def resume(self, message: str | None = None) -> RunResult:
         """Continue the last run (after ask_user, a stop or a limit), with `message` as the person's words."""
-        from orchestrator.session.settings import load_config
+        from orchestrator.runs.settings import load_config
 
         if self.run_dir is None:
             raise UsageError("this Agent has made no run yet: call run(task) first")
         return self._go(load_config(self.run_dir), message=message, resumed=True)
 
     def _go(self, cfg: Any, message: str | None, resumed: bool) -> RunResult:
-        from orchestrator.agent.loop import Agent as Loop
+        from orchestrator.agent.loop import Loop
 
         attach = getattr(self.sandbox, "attach", None)
         if attach is not None:  # a LocalSandbox keeps cairn's files (journal, saved outputs) in the run's cairn/
@@ -163,7 +166,7 @@ class Agent:
 def result_of(run_dir: Any, status: str, error: Any = None) -> RunResult:
     """The result of a run that has ended, from its run.json and log (as `cairn show --json` reads them)."""
     from orchestrator.ui.inspect.timeline import timeline
-    from orchestrator.session.compose import exit_code
+    from orchestrator.runs.compose import exit_code
 
     doc = timeline(run_dir)
     check = doc.get("check")
@@ -175,7 +178,7 @@ def result_of(run_dir: Any, status: str, error: Any = None) -> RunResult:
 # -- the pieces -------------------------------------------------------------------------------------
 
 def _drive(run_dir: Any, cfg: Any, on_event: EventCallback | None, message: str | None, resumed: bool) -> RunResult:
-    from orchestrator.session.drive import drive
+    from orchestrator.runs.drive import drive
 
     driven = drive(run_dir, cfg, Unseen(on_event), resumed=resumed, message=message)  # lets go of the run's lock
     return result_of(run_dir, driven.status, driven.error)
@@ -202,7 +205,7 @@ def _options(settings: dict[str, Any], model: str | None, image: str | None, max
 def _config(resolve: Callable[..., Any], options: dict[str, Any], template: str | None) -> Any:
     from pydantic import ValidationError
 
-    from orchestrator.session.settings import invalid_setting
+    from orchestrator.runs.settings import invalid_setting
 
     try:
         return resolve(options, template=template)
@@ -222,10 +225,10 @@ def _runs_dir(runs_dir: str | Path | None) -> Path:
     return Path(os.environ.get("CAIRN_RUNS_DIR") or "~/.cairn/runs").expanduser()
 
 
-def _only(agent: Any, names: Sequence[str]) -> Callable[..., Any]:
+def _only(agent: Loop, names: Sequence[str]) -> Callable[..., Any]:
     """The agent's `execute`, refusing (as a result the model sees) a built-in tool it was not offered."""
     from orchestrator import events as ev
-    from orchestrator.tools.dispatch import Observation
+    from orchestrator.tools.outcome import Observation
 
     execute = agent.execute
 

@@ -22,7 +22,7 @@ class Settings(BaseModel):
 
 class SandboxConfig(Settings):
     """The Docker sandbox: by default the agent is root in a container walled off from the host
-    (orchestrator/sandbox/profile.py says where the wall is); `lockdown` is the cage for untrusted work."""
+    (orchestrator/sandbox/docker/profile.py says where the wall is); `lockdown` is the cage for untrusted work."""
 
     image: str | None = Field(None, description="Image to run; None means the image built from sandbox_image/.")
     workdir: str = Field("/workspace", description="The agent's work directory in the container, where the run's "
@@ -239,7 +239,7 @@ REDACTED = "<redacted>"
 
 
 class McpServerConfig(Settings):
-    """One MCP server of an agent.json (orchestrator/session/agent_folder.py). stdio servers run in the sandbox;
+    """One MCP server of an agent.json (orchestrator/runs/agent_folder.py). stdio servers run in the sandbox;
     http and sse servers are reached from the host. `env` and `headers` values may be secrets: they are
     written out as "<redacted>" (run.json), so a resume takes them from the agent.json again."""
 

@@ -22,7 +22,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def sandbox_image() -> str:
     """The image cairn builds from sandbox_image/ (built once if it is missing)."""
-    from orchestrator.sandbox.image import ensure_image
+    from orchestrator.sandbox.docker.image import ensure_image
 
     return ensure_image()
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from orchestrator.api import Agent
 from orchestrator.config import RunConfig
-from orchestrator.session.settings import load_config
-from orchestrator.store.runs import RunDir
+from orchestrator.runs.settings import load_config
+from orchestrator.store.run_dir import RunDir
 from orchestrator.testing import LocalSandbox, ScriptedModel
 from tests.loop_helpers import Outcome, call, done, text_of, tool_messages, turn
 

@@ -10,9 +10,9 @@ from typing import Any
 from orchestrator.config import RunConfig
 from orchestrator.ui.display import Quiet
 from orchestrator.ui.inspect.timeline import timeline
-from orchestrator.session.compose import Session
-from orchestrator.session.new_run import create_run
-from orchestrator.store.runs import RunDir
+from orchestrator.runs.compose import LiveRun
+from orchestrator.runs.new_run import create_run
+from orchestrator.store.run_dir import RunDir
 
 
 @dataclass
@@ -20,7 +20,7 @@ class Outcome:
     run: RunDir
     status: str
     requests: list[dict[str, Any]] = field(default_factory=list)  # bodies the scripted model received
-    session: Session | None = None
+    session: LiveRun | None = None
 
     @property
     def doc(self) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def play(tmp_path: Path, turns: list[dict[str, Any]], task: str = "test task", s
 
 def resume(outcome: Outcome, message: str | None = None, turns: list[dict[str, Any]] | None = None,
            tmp_path: Path | None = None) -> Outcome:
-    from orchestrator.session.settings import load_config
+    from orchestrator.runs.settings import load_config
 
     cfg = load_config(outcome.run)
     if turns is not None and tmp_path is not None:
@@ -79,7 +79,7 @@ def _go(run: RunDir, cfg: RunConfig, log: Path, message: str | None, resumed: bo
 
     os.environ["CAIRN_SCRIPTED_LOG"] = str(log)
     try:
-        with Session(run, cfg, Quiet(), resumed=resumed) as session:
+        with LiveRun(run, cfg, Quiet(), resumed=resumed) as session:
             status = session.go(message, source="answer" if resumed and message else "user")
     finally:
         del os.environ["CAIRN_SCRIPTED_LOG"]

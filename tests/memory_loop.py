@@ -1,7 +1,7 @@
 """Running a scripted run end to end on nothing but in-memory ports: the Store (orchestrator.testing.
 MemoryStore: no run directory), the scripted model without HTTP or litellm (ScriptedModel) and the
 toolbox's ops over temporary folders (LocalSandbox), driven by the loop itself
-(orchestrator.agent.loop.Agent). The loop's behaviour is tested here; tests/fake_loop.py drives the same
+(orchestrator.agent.loop.Loop). The loop's behaviour is tested here; tests/fake_loop.py drives the same
 scripts through the Python API and a real run directory, tests/loop_helpers.py through litellm and Docker."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.agent.loop import Agent
+from orchestrator.agent.loop import Loop
 from orchestrator.config import RunConfig
 from orchestrator.ports import Unseen
 from orchestrator.testing import LocalSandbox, MemoryStore, ScriptedModel
@@ -59,7 +59,7 @@ def resume(outcome: MemoryOutcome, message: str | None = None, turns: list[dict[
 def _go(store: MemoryStore, cfg: RunConfig, sandbox: LocalSandbox, script: dict[str, Any], message: str | None,
         resumed: bool) -> MemoryOutcome:
     model = ScriptedModel(script, context_window=cfg.model.context_window)
-    agent = Agent(store, cfg, sandbox, model, Unseen())
+    agent = Loop(store, cfg, sandbox, model, Unseen())
     try:
         if resumed:
             agent.recover()

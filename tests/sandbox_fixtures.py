@@ -1,7 +1,7 @@
 """Fixtures shared by the sandbox tests; test modules import the ones they use.
 
 The image is, in order: `$CAIRN_TEST_IMAGE` (an explicit choice wins, and spares a build), the image
-`orchestrator.sandbox.image.ensure_image()` builds from sandbox_image/, or `cairn-sandbox-dev:latest`
+`orchestrator.sandbox.docker.image.ensure_image()` builds from sandbox_image/, or `cairn-sandbox-dev:latest`
 when that module is not there.
 """
 
@@ -20,14 +20,15 @@ import docker
 import pytest
 
 from orchestrator.errors import SandboxError
+from orchestrator.sandbox import toolbox_files
 
 DEV_IMAGE = "cairn-sandbox-dev:latest"
-TOOLBOX = Path(__file__).resolve().parent.parent / "orchestrator" / "sandbox_image" / "toolbox.py"
+TOOLBOX = toolbox_files.folder()  # run as a program: `python3 TOOLBOX --workdir ...`
 
 
 @pytest.fixture(scope="session")
 def docker_client() -> docker.DockerClient:
-    from orchestrator.sandbox.engine import connect
+    from orchestrator.sandbox.docker.engine import connect
 
     try:
         return connect()
@@ -40,14 +41,14 @@ def sandbox_image(docker_client: docker.DockerClient) -> str:
     if os.environ.get("CAIRN_TEST_IMAGE"):
         return os.environ["CAIRN_TEST_IMAGE"]
     try:
-        from orchestrator.sandbox.image import ensure_image
+        from orchestrator.sandbox.docker.image import ensure_image
     except ImportError:
         return DEV_IMAGE
     return ensure_image()
 
 
 class ToolboxProcess:
-    """toolbox.py run on the host with --root, spoken to over pipes exactly as the host client does.
+    """The toolbox run on the host with --root, spoken to over pipes exactly as the host client does.
 
     `root` stands for the work directory (/workspace unless `workdir`), `cairn` for /cairn (default: a
     `cairn` directory beside `root`)."""

@@ -1,5 +1,5 @@
 """The public Python API: `import orchestrator` stays cheap, `Agent` runs on ports of one's own, and
-the internal route (`resolve_config`, `create_run`, `Session.go`) takes what a person would give it."""
+the internal route (`resolve_config`, `create_run`, `LiveRun.go`) takes what a person would give it."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import orchestrator
 from orchestrator.ports import Unseen
 from orchestrator.errors import UsageError
-from orchestrator.session.new_run import create_run
-from orchestrator.session.settings import resolve_config
+from orchestrator.runs.new_run import create_run
+from orchestrator.runs.settings import resolve_config
 from orchestrator import events as ev
 from orchestrator.testing import LocalSandbox, ScriptedModel
 
@@ -29,13 +29,13 @@ def test_resolve_config_takes_a_plain_model_string():
 
 
 def test_the_task_given_to_both_create_run_and_go_is_sent_once(tmp_path):
-    from orchestrator.agent.loop import Agent as Loop
-    from orchestrator.session.compose import Session
+    from orchestrator.agent.loop import Loop
+    from orchestrator.runs.compose import LiveRun
 
     cfg = resolve_config({"model": "scripted:demo"})
     run = create_run(tmp_path / "runs", "count to three", cfg)
     model = ScriptedModel({"turns": [{"tool_calls": [{"name": "task_done", "arguments": {"summary": "3"}}]}]})
-    session = Session.__new__(Session)  # the Session's own go(), on in-memory ports instead of Docker
+    session = LiveRun.__new__(LiveRun)  # the LiveRun's own go(), on in-memory ports instead of Docker
     with LocalSandbox(run.workspace, run.cairn_dir) as sandbox:
         session.agent = Loop(run, cfg, sandbox, model, Unseen())
         assert session.go("count to three") == "done"

@@ -16,16 +16,37 @@ import pytest
 import orchestrator
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGE_DATA = [
-    "orchestrator/sandbox_image/Dockerfile",
-    "orchestrator/sandbox_image/toolbox.py",
-    "orchestrator/sandbox_image/PROTOCOL.md",
-    "orchestrator/sandbox_image/extra-ca/.keep",
-    "orchestrator/workspace_templates/default/todo.md",
-    "orchestrator/workspace_templates/research/cairn.json",
-    "orchestrator/workspace_templates/research/notes/.keep",
+SOURCES = [  # in the tree and the sdist
+    "sandbox_image/Dockerfile",
+    "sandbox_image/__main__.py",
+    "sandbox_image/toolbox/server.py",
+    "sandbox_image/PROTOCOL.md",
+    "sandbox_image/extra-ca/.keep",
+    "workspace_templates/default/todo.md",
+    "workspace_templates/research/cairn.json",
+    "workspace_templates/research/notes/.keep",
     "orchestrator/llm/scripts/demo.json",
 ]
+
+
+def in_wheel(source: str) -> str:
+    """Where a file of the tree is in the wheel: the two folders at the top go inside the package."""
+    for tree, wheel in (("sandbox_image/", "orchestrator/sandbox_image/"),
+                        ("workspace_templates/", "orchestrator/workspace_templates/")):
+        if source.startswith(tree):
+            return wheel + source[len(tree):]
+    return source
+
+
+def tree_files() -> list[str]:
+    """Every file of the package's folders that a run may read: the modules and the package data."""
+    found = []
+    for top in ("orchestrator", "sandbox_image", "workspace_templates"):
+        for path in sorted((REPO / top).rglob("*")):
+            relative = path.relative_to(REPO).as_posix()
+            if path.is_file() and "__pycache__" not in relative:
+                found.append(relative)
+    return found
 
 
 def build(out: Path, *flags: str) -> Path:
@@ -56,9 +77,17 @@ def released_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return next(build(tmp_path_factory.mktemp("release")).glob("*.whl"))
 
 
-def test_the_wheel_carries_the_package_data_and_the_one_version(wheel: Path) -> None:
+def test_the_sandbox_image_and_the_templates_sit_at_the_top_of_the_tree() -> None:
+    assert (REPO / "sandbox_image" / "Dockerfile").is_file() and (REPO / "workspace_templates" / "default").is_dir()
+    assert not (REPO / "orchestrator" / "sandbox_image").exists()
+    assert not (REPO / "orchestrator" / "workspace_templates").exists()
+
+
+def test_the_wheel_carries_every_file_of_the_tree_and_the_one_version(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert [name for name in PACKAGE_DATA if name not in names] == []
+    assert [source for source in SOURCES if in_wheel(source) not in names] == []
+    # A package missing from pyproject.toml's list would be dropped here without a word.
+    assert [source for source in tree_files() if in_wheel(source) not in names] == []
     assert wheel.name.startswith(f"cairn_agent-{orchestrator.__version__}-")
     assert not any(name.startswith(("sandbox_image/", "workspace_templates/", "tests/")) for name in names)
 
@@ -69,7 +98,7 @@ def test_the_sdist_carries_the_package_data(dist: Path) -> None:
     sdist = next(dist.glob("*.tar.gz"))
     top = f"cairn_agent-{orchestrator.__version__}"
     names = set(tarfile.open(sdist).getnames())
-    assert [name for name in PACKAGE_DATA if f"{top}/{name}" not in names] == []
+    assert [name for name in SOURCES if f"{top}/{name}" not in names] == []
 
 
 @pytest.mark.docker

@@ -89,7 +89,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_import_graph_is_read_from_every_module() -> None:
     graph = import_graph()
-    assert "orchestrator.agent.loop" in graph and "orchestrator.sandbox.container" in graph
+    assert "orchestrator.agent.loop" in graph and "orchestrator.sandbox.docker.container" in graph
     assert graph["orchestrator.agent.loop"], "the loop imports other modules of the package"
 
 
@@ -112,7 +112,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ports", ("orchestrator.ports",)),
     ("parts with I/O", ("orchestrator.store", "orchestrator.sandbox", "orchestrator.tools")),
     ("agent", ("orchestrator.agent",)),
-    ("session", ("orchestrator.session", "orchestrator.testing")),
+    ("runs", ("orchestrator.runs", "orchestrator.testing")),
     ("ui", ("orchestrator.ui",)),
     ("drivers", ("orchestrator.batch", "orchestrator.integrations")),
     ("entry points", ("orchestrator.cli", "orchestrator.api", "orchestrator.harbor", "orchestrator")),
@@ -131,7 +131,7 @@ def layer_of(module: str) -> int:
 
 
 def test_the_layer_rule_finds_an_import_that_runs_back_up() -> None:
-    assert layer_of("orchestrator.store.runs") < layer_of("orchestrator.agent.loop") < layer_of("orchestrator.cli")
+    assert layer_of("orchestrator.store.run_dir") < layer_of("orchestrator.agent.loop") < layer_of("orchestrator.cli")
     assert layer_of("orchestrator.errors") == 0 and layer_of("orchestrator") == len(LAYERS) - 1
 
 
@@ -154,24 +154,93 @@ def test_the_loop_imports_nothing_of_the_store_the_sandbox_docker_or_litellm() -
     library are plugged in by the composition root, so the loop runs on in-memory ones (orchestrator/testing)."""
     path = PACKAGE / "agent" / "loop.py"
     names = imported_names(path, "orchestrator.agent.loop", frozenset(modules()))
-    forbidden = ("orchestrator.store", "orchestrator.sandbox", "orchestrator.session", "docker", "litellm")
+    forbidden = ("orchestrator.store", "orchestrator.sandbox", "orchestrator.runs", "docker", "litellm")
     assert sorted(n for n in names if any(n == f or n.startswith(f + ".") for f in forbidden)) == []
 
 
-def test_only_the_sandbox_package_imports_docker() -> None:
+def test_only_the_docker_backend_imports_docker() -> None:
     offenders = sorted(
         name for name, path in modules().items()
-        if not name.startswith("orchestrator.sandbox")
+        if not name.startswith("orchestrator.sandbox.docker")
         and any(target == "docker" or target.startswith("docker.") for target in imported_names(path, name))
     )
-    assert offenders == [], f"modules outside orchestrator/sandbox/ importing docker: {offenders}"
+    assert offenders == [], f"modules outside orchestrator/sandbox/docker/ importing docker: {offenders}"
+
+
+BACKENDS = ("orchestrator.sandbox.docker", "orchestrator.sandbox.harbor", "orchestrator.sandbox.local")
+
+
+def test_a_sandbox_backend_imports_no_other_backend() -> None:
+    """Each backend has a home of its own and shares only the backend-neutral modules of sandbox/."""
+    known = frozenset(modules())
+    offenders = sorted(
+        f"{name} imports {target}" for name, path in modules().items()
+        for home in BACKENDS if name == home or name.startswith(home + ".")
+        for target in imported_names(path, name, known)
+        if any(target == other or target.startswith(other + ".") for other in BACKENDS if other != home)
+    )
+    assert offenders == [], offenders
+
+
+def test_every_backend_folder_is_registered() -> None:
+    from orchestrator.sandbox.backends import BACKENDS as registered
+
+    folders = {path.name for path in (PACKAGE / "sandbox").iterdir() if (path / "__init__.py").is_file()}
+    assert folders == set(registered)
+    assert {spec.partition(":")[0].rpartition(".")[0] for spec in registered.values()} == set(BACKENDS)
+
+
+def test_the_backend_neutral_sandbox_modules_import_no_backend() -> None:
+    known = frozenset(modules())
+    neutral = [name for name in modules() if name.startswith("orchestrator.sandbox")
+               and not any(name == home or name.startswith(home + ".") for home in BACKENDS)]
+    assert "orchestrator.sandbox.calls" in neutral
+    offenders = sorted(f"{name} imports {target}" for name in neutral
+                       for target in imported_names(modules()[name], name, known)
+                       if any(target == home or target.startswith(home + ".") for home in BACKENDS)
+                       or target in ("docker", "litellm") or target.startswith(("docker.", "litellm.")))
+    assert offenders == [], offenders
+
+
+def test_importing_the_testing_ports_loads_neither_docker_nor_litellm() -> None:
+    """orchestrator.testing is documented as needing no Docker and no model service: it must not even load
+    their libraries (a fresh interpreter, so nothing another test imported counts)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, orchestrator.testing; "
+             "print(sorted(m for m in ('docker', 'litellm') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=PACKAGE.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_ports_say_what_they_take_without_any() -> None:
+    """ports.py names every type it means: no `Any` (ruled out even as a name imported from typing)."""
+    tree = parsed(PACKAGE / "ports.py")
+    anys = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == "Any"]
+    imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "typing"
+                for alias in node.names]
+    assert anys == [] and "Any" not in imported, f"Any in orchestrator/ports.py at lines {anys}"
+
+
+def test_no_function_takes_an_agent_or_a_parent_typed_any() -> None:
+    offenders = []
+    for name, path in modules().items():
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                offenders += [f"{name}:{node.lineno} {arg.arg}" for arg in args
+                              if arg.arg in ("agent", "parent") and isinstance(arg.annotation, ast.Name)
+                              and arg.annotation.id == "Any"]
+    assert offenders == [], offenders
 
 
 # The core and the tools reach the sandbox only through orchestrator/ports.py (issue 12): a second
 # backend, or a test's fake, is then one new class. (tools/mcp_packages, the uvx rule, asks
-# sandbox/derived.py for its image when a run is put together, before any tool runs.)
+# sandbox/docker/derived.py for its image when a run is put together, before any tool runs.)
 THROUGH_PORTS = ("orchestrator.agent.loop", "orchestrator.ports", "orchestrator.agent.delegate", "orchestrator.agent.guards",
-                 "orchestrator.context", "orchestrator.tools.registry", "orchestrator.tools.dispatch",
+                 "orchestrator.context", "orchestrator.tools.registry", "orchestrator.tools.outcome",
                  "orchestrator.tools.builtin", "orchestrator.tools.mcp", "orchestrator.tools.mcp_transport")
 
 
@@ -187,10 +256,10 @@ def test_the_loop_and_the_tools_import_nothing_of_the_sandbox_package() -> None:
 
 
 def test_only_the_sandbox_package_touches_the_engine_objects() -> None:
-    """No `<x>.client.api` (docker-py's low-level client) and no `<x>.container.id` outside sandbox/."""
+    """No `<x>.client.api` (docker-py's low-level client) and no `<x>.container.id` outside sandbox/docker/."""
     offenders = []
     for name, path in modules().items():
-        if name.startswith("orchestrator.sandbox"):
+        if name.startswith("orchestrator.sandbox.docker"):
             continue
         for node in ast.walk(parsed(path)):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)

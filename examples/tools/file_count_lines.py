@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.tools.dispatch import Observation
+from orchestrator.tools.outcome import Observation
 from orchestrator.tools.registry import STRING, Tool, ToolContext, function_spec
 
 
 def count_lines(args: dict[str, Any], ctx: ToolContext) -> Observation:
-    r = ctx.sandbox.call("read", path=args["path"], limit=1)
+    r = ctx.op("read", path=args["path"], limit=1)
     return Observation(f"{r['path']}: {r['total_lines']} lines")
 
 

@@ -2,7 +2,7 @@
 
 The wall of the sandbox keeps the host safe, but a call can still act on the world: an MCP tool, a
 fetched URL, a `git push` when the network is on. Before each call the loop asks `clear` (one hook in
-`Agent.execute`), which decides:
+`Loop.execute`), which decides:
 
 - not asked: the mode does not ask for it (`never`; `outside` and a call whose effects stay in the sandbox);
 - answered by a rule (`approvals.rules`, the first that matches) or by an earlier "always" answer;
@@ -36,14 +36,18 @@ import json
 import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from orchestrator.agent.shell_line import simple_commands
-from orchestrator.config import ApprovalRule, ApprovalsConfig
+from orchestrator.config import ApprovalRule, ApprovalsConfig, RunConfig
 from orchestrator.agent.guards import Finished
 from orchestrator.llm.types import ToolCall
 from orchestrator import events as ev
-from orchestrator.tools.dispatch import Observation
+from orchestrator.ports import Answer, AsksThePerson, Display, Question, Sandbox
+from orchestrator.tools.outcome import Observation
+
+if TYPE_CHECKING:
+    from orchestrator.tools.registry import Registry
 
 NEVER_ASKED = ("task_done", "ask_user", "todo_write")
 # A call asked for several reasons at once (a shell line matching two patterns, two rules asking) has a
@@ -71,26 +75,28 @@ SHELL_PATTERNS: dict[str, str] = {
 }
 
 
-@dataclass
-class Question:
-    """What a person is asked: the call whole, why it is asked, what an "always" answer would cover."""
-
-    name: str
-    arguments: str
-    why: str
-    grant: str
-
-
-@dataclass
-class Answer:
-    approved: bool
-    reason: str | None = None
-    always: bool = False
-    arguments: str | None = None  # edited arguments (JSON of an object), to run in place of the model's
-    stop: bool = False  # Ctrl-C at the prompt: a refusal, and the run stops after this step
-
-
 Asker = Callable[[Question], "Answer | None"]  # None: no answer (the person left), the run waits
+
+
+class WithLedger(Protocol):
+    """The part of a run's state (agent/state.py's RunState, which imports this module) approvals keep."""
+
+    approvals: Ledger
+
+
+class Asking(Protocol):
+    """What approvals use of the agent whose call is cleared (loop.Loop, which calls `clear`); a sub-agent's
+    `parent` is the agent that delegated to it, whose display asks for it."""
+
+    cfg: RunConfig
+    state: WithLedger
+    tools: Registry
+    sandbox: Sandbox
+    display: Display
+    stop_requested: bool
+    stopped_by: str | None
+
+    def emit(self, event: ev.Event) -> None: ...
 
 
 @dataclass
@@ -270,8 +276,8 @@ def _asked(why: str, grant: str, grants: dict[str, ev.ApprovalAnswered] | None, 
 # -- the hook in the loop ---------------------------------------------------------------------------
 
 
-def clear(agent: Any, call: ToolCall, step: int) -> Clearance:
-    """Called by `Agent.execute` before a call runs. Emits the question and the answer as events; raises
+def clear(agent: Asking, call: ToolCall, step: int) -> Clearance:
+    """Called by `Loop.execute` before a call runs. Emits the question and the answer as events; raises
     Finished("waiting", "approval: ...") when a question has no one to answer it now."""
     ledger: Ledger = agent.state.approvals
     recorded = ledger.answer_for(call.id)
@@ -307,9 +313,7 @@ def clear(agent: Any, call: ToolCall, step: int) -> Clearance:
     if answer is None:
         raise Finished("waiting", waiting_reason(call.name, args))
     if answer.stop:
-        top = agent
-        while getattr(top, "parent", None) is not None:
-            top = top.parent
+        top = _top(agent)
         top.stop_requested, top.stopped_by = True, "Ctrl-C"  # checked once this step's calls are done
     return _answer(agent, call, step, answer, "terminal", grant=decision.grant)
 
@@ -320,16 +324,21 @@ def waiting_reason(name: str, args: dict[str, Any]) -> str:
     return f"approval: {name} {' '.join(subject(name, args).split())}"
 
 
-def find_asker(agent: Any) -> Asker | None:
-    """The top agent's display asks, when it is a person's terminal; a sub-agent asks through it."""
+def find_asker(agent: Asking) -> Asker | None:
+    """The top agent's display asks, when a person answers at it (ports.AsksThePerson); a sub-agent asks
+    through it."""
+    top = _top(agent)
+    display = top.display
+    return display.ask_approval if isinstance(display, AsksThePerson) and display.can_ask() else None
+
+
+def _top(agent: Asking) -> Asking:
     while getattr(agent, "parent", None) is not None:
-        agent = agent.parent
-    ask = getattr(agent.display, "ask_approval", None)
-    usable = getattr(agent.display, "can_ask", None)
-    return ask if ask is not None and (usable is None or usable()) else None
+        agent = agent.parent  # type: ignore[attr-defined] - a sub-agent's (agent/delegate.py)
+    return agent
 
 
-def _grants(agent: Any) -> dict[str, ev.ApprovalAnswered]:
+def _grants(agent: Asking | None) -> dict[str, ev.ApprovalAnswered]:
     """"Always" answers of this agent and of the agents it works for."""
     grants: dict[str, ev.ApprovalAnswered] = {}
     while agent is not None:
@@ -338,7 +347,7 @@ def _grants(agent: Any) -> dict[str, ev.ApprovalAnswered]:
     return grants
 
 
-def _answer(agent: Any, call: ToolCall, step: int, answer: Answer, by: str, grant: str | None = None,
+def _answer(agent: Asking, call: ToolCall, step: int, answer: Answer, by: str, grant: str | None = None,
             rule: str | None = None) -> Clearance:
     event = ev.ApprovalAnswered(step=step, call_id=call.id, name=call.name, approved=answer.approved, by=by,
                                 reason=answer.reason, always=answer.always, grant=grant, rule=rule,

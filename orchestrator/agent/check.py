@@ -19,15 +19,33 @@ goes on until its next task_done, when the check runs again. A person's message 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Protocol
 
+from orchestrator.config import RunConfig
+from orchestrator.context import TokenCounter
 from orchestrator.context.offload import check_path, is_big, preview
 from orchestrator.agent.guards import Finished
+from orchestrator.agent.state import RunState
 from orchestrator.errors import ToolError
 from orchestrator import events as ev
+from orchestrator.ports import Sandbox
 
-def check_done(agent: Any, step: int, done: Finished) -> Finished | None:
-    """Runs the check after a task_done of `agent` (loop.Agent) and records it; returns how the run ends,
+
+class Checked(Protocol):
+    """What the check uses of the agent whose task_done it checks (loop.Loop, which calls it)."""
+
+    cfg: RunConfig
+    state: RunState
+    sandbox: Sandbox
+    counter: TokenCounter
+
+    def emit(self, event: ev.Event) -> None: ...
+
+    def save_file(self, path: str, text: str) -> None: ...
+
+
+def check_done(agent: Checked, step: int, done: Finished) -> Finished | None:
+    """Runs the check after a task_done of `agent` (loop.Loop) and records it; returns how the run ends,
     or None when the check failed, a round is left, and its output went back to the agent."""
     check = agent.cfg.check
     event = run_check(agent, step)
@@ -43,7 +61,7 @@ def check_done(agent: Any, step: int, done: Finished) -> Finished | None:
     return done
 
 
-def run_check(agent: Any, step: int) -> ev.CheckFinished:
+def run_check(agent: Checked, step: int) -> ev.CheckFinished:
     """Runs the check in the agent's sandbox and saves its output; the event is not emitted here."""
     check = agent.cfg.check
     number = agent.state.checks + 1

@@ -21,7 +21,7 @@ from orchestrator.agent.state import RunState
 
 
 class Reviewed(Protocol):
-    """What the critic needs of the agent it reviews (loop.Agent, which calls it: the loop imports the
+    """What the critic needs of the agent it reviews (loop.Loop, which calls it: the loop imports the
     critic, never the other way round)."""
 
     cfg: RunConfig

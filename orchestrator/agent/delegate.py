@@ -1,6 +1,6 @@
 """Sub-agents: the built-in `agent_delegate` tool.
 
-A call starts a child run and waits for it. The child is an `Agent` of its own: its own event log and
+A call starts a child run and waits for it. The child is a `Loop` of its own: its own event log and
 context (its RunStarted holds the parent's system prompt and tool list, so the cached prefix is shared,
 and the task the parent wrote), its own step budget, and the parent's model client, workspace and the
 *same* sandbox object (the parent waits, so the two never use it at once). What the parent gets back
@@ -49,19 +49,41 @@ import posixpath
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from orchestrator.config import LimitsConfig, RunConfig
 from orchestrator.errors import first_line
-from orchestrator.ports import Unseen
+from orchestrator.llm.types import ToolCall
+from orchestrator.ports import Display, Model, Sandbox, Unseen
 from orchestrator import events as ev
 from orchestrator.store.children import CHILDREN, ChildRun, open_child, safe_name
 from orchestrator.tools.builtin import agent_delegate
 from orchestrator.tools.registry import Tool, ToolContext
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 from orchestrator.store.trust import safe_config
-from orchestrator.tools.dispatch import WRITING_TOOLS, BadCall, Observation
+from orchestrator.tools.outcome import WRITING_TOOLS, BadCall, Observation
 from orchestrator.status import Status
+
+if TYPE_CHECKING:
+    from orchestrator.agent.state import RunState
+    from orchestrator.tools.registry import Registry
+
+
+class Parent(Protocol):
+    """What a sub-agent is made of and reports to: the agent that calls agent_delegate (loop.Loop, or a
+    sub-agent at a lower depth, whose `depth` is then set)."""
+
+    cfg: RunConfig
+    run_dir: RunDir | ChildRun
+    state: RunState
+    sandbox: Sandbox
+    model: Model
+    display: Display
+    tools: Registry
+    stop_requested: bool
+
+    def emit(self, event: ev.Event) -> None: ...
+
 
 OWN_FILES = (".cairn/obs/", ".cairn/summaries/", ".cairn/inbox/")  # cairn's in runs made before /cairn
 USAGE_KEYS = ("prompt_tokens", "cached_tokens", "cache_write_tokens", "completion_tokens")
@@ -78,7 +100,7 @@ ENDINGS = {
 }
 
 
-def _new_child_run(parent: Any, call_id: str, step: int, task: str, cfg: RunConfig, depth: int) -> ChildRun:
+def _new_child_run(parent: Parent, call_id: str, step: int, task: str, cfg: RunConfig, depth: int) -> ChildRun:
     base = parent.run_dir.state / CHILDREN
     name = safe_name(call_id)
     root, n = base / name, 1
@@ -104,7 +126,7 @@ def _child_agent_class(agent_class: type) -> type:
     it) with what a sub-agent does differently."""
 
     class ChildAgent(agent_class):  # type: ignore[misc,valid-type]
-        def __init__(self, run: ChildRun, cfg: RunConfig, parent: Any, depth: int) -> None:
+        def __init__(self, run: ChildRun, cfg: RunConfig, parent: Parent, depth: int) -> None:
             self.parent, self.depth, self._stop = parent, depth, False
             super().__init__(run, cfg, parent.sandbox, parent.model, child_display(parent.display, depth),
                              tools=parent.tools)
@@ -118,7 +140,7 @@ def _child_agent_class(agent_class: type) -> type:
         def stop_requested(self, value: bool) -> None:
             self._stop = value
 
-        def execute(self, call: Any, step: int, label: str | None = None) -> Any:
+        def execute(self, call: ToolCall, step: int, label: str | None = None) -> Any:
             # The child's saved outputs get their own names: the parent's `/cairn/obs/<step>-<tool>.txt` stay.
             return super().execute(call, step, f"{self.tag}-{label}" if label else self.tag)
 
@@ -131,7 +153,7 @@ def _child_agent_class(agent_class: type) -> type:
     return ChildAgent
 
 
-def child_display(parent: Any, depth: int) -> Any:
+def child_display(parent: Display, depth: int) -> Display:
     """What shows a sub-agent's events: the parent display's `child(depth)` where it has one (the terminal's
     indents the child's lines under the parent's: ui/display.py), else nothing."""
     make = getattr(parent, "child", None)
@@ -141,13 +163,15 @@ def child_display(parent: Any, depth: int) -> Any:
 # -- the tool ---------------------------------------------------------------------------------------
 
 def delegate_tool(agent_class: type) -> Tool:
-    """agent_delegate for agents of `agent_class` (the loop's Agent, or a subclass): the child is made from
+    """agent_delegate for agents of `agent_class` (the agent loop, `Loop`, or a subclass): the child is made from
     the class of the agent that calls it, so neither the tool nor this module imports the loop."""
 
     def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
-        return delegate(ctx.agent, agent_class, ctx.call, ctx.step, args)
+        if ctx.agent is None or ctx.call is None:
+            raise BadCall("agent_delegate needs the agent that calls it")
+        return delegate(ctx.agent, agent_class, ctx.call, ctx.step, args)  # type: ignore[arg-type] - the Loop
 
-    def take_up(agent: Any, call: Any) -> Callable[[int], Observation] | None:
+    def take_up(agent: Parent, call: ToolCall) -> Callable[[int], Observation] | None:
         """A child a crash cut off goes on where its log ends, if it got as far as having one."""
         child = open_child(agent.run_dir, call.id)
         if child is None:
@@ -157,9 +181,9 @@ def delegate_tool(agent_class: type) -> Tool:
     return agent_delegate.tool(run, take_up)
 
 
-def delegate(parent: Any, agent_class: type, call: Any, step: int, args: dict[str, Any]) -> Observation:
+def delegate(parent: Parent, agent_class: type, call: ToolCall, step: int, args: dict[str, Any]) -> Observation:
     """Runs agent_delegate for the agent `parent`, whose child is made from `agent_class` (the loop's
-    Agent); BadCall for a call that cannot run."""
+    Loop); BadCall for a call that cannot run."""
     depth = getattr(parent, "depth", 0) + 1
     allowed = parent.cfg.limits.delegate_depth
     if depth > allowed:
@@ -178,7 +202,7 @@ def delegate(parent: Any, agent_class: type, call: Any, step: int, args: dict[st
     return _run_child(parent, agent_class, run, cfg, depth, diff, step)
 
 
-def resume_delegate(parent: Any, agent_class: type, run: ChildRun, step: int) -> Observation:
+def resume_delegate(parent: Parent, agent_class: type, run: ChildRun, step: int) -> Observation:
     """The rest of an agent_delegate call a crash cut off: the child goes on where its log ends (or, if
     it had ended, its ending is read back), and the result is the one the call would have had."""
     meta = run.read_meta()
@@ -189,7 +213,7 @@ def resume_delegate(parent: Any, agent_class: type, run: ChildRun, step: int) ->
                       resumed=True)
 
 
-def _run_child(parent: Any, agent_class: type, run: ChildRun, cfg: RunConfig, depth: int, diff: "WorkspaceDiff", step: int,
+def _run_child(parent: Parent, agent_class: type, run: ChildRun, cfg: RunConfig, depth: int, diff: "WorkspaceDiff", step: int,
                resumed: bool = False) -> Observation:
     child = _child_agent_class(agent_class)(run, cfg, parent, depth)
     try:
@@ -231,7 +255,7 @@ def _steps_argument(value: Any) -> int | None:
     return value
 
 
-def child_limits(parent: Any, requested: int | None) -> LimitsConfig:
+def child_limits(parent: Parent, requested: int | None) -> LimitsConfig:
     """The child's step budget, and what is left of the parent's cost, token and time budgets."""
     limits, totals = parent.cfg.limits, parent.state.totals
     update: dict[str, Any] = {"max_steps": min(limits.child_max_steps, requested or limits.child_max_steps)}

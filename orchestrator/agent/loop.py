@@ -21,16 +21,16 @@ from orchestrator.context import TODO_MAX_BYTES, render_tail, shape_result, todo
 from orchestrator.context.offload import obs_path
 from orchestrator.errors import CairnError, ToolError
 from orchestrator.llm.types import ContextOverflow, Reply, ToolCall
-from orchestrator.ports import Display, Model, Sandbox, Store
+from orchestrator.ports import DiskLimit, Display, Model, Sandbox, Store, ToolSandbox
 from orchestrator.status import Status
-from orchestrator.tools.dispatch import AskUser, BadCall, Observation, TaskDone
+from orchestrator.tools.outcome import AskUser, BadCall, Observation, TaskDone
 from orchestrator.tools.registry import Registry, ToolContext, force
 from orchestrator.tools.sessions.status import session_notices
 
 
-class Agent:
+class Loop:
     """One agent on one run: `run()` steps until the run ends. Its ports (orchestrator/ports.py) are given
-    by the composition root (session/compose.py): the run's store, sandbox, model, display and tools."""
+    by the composition root (runs/compose.py): the run's store, sandbox, model, display and tools."""
 
     tag = ""  # a sub-agent's mark in the names of the files it saves (see agent/delegate.py)
 
@@ -54,7 +54,7 @@ class Agent:
         events, _torn = run.events.read()
         for event in events:
             self.state.apply(event)
-        self.disk: Any = None  # the store's DiskLimit (store/disk.py), made when the run starts
+        self.disk: DiskLimit | None = None  # made when the run starts (store/disk.py)
         self.critic_model: Model | None = None  # --critic-model's own client; None: the critic asks `model`
         self.summary_usage: dict[str, Any] = {}  # the last summary request's, until its compaction is recorded
         self.cut_off: tuple[ToolCall, Callable[[int], Observation]] | None = None  # a call to finish (see recover)
@@ -241,14 +241,13 @@ class Agent:
 
     def run_tool(self, call: ToolCall, args: dict[str, Any], step: int, label: str | None) -> Observation:
         # A call that reaches the toolbox has its request journaled under its key (store/journal.py).
-        self.sandbox.call_key = self.journal_key(step, call) if self.tools.get(call.name).journaled else None
-        try:
-            return self.tools.run(call.name, args, self.tool_context(step, call, label))
-        finally:
-            self.sandbox.call_key = None  # a call that never reached the toolbox leaves none behind
+        key = self.journal_key(step, call) if self.tools.get(call.name).journaled else None
+        return self.tools.run(call.name, args, self.tool_context(step, call, label, journal_key=key))
 
-    def tool_context(self, step: int, call: ToolCall, label: str | None, sandbox: Any = None) -> ToolContext:
-        return ToolContext(sandbox or self.sandbox, self.cfg.sandbox, obs_path(step, call.name, label), step, call, self)
+    def tool_context(self, step: int, call: ToolCall, label: str | None, sandbox: ToolSandbox | None = None,
+                     journal_key: str | None = None) -> ToolContext:
+        return ToolContext(sandbox or self.sandbox, self.cfg.sandbox, obs_path(step, call.name, label), step, call,
+                           self, journal_key)
 
     def finish(self, call: ToolCall, step: int, observation: Observation, duration_ms: float | None = None,
                label: str | None = None) -> None:

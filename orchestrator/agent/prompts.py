@@ -6,7 +6,7 @@ It opens the cached prefix, so it holds no timestamps or run ids and is made onc
 
 Each claim about the sandbox is a `Fact` that carries a shell probe which exits 0 when the claim holds,
 so a test can start a sandbox of each profile and check every sentence the prompt says about it
-(tests/test_instructions.py).
+(tests/agent/test_prompt_tells_the_truth.py).
 """
 
 from __future__ import annotations

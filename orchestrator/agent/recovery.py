@@ -4,7 +4,7 @@ closed with what became of it, and is never run again (exactly once, docs/design
 What became of it is read from the toolbox's journal (store/journal.py): a result it had is shaped as
 it would have been live; a call that was killed, or never reached the sandbox, says so. A call whose
 tool can take it up (agent_delegate: the sub-agent goes on where its log ends) is finished first
-thing in the next `Agent.run`, and the calls after it in its step are closed after it.
+thing in the next `Loop.run`, and the calls after it in its step are closed after it.
 
 The sandbox was started before this, which removed the crashed session's container: a command that
 was cut off is dead by now, and its journal can no longer change.
@@ -18,16 +18,16 @@ from typing import Any, Callable, Protocol
 from orchestrator.config import RunConfig
 from orchestrator.llm.types import ToolCall
 from orchestrator.errors import ToolError
-from orchestrator.ports import Sandbox, Store, ToolContext
+from orchestrator.ports import Sandbox, Store, ToolContext, ToolSandbox
 from orchestrator import events as ev
 from orchestrator.store import journal
 from orchestrator.agent.state import RunState
-from orchestrator.tools.dispatch import BadCall, Observation
+from orchestrator.tools.outcome import BadCall, Observation
 from orchestrator.tools.registry import Registry
 
 
-class Agent(Protocol):
-    """What recovery needs of the agent (loop.Agent, which calls it)."""
+class Recovering(Protocol):
+    """What recovery needs of the agent it recovers (loop.Loop, which calls it)."""
 
     run_dir: Store
     cfg: RunConfig
@@ -45,12 +45,13 @@ class Agent(Protocol):
 
     def journal_key(self, step: int, call: ToolCall) -> str: ...
 
-    def tool_context(self, step: int, call: ToolCall, label: str | None, sandbox: Any = None) -> ToolContext: ...
+    def tool_context(self, step: int, call: ToolCall, label: str | None, sandbox: ToolSandbox | None = None,
+                     journal_key: str | None = None) -> ToolContext: ...
 
     def checkpoint(self, step: int) -> None: ...
 
 
-def recover(agent: Agent) -> None:
+def recover(agent: Recovering) -> None:
     record = agent.run_dir.read_journal()
     state = agent.state
     if record.problem:
@@ -82,7 +83,7 @@ def recover(agent: Agent) -> None:
                              (f" ({sandbox.replaced})" if sandbox.replaced else ""))
 
 
-def recovered(agent: Agent, call: ToolCall, entry: journal.Entry | None) -> Observation:
+def recovered(agent: Recovering, call: ToolCall, entry: journal.Entry | None) -> Observation:
     """The observation of a call cut off by a crash, from its journal entry."""
     if entry is not None and entry.state == "finished":
         replay = journal.Replay(entry.response, agent.sandbox.network_enabled)
@@ -111,7 +112,7 @@ def recovered(agent: Agent, call: ToolCall, entry: journal.Entry | None) -> Obse
                        "not have taken effect", error=True)
 
 
-def finish_cut_off_step(agent: Agent) -> None:
+def finish_cut_off_step(agent: Recovering) -> None:
     """The rest of the step a crash cut off inside a call its tool takes up (agent_delegate): that call
     goes on, the calls after it are not executed, and the step ends as every step does."""
     (call, go_on), agent.cut_off = agent.cut_off, None

@@ -6,15 +6,27 @@ from __future__ import annotations
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator
+from types import FrameType
+from typing import Iterator, Protocol
 
 from orchestrator import events as ev
+from orchestrator.ports import Progress
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+class Stoppable(Protocol):
+    """What the handlers use of the agent they stop (loop.Loop, which installs them)."""
+
+    stop_requested: bool
+    stopped_by: str | None
+    state: Progress
+
+    def emit(self, event: ev.Event) -> None: ...
+
+
 @contextmanager
-def stop_signals(agent: Any) -> Iterator[None]:  # noqa: ANN401 - loop.Agent, which uses this
+def stop_signals(agent: Stoppable) -> Iterator[None]:
     """The agent's handlers for the two signals while the block runs; the ones before are put back after.
     signal.signal works in the main thread only: a batch runs agents in worker threads and stops them
     itself on Ctrl-C or SIGTERM by setting `stop_requested` (orchestrator/batch/threads.py)."""
@@ -22,7 +34,7 @@ def stop_signals(agent: Any) -> Iterator[None]:  # noqa: ANN401 - loop.Agent, wh
         yield
         return
 
-    def on_signal(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
         if agent.stop_requested:
             raise KeyboardInterrupt  # a second one stops at once

@@ -72,7 +72,7 @@ def parse_file(path: Path, api_base: str | None = None) -> list[Job]:
 
 def _line_config(item: dict[str, Any], base: Path, where: str, api_base: str | None) -> RunConfig:
     """The run settings of one line (its layers are in this module's docstring)."""
-    from orchestrator.session.settings import resolve_config, settings_file
+    from orchestrator.runs.settings import resolve_config, settings_file
 
     layers = [{"model": {"api_base": api_base}}] if api_base else []
     check = item.get("check")

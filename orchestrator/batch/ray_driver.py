@@ -23,7 +23,7 @@ wrote to it. Untrusting it would make `cairn resume` refuse the user's own setti
 Faults: when a node dies, Ray places its runs' groups again on other nodes, and the runs are called
 there (batch/ray_placement.py), each taken up from its last durable state: shared, the run directory as the
 log left it; local, the last state brought back (so at most the step that was under way is lost, and
-the batch says so). `Session`'s resume
+the batch says so). `LiveRun`'s resume
 uses the toolbox journal (store/journal.py): a call that started is never run again from a durable state.
 
 A small actor on the driver's node (`Hub`, batch/ray_hub.py) collects each run's node, status, step, tokens
@@ -51,9 +51,9 @@ from orchestrator.sizes import parse_size
 from orchestrator.errors import UsageError
 from orchestrator.batch.ray_hub import Hub
 from orchestrator.batch.ray_placement import SANDBOX_RESOURCE, Placements, sandbox_nodes, sandboxes_of
-from orchestrator.session.new_run import create_run
-from orchestrator.session.settings import load_config
-from orchestrator.store.runs import RunDir
+from orchestrator.runs.new_run import create_run
+from orchestrator.runs.settings import load_config
+from orchestrator.store.run_dir import RunDir
 
 STORAGE = ("auto", "shared", "local")
 REFRESH_S = 1.0  # the live table's rows are brought up to date from the Hub at most this often

@@ -18,7 +18,7 @@ from typing import Any
 import ray
 
 from orchestrator import events as ev
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 
 
 @ray.remote(num_cpus=0, max_concurrency=8)

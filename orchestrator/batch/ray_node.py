@@ -25,8 +25,9 @@ import ray
 
 from orchestrator.batch.ray_hub import export_bytes, replace_with_archive
 from orchestrator import events as ev
+from orchestrator.ports import Progress
 from orchestrator.store.event_log import EventLog
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 
 LOCAL_RUNS_ENV = "CAIRN_RAY_RUNS_DIR"  # a node's own runs directory, where it does not share the driver's
 REPORT_S = 0.25  # a node's runs' progress goes to the Hub in one call at most this often
@@ -70,7 +71,7 @@ class NodeDisplay:
         self.hub, self.reporter, self.run, self.node = hub, reporter, run, node
         self.number, self.brings_back = number, brings_back
 
-    def event(self, event: ev.Event, state: Any) -> None:
+    def event(self, event: ev.Event, state: Progress) -> None:
         t = state.totals
         fields: dict[str, Any] = {"node": self.node, "step": state.step, "prompt_tokens": t.prompt_tokens,
                                   "completion_tokens": t.completion_tokens,
@@ -215,10 +216,10 @@ def warm_up(default_image: bool, say: Callable[[str | None], None]) -> None:
     from orchestrator.agent.critic import critic_model_config  # noqa: F401 - with these, what a run's start imports
     from orchestrator.errors import CairnError
     from orchestrator.llm.client import LLM  # noqa: F401
-    from orchestrator.agent.loop import Agent  # noqa: F401
-    from orchestrator.session.compose import Session
-    from orchestrator.sandbox.engine import connect
-    from orchestrator.sandbox.image import ensure_image
+    from orchestrator.agent.loop import Loop  # noqa: F401
+    from orchestrator.runs.compose import LiveRun
+    from orchestrator.sandbox.docker.engine import connect
+    from orchestrator.sandbox.docker.image import ensure_image
     from orchestrator.tools.builtin import builtin_tools  # noqa: F401
 
     try:
@@ -272,9 +273,9 @@ def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any
     tool calls fenced (FencedLog), so that it runs none once another attempt holds the run. It stops
     after its current action once `stopped_by` names the driver's Ctrl-C."""
     from orchestrator.errors import CairnError
-    from orchestrator.session.compose import mark_failed
-    from orchestrator.session.drive import drive
-    from orchestrator.session.settings import load_config
+    from orchestrator.runs.compose import mark_failed
+    from orchestrator.runs.drive import drive
+    from orchestrator.runs.settings import load_config
 
     began = time.monotonic()
     node = node_id[:8]
@@ -285,7 +286,7 @@ def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any
     run.events = FencedLog(run.events.path, hub, run.id, taken["number"])
     display = NodeDisplay(hub, reporter or Reporter(hub), run, node, taken["number"], brings_back=not shared)
     outcome: dict[str, Any] = {"error": None}
-    live: dict[str, Any] = {}
+    opened: dict[str, Any] = {}  # the LiveRun, once it runs
 
     def work() -> None:
         try:
@@ -293,7 +294,7 @@ def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any
             # On the driver's runs dir, the driver holds the run's lock for the whole batch (attempts are
             # fenced at the hub); a node's own copy is this process's to lock.
             driven = drive(run, cfg, display, resumed=spec["resumed"] or _started_before(run), hold=not shared,
-                           opened=lambda session: live.__setitem__("session", session), record_every_failure=True)
+                           opened=lambda live: opened.__setitem__("run", live), record_every_failure=True)
             if driven.error is not None:
                 outcome["error"] = driven.error.message
         except Exception as exc:  # noqa: BLE001 - a run whose settings cannot be read: recorded, as a local batch does
@@ -308,8 +309,8 @@ def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any
     stopped = False
     while thread.is_alive():
         thread.join(STOP_POLL_S)  # returns as soon as the run ends; meanwhile, a Ctrl-C of the driver?
-        if not stopped and live.get("session") is not None and stopped_by:
-            agent = live["session"].agent
+        if not stopped and opened.get("run") is not None and stopped_by:
+            agent = opened["run"].agent
             agent.stop_requested, agent.stopped_by = True, stopped_by[0]
             agent.model.cancel()
             stopped = True

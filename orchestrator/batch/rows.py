@@ -8,7 +8,8 @@ from typing import Any
 
 from orchestrator.status import Status
 from orchestrator import events as ev
-from orchestrator.store.runs import RunDir
+from orchestrator.ports import Progress
+from orchestrator.store.run_dir import RunDir
 
 
 @dataclass
@@ -51,7 +52,7 @@ class RowDisplay:
     def __init__(self, row: Row) -> None:
         self.row = row
 
-    def event(self, event: ev.Event, state: Any) -> None:
+    def event(self, event: ev.Event, state: Progress) -> None:
         t = state.totals
         self.row.step = state.step
         self.row.prompt_tokens, self.row.completion_tokens = t.prompt_tokens, t.completion_tokens

@@ -33,10 +33,10 @@ from typing import Any, Callable
 from orchestrator.batch.jobs import parse_file
 from orchestrator.batch.manifest import Manifest
 from orchestrator.batch.rows import Row, RowDisplay, fill
-from orchestrator.session.new_run import progress_to
+from orchestrator.runs.new_run import progress_to
 from orchestrator.errors import CairnError, UsageError
 from orchestrator.status import Status
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 
 RESUMABLE = ("interrupted",)  # and `running` runs whose process is gone (crashed)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # both stop every run between actions
@@ -51,7 +51,7 @@ class Batch:
         self.manifest = Manifest(runs_dir, batch_file)
         self.rows = [Row(j.line, j.task) for j in self.todo]
         self.on_end = on_end or (lambda row: None)
-        self.sessions: dict[int, Any] = {}  # row index → live Session
+        self.live_runs: dict[int, Any] = {}  # row index → its LiveRun
         self.stopping = threading.Event()
         self.interrupted = False
         self._sigints = 0
@@ -77,7 +77,7 @@ class Batch:
             row.id = run.id
             if status in RESUMABLE or status == Status.RUNNING:
                 try:
-                    run.hold()  # this batch drives it from now on; the lock goes when its session ends
+                    run.hold()  # this batch drives it from now on; the lock goes when its live ends
                 except RunIsLive:
                     fill(row, run, "skipped")
                     row.status = "running"
@@ -96,7 +96,7 @@ class Batch:
             from orchestrator.llm.client import litellm_module
 
             litellm_module()  # imported once, here, not in N threads at once
-            from orchestrator.sandbox.image import ensure_image
+            from orchestrator.sandbox.docker.image import ensure_image
 
             self.preflight(work)
             ensure_image()  # built once, before the workers, which then find it
@@ -125,7 +125,7 @@ class Batch:
         (llm/preflight.py); a bad one is a usage error that names its line."""
         from orchestrator.agent.critic import preflight_critic
         from orchestrator.llm.preflight import preflight
-        from orchestrator.session.settings import load_config
+        from orchestrator.runs.settings import load_config
 
         checked: set[tuple[str | None, ...]] = set()
         for index, run in work:
@@ -149,18 +149,18 @@ class Batch:
             self._one(index, run)
 
     def _one(self, index: int, run: RunDir | None) -> None:
-        from orchestrator.session.compose import mark_failed
-        from orchestrator.session.drive import drive
-        from orchestrator.session.new_run import create_run
-        from orchestrator.session.settings import load_config
+        from orchestrator.runs.compose import mark_failed
+        from orchestrator.runs.drive import drive
+        from orchestrator.runs.new_run import create_run
+        from orchestrator.runs.settings import load_config
 
         job, row = self.todo[index], self.rows[index]
         started = time.monotonic()
 
-        def opened(session: Any) -> None:
-            self.sessions[index] = session  # for Ctrl-C, which stops every run
+        def opened(live: Any) -> None:
+            self.live_runs[index] = live  # for Ctrl-C, which stops every run
             if self.stopping.is_set():
-                session.agent.stop_requested, session.agent.stopped_by = True, self.stopped_by
+                live.agent.stop_requested, live.agent.stopped_by = True, self.stopped_by
         try:
             if run is None:
                 run = create_run(self.runs_dir, job.task, job.cfg)
@@ -182,7 +182,7 @@ class Batch:
         finally:
             if run is not None:
                 run.release()  # drive() lets go of it as it ends; a run that never reached drive(), here
-            self.sessions.pop(index, None)
+            self.live_runs.pop(index, None)
             row.seconds = round(time.monotonic() - started, 2)
         if run is not None:
             fill(row, run, row.action)
@@ -204,15 +204,15 @@ class Batch:
 
     def _stop_after_action(self, name: str) -> bool:
         """Asks every run to stop after its current action; False where none can be asked."""
-        for session in list(self.sessions.values()):
-            session.agent.stop_requested = True  # the loop checks it after the current action
-            session.agent.stopped_by = name
-            session.agent.model.cancel()  # a model request is not worth finishing: it stops now
+        for live in list(self.live_runs.values()):
+            live.agent.stop_requested = True  # the loop checks it after the current action
+            live.agent.stopped_by = name
+            live.agent.model.cancel()  # a model request is not worth finishing: it stops now
         return True
 
     def _stop_at_once(self) -> None:
-        for session in list(self.sessions.values()):
+        for live in list(self.live_runs.values()):
             try:
-                session.sandbox.stop()
+                live.sandbox.stop()
             except Exception:  # noqa: BLE001
                 pass

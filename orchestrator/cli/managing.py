@@ -23,7 +23,7 @@ def rm(
     import shutil
 
     from orchestrator.errors import SandboxError
-    from orchestrator.sandbox.container import container_name, remove_kept
+    from orchestrator.sandbox.docker.container import container_name, remove_kept
     from orchestrator.store.liveness import RunIsLive
 
     runs = list({r.id: r for r in (_find(runs_dir, ref) for ref in run_refs)}.values())  # all found, or none removed
@@ -33,7 +33,7 @@ def rm(
         except RunIsLive:
             raise UsageError(f"run {run_dir.id} is running; stop it first", hint=f"cairn stop {run_dir.id}") from None
     try:
-        from orchestrator.sandbox.engine import connect
+        from orchestrator.sandbox.docker.engine import connect
 
         client = connect(timeout=15)
     except SandboxError as exc:
@@ -87,8 +87,8 @@ def export_cmd(
     with tempfile.TemporaryDirectory(prefix="cairn-machine-", dir=Path(output).resolve().parent) as tmp:
         machine_tar = None
         if with_machine:
-            from orchestrator.sandbox import machine
-            from orchestrator.sandbox.engine import connect
+            from orchestrator.sandbox.docker import machine
+            from orchestrator.sandbox.docker.engine import connect
 
             machine_tar = Path(tmp) / machine.MACHINE_FILE
             typer.echo(f"saving the container of run {run_dir.id} as an image", err=True)
@@ -130,9 +130,9 @@ def import_cmd(
 def shell_cmd(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_dir: Optional[Path] = RunsDir) -> None:
     """An interactive shell in the run's kept container (the machine as the agent left it), else in a fresh
     sandbox on its workspace, made like the run's own."""
-    from orchestrator.session.settings import load_config
+    from orchestrator.runs.settings import load_config
     from orchestrator.store.liveness import run_is_live
-    from orchestrator.sandbox.shell import open_shell
+    from orchestrator.sandbox.docker.shell import open_shell
 
     run_dir = _find(runs_dir, run_ref)
     run_dir.check_workspace()
@@ -147,7 +147,7 @@ def image_build(
     base: Optional[str] = typer.Option(None, "--base", help="Base image (default python:3.12-slim, else a Debian root)."),
 ) -> None:
     """Build the sandbox image (tagged by a hash of sandbox_image/, so an unchanged image is reused)."""
-    from orchestrator.sandbox.image import build_image
+    from orchestrator.sandbox.docker.image import build_image
 
     tag = build_image(progress=lambda line: typer.echo(line, err=True), force=force, base=base)
     typer.echo(tag)
@@ -161,7 +161,7 @@ def doctor(
 ) -> None:
     """Check the engine, the image, free disk and the model cairn run would use, and say what to do."""
     from orchestrator.ui.doctor import run_checks
-    from orchestrator.session.settings import resolve_config
+    from orchestrator.runs.settings import resolve_config
 
     try:  # the model exactly as `cairn run` with these options resolves it
         model_cfg, model_error = resolve_config({"model": {"model": model, "api_base": api_base}},
@@ -182,10 +182,10 @@ def gc(
 ) -> None:
     """Remove the kept containers of runs that are not live (their next resume starts a fresh one). A
     container of another runs dir's run is left alone; an orphan's (its run is gone) only when idle."""
-    from orchestrator.sandbox.container import gc as gc_containers
-    from orchestrator.sandbox.engine import connect
+    from orchestrator.sandbox.docker.container import gc as gc_containers
+    from orchestrator.sandbox.docker.engine import connect
     from orchestrator.store.liveness import RunIsLive
-    from orchestrator.store.runs import RunDir
+    from orchestrator.store.run_dir import RunDir
 
     seconds = _duration(older_than) if older_than is not None else None
     runs = RunDir.all(_runs_dir(runs_dir))

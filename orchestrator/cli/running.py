@@ -58,8 +58,8 @@ def run(
     from orchestrator.agent.critic import preflight_critic
     from orchestrator.llm import warmup
     from orchestrator.llm.preflight import preflight
-    from orchestrator.session.new_run import create_run
-    from orchestrator.session.settings import agent_folder_settings, invalid_setting, resolve_config, settings_file
+    from orchestrator.runs.new_run import create_run
+    from orchestrator.runs.settings import agent_folder_settings, invalid_setting, resolve_config, settings_file
 
     if workspace is not None and template is not None:
         raise UsageError("--template and --workspace do not go together: cairn adds no files to your folder")
@@ -83,7 +83,7 @@ def run(
     except ValidationError as exc:
         raise UsageError(invalid_setting(exc)) from None
     if config is not None:  # the agent folder: its model unless --model, its prompt, its MCP servers
-        from orchestrator.session.agent_folder import load_config as load_agent_config
+        from orchestrator.runs.agent_folder import load_config as load_agent_config
 
         cfg = load_agent_config(config, cfg, cli_model=model, cli_api_base=api_base)
     warmup.begin(cfg.model)  # the model library loads from now on, while the run is made (llm/warmup.py)
@@ -91,7 +91,7 @@ def run(
     preflight_critic(cfg)
 
     if cfg.sandbox.image:
-        from orchestrator.sandbox.container import check_image
+        from orchestrator.sandbox.docker.container import check_image
 
         check_image(cfg.sandbox.image)  # a missing image is said now: no run is made for it
     interactive = task is None
@@ -108,7 +108,7 @@ def demo(runs_dir: Optional[Path] = RunsDir) -> None:
     """Run the built-in scripted demo offline (no model service needed), then show its timeline."""
     from orchestrator.cli.inspecting import show  # here: importing it first would list its commands before run's
     from orchestrator.llm.scripted import load_script
-    from orchestrator.session.new_run import create_run
+    from orchestrator.runs.new_run import create_run
 
     cfg = RunConfig.model_validate({"model": {"model": "scripted:demo"}})
     run_dir = create_run(_runs_dir(runs_dir), load_script("demo")["task"], cfg)
@@ -181,7 +181,7 @@ def resume(
                          hint=f'cairn resume {run_dir.id} --message "ANSWER"')
     elif status == "done" and not message:
         from orchestrator.agent.check import feedback, last_failed
-        from orchestrator.session.settings import load_config
+        from orchestrator.runs.settings import load_config
 
         failed = last_failed(run_dir.events.read()[0])
         if failed is None:
@@ -306,7 +306,7 @@ def _has_said(run_dir) -> bool:  # noqa: ANN001 - RunDir, imported lazily
 
 def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = None,  # noqa: ANN001
            interactive: bool = False, resumed: bool = False, source: str | None = None) -> None:
-    from orchestrator.session.drive import drive
+    from orchestrator.runs.drive import drive
     from orchestrator.ui.chat import EXIT, is_command, next_command, read_message, run_command, waiting_question
     from orchestrator.ui.display import make_display
     from orchestrator.ui.inspect.timeline import check_line, timeline
@@ -315,7 +315,7 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
     display.model_wait = min(cfg.model.stream_idle_timeout, cfg.model.request_timeout)  # "37 s of 60"
     display.live_output = run_dir.cairn_dir / "live" / "shell.out"  # a long command's output, as it comes
 
-    def more(session: Any, status: str) -> tuple[str, str] | None:
+    def more(live: Any, status: str) -> tuple[str, str] | None:
         """After each end: the person's next words and how they are said, or None to finish. A question of
         the agent is asked where the person is: on this terminal, in every mode."""
         while True:
@@ -326,7 +326,7 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
             if interactive:
                 reply = read_message("you> ")
                 if reply is not None and is_command(reply):  # cairn answers it; the model never sees it
-                    said = run_command(reply, run_dir, session)
+                    said = run_command(reply, run_dir, live)
                     if said == EXIT:
                         return None
                     typer.echo(said, err=True)

@@ -91,7 +91,7 @@ def _runs_dir(value: Optional[Path]) -> Path:
 
 
 def _find(runs_dir: Optional[Path], ref: str):  # noqa: ANN202 - RunDir, imported lazily
-    from orchestrator.store.runs import RunDir
+    from orchestrator.store.run_dir import RunDir
 
     return RunDir.find(_runs_dir(runs_dir), ref)
 

@@ -32,7 +32,7 @@ from orchestrator.context import TokenCounter
 from orchestrator import events as ev
 from orchestrator.store.children import ChildRun, open_child
 from orchestrator.agent.state import RunState
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 from orchestrator.store.trust import safe_config
 
 SCHEMA_VERSION = "ATIF-v1.7"  # the version whose fields this export uses (subagents, extra, llm_call_count)

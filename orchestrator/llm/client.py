@@ -120,7 +120,7 @@ class LLM:
         self._script_spec = script_spec(cfg.model)
         self._script = load_script(self._script_spec) if self._script_spec is not None else None
         self.retry_base_seconds = cfg.retry_base_seconds  # the first backoff wait, doubled each retry
-        # Told of each retry before its wait (the Session records it as an event the display shows).
+        # Told of each retry before its wait (the LiveRun records it as an event the display shows).
         self.on_retry: Callable[[Retry], None] | None = None
         self._cancelled = threading.Event()
 
@@ -264,7 +264,7 @@ class LLM:
 
     def preload(self) -> None:
         """Do now the work a first request would do before it is sent: import what its client imports
-        lazily, load the tokenizer. A start calls it while the container starts (Session), so the first
+        lazily, load the tokenizer. A start calls it while the container starts (LiveRun), so the first
         request goes out at once when the sandbox is ready."""
         if self._direct is None:
             litellm_module()

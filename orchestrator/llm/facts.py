@@ -99,7 +99,7 @@ def _ask_litellm(model: str) -> ModelFacts:
 
 
 # litellm's chat configs for the OpenAI provider that pass cairn's parameters on unchanged (checked for
-# every OpenAI chat model litellm lists: the same body as cairn's own, tests/test_direct.py). The
+# every OpenAI chat model litellm lists: the same body as cairn's own, tests/llm/test_direct_path.py). The
 # O-series and GPT-5 configs rename max_tokens and refuse temperature, so those models keep litellm.
 AS_IS_CONFIGS = ("OpenAIGPTConfig", "OpenAIUnknownModelConfig")
 

@@ -1,10 +1,10 @@
 """The model library loaded in a thread from the moment a command knows its model.
 
 A start through litellm spends most of its time importing it (2-3 s of CPU) and what its first
-request imports (about 0.5 s). The run's start overlaps that with the container's start (session/compose.py),
+request imports (about 0.5 s). The run's start overlaps that with the container's start (runs/compose.py),
 but before the container starts cairn also resolves settings, checks the model, makes the run's
 directory and its first checkpoint and looks the image up, waiting on files, git and the engine.
-`begin` starts the import then, so those waits are spent importing; the run's start (session/compose.py)
+`begin` starts the import then, so those waits are spent importing; the run's start (runs/compose.py)
 waits for it before `LLM.preload`, which then finds its work done.
 
 Both threads are Python, so they share one interpreter lock: the import does not run beside cairn's

@@ -3,7 +3,7 @@
 The archive holds one top-level directory, the run id, with `workspace/`, `cairn/` (cairn's own files:
 saved outputs, pages, summaries; absent in archives of older runs) and `state/` under it (and so
 `state/checkpoints.git` when the run has one; with `export --with-machine`, `state/machine.tar`: the
-run's container as a `docker save` image, see orchestrator/sandbox/machine.py). Modes are kept;
+run's container as a `docker save` image, see orchestrator/sandbox/docker/machine.py). Modes are kept;
 ownership is not: imported files belong to the user who imports (a later resume of a `--lockdown` run
 as root gives the workspace to the sandbox user again).
 
@@ -47,7 +47,7 @@ from orchestrator.sizes import format_size
 from orchestrator.errors import UsageError
 from orchestrator.store.checkpoints import SKIPPED_DIRS, own_git_dir
 from orchestrator.events import parse_event
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 from orchestrator.store.sparse import add_sparse, is_sparse
 
 PARTS = ("workspace", "cairn", "state")
@@ -70,7 +70,7 @@ _MAX_LINK_HOPS = 40  # as Linux's ELOOP
 
 def export_run(run: RunDir, out: Path, machine: Path | None = None) -> list[str]:
     """Writes `out` (tar.gz); returns one line for each path it left out or wrote sparse, saying why.
-    `machine`: the run's container saved as an image (sandbox/machine.py), added as state/machine.tar."""
+    `machine`: the run's container saved as an image (sandbox/docker/machine.py), added as state/machine.tar."""
     notes: list[str] = []
     root = run.root.resolve()
     skip = STATE_SKIP + ((MACHINE_MEMBER,) if machine is not None else ())

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.store.event_log import EventLog
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 
 CHILDREN = "children"
 

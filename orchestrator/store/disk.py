@@ -84,7 +84,7 @@ class DiskLimit:
 
 
 def disk_limit_of(run: Any, sandbox: Any, limit: str) -> DiskLimit:
-    """The limit of a run (a store.runs.RunDir) and its sandbox. For a run on a user's own folder, the
+    """The limit of a run (a store.run_dir.RunDir) and its sandbox. For a run on a user's own folder, the
     folder's size when the run first measured it is kept in run.json as `disk_baseline`, and not counted."""
     external = run.external_workspace
     baseline = 0

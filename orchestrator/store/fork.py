@@ -13,7 +13,7 @@ and so the same request bytes; only the tail after step N's last action is trimm
 - Two events are added: a notice that says where the fork came from, and a status that makes it
   resumable: `waiting` (with the question) when step N asked the person, else `interrupted`.
 - Calls of step N that have no result (the run crashed in them) get the usual "not executed" results
-  when the fork is resumed (`Agent.recover`).
+  when the fork is resumed (`Loop.recover`).
 
 A fork always has its own `workspace/`, also when the source worked on a folder in place (`--workspace`):
 that folder is never written. `state/checkpoints.git` is copied with the later steps' refs removed, `state/inbox.jsonl` up to what the
@@ -34,7 +34,7 @@ from orchestrator.errors import UsageError
 from orchestrator import events as ev
 from orchestrator.store import inbox
 from orchestrator.store.checkpoints import BRANCH, STEP_REF, Checkpoints, make_git
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 from orchestrator.status import Status
 
 ACTIONS = ("model_request", "assistant_message", "tool_started", "tool_finished", "compaction")

@@ -120,7 +120,7 @@ class Replay:
     def __init__(self, response: dict[str, Any], network_enabled: bool) -> None:
         self.response, self.network_enabled = response, network_enabled
 
-    def call(self, op: str, **args: Any) -> dict[str, Any]:
+    def call(self, op: str, journal_key: str | None = None, **args: Any) -> dict[str, Any]:
         if not self.response.get("ok"):
             raise ToolError(self.response.get("error") or "the toolbox gave no reason")
         result = self.response.get("result")

@@ -1,7 +1,7 @@
 """The Store port in memory: a run with no directory, for tests of the loop and for trying cairn out.
 
     store = MemoryStore("Write fizzbuzz.py", cfg)
-    Agent(store, cfg, LocalSandbox(cfg=cfg.sandbox), ScriptedModel(script), display).run()
+    Loop(store, cfg, LocalSandbox(cfg=cfg.sandbox), ScriptedModel(script), display).run()
     store.events.read()    # what happened, as the event log would hold it
 
 Its event log keeps each event as the file log would read it back (a JSON round trip), so a state

@@ -28,7 +28,7 @@ first, and that call's result says so. A server that does not start again makes 
 
 Packages (the uvx rule, `mcp_packages.py`): servers that tiny-agents would fetch at start (`uvx`,
 `uv tool run`, `pipx run`, `npx`) are installed into a derived image `cairn-tools:<hash>`, since the sandbox
-has no network (the image is built by sandbox/derived.py). The stdio transport is in `mcp_transport.py`;
+has no network (the image is built by sandbox/docker/derived.py). The stdio transport is in `mcp_transport.py`;
 what a tool looks like to the model (its spec, its name, its result as text) in `mcp_tools.py`.
 """
 
@@ -51,7 +51,7 @@ import anyio
 from orchestrator.config import McpServerConfig
 from orchestrator.errors import SandboxError, first_line
 from orchestrator.ports import Sandbox
-from orchestrator.tools.dispatch import Observation
+from orchestrator.tools.outcome import Observation
 from orchestrator.tools.mcp_packages import server_argv
 from orchestrator.tools.mcp_tools import clean_name, format_result, hints, mcp_spec, sdk_field, unique_name
 from orchestrator.tools.mcp_transport import ExecProcess, exec_stdio_client, http_client

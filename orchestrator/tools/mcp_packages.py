@@ -228,9 +228,9 @@ fs.symlinkSync(path.join("bin", pick), path.join(prefix, "cairn-entry"));
 def tools_image(base: str, packages: list[Package], progress: Callable[[str], None] | None = None) -> str:
     """The image that is `base` plus each package under /opt/cairn-tools (a venv, or an npm prefix; Node.js
     and npm from Debian when the base has no npm): built once with the network on, then reused
-    (sandbox/derived.py; its tag is a hash of the base image's id, the packages and the host's CA
+    (sandbox/docker/derived.py; its tag is a hash of the base image's id, the packages and the host's CA
     certificates)."""
-    from orchestrator.sandbox.derived import derived_image
+    from orchestrator.sandbox.docker.derived import derived_image
 
     wanted = sorted({(p.launcher == "npx", p.folder, p.name, p.requirements, p.entry) for p in packages})
     lines = []

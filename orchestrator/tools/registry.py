@@ -22,8 +22,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from orchestrator.ports import ToolContext
-from orchestrator.tools.dispatch import BadCall, Observation
+from orchestrator.ports import Caller, ToolContext
+from orchestrator.tools.outcome import BadCall, Observation
 
 if TYPE_CHECKING:
     from orchestrator.llm.types import ToolCall
@@ -34,7 +34,7 @@ __all__ = ["STRING", "Registry", "Tool", "ToolContext", "canonical", "force", "f
 Handler = Callable[[dict[str, Any], ToolContext], Observation]
 # After a crash: given the agent and the call it had begun, a way to finish that call (agent_delegate's
 # child goes on where its log ends), or None when the call cannot be taken up.
-TakeUp = Callable[[Any, "ToolCall"], "Callable[[int], Observation] | None"]
+TakeUp = Callable[["Caller", "ToolCall"], "Callable[[int], Observation] | None"]
 
 
 @dataclass

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from typing import Callable, TextIO
 
-from orchestrator.agent.approvals import Answer, Question
+from orchestrator.ports import Answer, Question
 from orchestrator.ui.terminal import clean
 
 CHOICES = "[y]es once · [a]lways · [n]o · [e]dit"

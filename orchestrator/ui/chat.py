@@ -92,7 +92,7 @@ def with_history() -> None:
     atexit.register(save)
 
 
-def run_command(text: str, run: Any, session: Any) -> str | None:  # noqa: ANN401 - RunDir, Session
+def run_command(text: str, run: Any, live: Any) -> str | None:  # noqa: ANN401 - RunDir, LiveRun
     """The answer to a slash command, or EXIT."""
     name = text.split(maxsplit=1)[0]
     if name == "/exit":
@@ -113,12 +113,12 @@ def run_command(text: str, run: Any, session: Any) -> str | None:  # noqa: ANN40
     if name == "/cost":
         from orchestrator.ui.display import money
 
-        t = session.agent.state.totals
+        t = live.agent.state.totals
         return (f"{t.prompt_tokens:,} prompt tokens ({t.cache_hit_ratio:.0%} cached), {t.completion_tokens:,} "
                 f"completion; {money(t)}")
     if name == "/model":
-        return (f"model {clean(session.cfg.model.model)}"
-                + (f" at {clean(session.cfg.model.api_base)}" if session.cfg.model.api_base else "")
+        return (f"model {clean(live.cfg.model.model)}"
+                + (f" at {clean(live.cfg.model.api_base)}" if live.cfg.model.api_base else "")
                 + f" (another: cairn resume {run.id} --model M)")
     return f"no command {name}; /help lists them"
 

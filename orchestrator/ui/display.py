@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from orchestrator.agent.approvals import Answer, Question, answer_line
+from orchestrator.agent.approvals import answer_line
+from orchestrator.ports import Answer, Progress, Question
 from orchestrator import events as ev
 from orchestrator.agent.state import RunState
 from orchestrator.ui.terminal import clean
@@ -157,7 +158,7 @@ def _result_lines(event: ev.ToolFinished) -> str:
 
 
 def is_model_retry(event: ev.Event) -> bool:
-    """A Notice the model client wrote before waiting to retry a request (see Session._retrying)."""
+    """A Notice the model client wrote before waiting to retry a request (see LiveRun._retrying)."""
     return isinstance(event, ev.Notice) and getattr(event, "kind", None) == "model_retry"
 
 
@@ -308,14 +309,14 @@ class LiveDisplay:
 class ChildDisplay:
     """The child's action lines, indented under the parent's, on the parent's console (if it has one)."""
 
-    def __init__(self, parent: Any, depth: int) -> None:
+    def __init__(self, parent: LiveDisplay | ChildDisplay, depth: int) -> None:
         self.parent, self.depth = parent, depth
 
     @property
     def console(self) -> Any:
         return getattr(self.parent, "console", None)
 
-    def event(self, event: ev.Event, state: Any) -> None:
+    def event(self, event: ev.Event, state: Progress) -> None:
         console = self.console
         if console is None:
             return

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from orchestrator.config import ModelConfig, default_runs_dir
 from orchestrator.errors import SandboxError, UsageError
-from orchestrator.sandbox.engine import Engine, connect, describe, has_image
-from orchestrator.sandbox.image import image_tag
+from orchestrator.sandbox.docker.engine import Engine, connect, describe, has_image
+from orchestrator.sandbox.docker.image import image_tag
 
 MIN_FREE_BYTES = 2 * 1024**3
 MIN_PYTHON = (3, 11)
@@ -57,7 +57,7 @@ def _check_image(client: Engine | None) -> Check:
     try:
         tag = image_tag()
     except SandboxError as exc:
-        return Check("sandbox image", False, exc.message, "reinstall cairn: its orchestrator/sandbox_image/ is incomplete")
+        return Check("sandbox image", False, exc.message, "reinstall cairn: its sandbox_image/ is incomplete")
     if client is None:
         return Check("sandbox image", False, f"{tag}: no engine to look in", "start the engine first")
     if not has_image(client, tag):

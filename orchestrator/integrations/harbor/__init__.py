@@ -1,2 +1,3 @@
-"""cairn under Harbor: the agent (agent.py), the Sandbox port over Harbor's environments (sandbox.py) and
-the relay that keeps the toolbox alive in a task's container (relay.py). Only agent.py imports Harbor."""
+"""cairn under Harbor: the agent (agent.py), the only module that imports Harbor. Its sandbox, the
+Sandbox port over Harbor's environments with the relay that keeps the toolbox alive in a task's
+container, is a sandbox backend (orchestrator/sandbox/harbor/)."""

@@ -53,8 +53,8 @@ class CairnAgent(BaseAgent):
         super().__init__(logs_dir, model_name, *args, **kwargs)
         self.api_base, self.settings_path = api_base, settings
         self.max_steps, self.max_cost = max_steps, max_cost
-        self.run_dir: Any = None  # store.runs.RunDir of the trial's run, once made
-        self._loop_agent: Any = None  # the loop's Agent, once its Session exists (for a stop request)
+        self.run_dir: Any = None  # store.run_dir.RunDir of the trial's run, once made
+        self._loop_agent: Any = None  # the loop's Agent, once its LiveRun exists (for a stop request)
         self._sandbox: Any = None
 
     @staticmethod
@@ -109,16 +109,16 @@ class CairnAgent(BaseAgent):
     def _go(self, instruction: str, cfg: Any, environment: BaseEnvironment,  # noqa: ANN401
             loop: asyncio.AbstractEventLoop, private: Path) -> str:
         from orchestrator import events as ev
-        from orchestrator.integrations.harbor.sandbox import HarborSandbox
-        from orchestrator.session.compose import mark_failed
-        from orchestrator.session.drive import drive
-        from orchestrator.session.new_run import start_log
-        from orchestrator.store.runs import RunDir
+        from orchestrator.sandbox.backends import backend
+        from orchestrator.runs.compose import mark_failed
+        from orchestrator.runs.drive import drive
+        from orchestrator.runs.new_run import start_log
+        from orchestrator.store.run_dir import RunDir
         from orchestrator.ui.display import Quiet
 
         run = self.run_dir = RunDir.create(private, {"task": instruction, "status": "running",
                                                      "config": cfg.model_dump(mode="json")})
-        sandbox = self._sandbox = HarborSandbox(environment, loop, cfg.sandbox, run.cairn_dir)
+        sandbox = self._sandbox = backend("harbor")(environment, loop, cfg.sandbox, run.cairn_dir)
         try:
             # Started before the log, so the step-0 checkpoint holds the work directory as the task gave it.
             sandbox.start()
@@ -137,12 +137,12 @@ class CairnAgent(BaseAgent):
             run.release()  # Harbor's process goes on to other trials: drive() would have let go of it too
             raise
 
-        def opened(session: Any) -> None:  # noqa: ANN401 - session.compose.Session
-            self._loop_agent = session.agent
+        def opened(live: Any) -> None:  # noqa: ANN401 - runs.compose.LiveRun
+            self._loop_agent = live.agent
             if sandbox.cancelled:
                 self._stop_between_actions()
 
-        # The drive sequence every entry point uses (session/drive.py), on Harbor's environment.
+        # The drive sequence every entry point uses (runs/drive.py), on Harbor's environment.
         return drive(run, cfg, Quiet(), sandbox=sandbox, opened=opened).status
 
     def _stop_between_actions(self) -> None:
@@ -160,7 +160,7 @@ class CairnAgent(BaseAgent):
         """The run's config: `-m`, `--ak api_base=`, `--ak settings=FILE`, `--ak max_steps=`, `max_cost=`."""
         from pydantic import ValidationError
 
-        from orchestrator.session.settings import invalid_setting, resolve_config, settings_file
+        from orchestrator.runs.settings import invalid_setting, resolve_config, settings_file
 
         if not self.model_name:
             raise UsageError("cairn needs a model: harbor run ... -m MODEL (a litellm model string)")

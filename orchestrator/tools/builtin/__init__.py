@@ -19,7 +19,7 @@ SESSION_TOOLS: list[Tool] = [shell_start.TOOL, shell_send.TOOL, shell_stop.TOOL]
 
 
 def builtin_tools(delegate: Tool) -> list[Tool]:
-    """The built-in tools in the model's order, with `delegate` (agent/delegate.py's `delegate_tool(Agent)`)
+    """The built-in tools in the model's order, with `delegate` (agent/delegate.py's `delegate_tool(Loop)`)
     in agent_delegate's place: the composition root gives it."""
     return [*TOOLS, delegate, *SESSION_TOOLS]
 
@@ -28,6 +28,3 @@ def builtin_specs() -> list[dict[str, Any]]:
     """What the model sees of the built-in tools, in order."""
     return [*(tool.spec for tool in TOOLS), agent_delegate.SPEC, *(tool.spec for tool in SESSION_TOOLS)]
 
-
-def builtin_names() -> list[str]:
-    return [spec["function"]["name"] for spec in builtin_specs()]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from orchestrator.tools.dispatch import Observation
+from orchestrator.tools.outcome import Observation
 from orchestrator.tools.registry import STRING, Tool, ToolContext, function_spec
 
 SPEC = function_spec(

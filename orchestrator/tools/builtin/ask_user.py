@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.tools.dispatch import AskUser, Observation
+from orchestrator.tools.outcome import AskUser, Observation
 from orchestrator.tools.registry import STRING, Tool, ToolContext, function_spec
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.tools.dispatch import Observation
+from orchestrator.tools.outcome import Observation
 from orchestrator.tools.registry import STRING, Tool, ToolContext, function_spec
 
 
 def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
-    r = ctx.sandbox.call("edit", path=args["path"], old=args["old"], new=args["new"])
+    r = ctx.op("edit", path=args["path"], old=args["old"], new=args["new"])
     return Observation(f"edited {r['path']} ({r['bytes']} bytes now)")
 
 

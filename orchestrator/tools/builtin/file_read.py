@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.tools.dispatch import Observation
+from orchestrator.tools.outcome import Observation
 from orchestrator.tools.registry import STRING, Tool, ToolContext, function_spec
 
 
 def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
     extra = {k: int(args[k]) for k in ("offset", "limit") if isinstance(args.get(k), (int, float))}
-    r = ctx.sandbox.call("read", path=args["path"], **extra)
+    r = ctx.op("read", path=args["path"], **extra)
     footer = ""
     if r["start_line"] > 1 or r["end_line"] < r["total_lines"]:
         shown = r["end_line"] - r["start_line"] + 1

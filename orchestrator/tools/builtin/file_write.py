@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.tools.dispatch import Observation
+from orchestrator.tools.outcome import Observation
 from orchestrator.tools.registry import STRING, Tool, ToolContext, function_spec
 
 
 def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
-    r = ctx.sandbox.call("write", path=args["path"], content=args["content"])
+    r = ctx.op("write", path=args["path"], content=args["content"])
     return Observation(f"wrote {r['bytes']} bytes to {r['path']}")
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.tools.dispatch import Observation
+from orchestrator.tools.outcome import Observation
 from orchestrator.tools.registry import STRING, Tool, ToolContext, function_spec
 
 
 def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
     # The sandbox fills in the output limits; the timeout is decided here, where the footer names it.
     timeout = ctx.cfg.shell_timeout(args.get("timeout"))
-    r = ctx.sandbox.call("shell", command=args["command"], timeout=timeout, save_as=ctx.obs_path)
+    r = ctx.op("shell", command=args["command"], timeout=timeout, save_as=ctx.obs_path)
     footer = f"[exit code {r['exit_code']}, {r['duration_ms'] / 1000:.1f} s]"
     if r.get("timed_out"):
         footer = (f"[timed out after {timeout:g} s; the command's processes were killed; exit code 124. To run "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.tools.dispatch import BadCall, Observation
+from orchestrator.tools.outcome import BadCall, Observation
 from orchestrator.tools.registry import STRING, Tool, ToolContext, function_spec
 from orchestrator.tools.sessions import keys as key_names
 from orchestrator.tools.sessions.answer import MAX_WAIT, check_wait, observe
@@ -18,7 +18,7 @@ def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
     typed = args.get("keys", "")
     if not isinstance(typed, str):
         raise BadCall("keys must be a string (\"\" only waits and reads)")
-    r = ctx.sandbox.call("session_send", name=args["session"], keys=key_names.to_bytes(typed), wait=wait,
+    r = ctx.op("session_send", name=args["session"], keys=key_names.to_bytes(typed), wait=wait,
                          inline_bytes=ctx.cfg.inline_output_bytes)
     return observe(r)
 

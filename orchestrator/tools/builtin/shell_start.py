@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.tools.dispatch import Observation
+from orchestrator.tools.outcome import Observation
 from orchestrator.tools.registry import STRING, Tool, ToolContext, function_spec
 from orchestrator.tools.sessions.answer import MAX_WAIT, check_wait, observe
 
@@ -15,7 +15,7 @@ DEFAULT_WAIT = 5.0
 def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
     wait = check_wait(args, DEFAULT_WAIT)
     name = args.get("session")
-    r = ctx.sandbox.call("session_start", command=args["command"], wait=wait,
+    r = ctx.op("session_start", command=args["command"], wait=wait,
                          **({"name": name} if name is not None else {}),
                          inline_bytes=ctx.cfg.inline_output_bytes, max_file_bytes=ctx.cfg.max_output_file_bytes)
     return observe(r)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.tools.dispatch import Observation
+from orchestrator.tools.outcome import Observation
 from orchestrator.tools.registry import STRING, Tool, ToolContext, function_spec
 from orchestrator.tools.sessions.answer import observe
 
 
 def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
-    r = ctx.sandbox.call("session_stop", name=args["session"], inline_bytes=ctx.cfg.inline_output_bytes)
+    r = ctx.op("session_stop", name=args["session"], inline_bytes=ctx.cfg.inline_output_bytes)
     return observe(r, stopped=True)
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.tools.dispatch import BadCall, Observation
+from orchestrator.tools.outcome import BadCall, Observation
 from orchestrator.tools.registry import STRING, Tool, ToolContext, function_spec
 
 
 def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
     if not ctx.sandbox.network_enabled:
         raise BadCall("web_fetch needs the network, and this run's sandbox has none (start it with --network bridge)")
-    r = ctx.sandbox.call("fetch", url=args["url"])
+    r = ctx.op("fetch", url=args["url"])
     return Observation(
         f"[{r['status']} {r['content_type']}, {r['bytes']} bytes, saved as text to {r['path']}]\n{r['text']}",
         error=not 200 <= int(r["status"]) < 400,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from orchestrator.tools.dispatch import BadCall, Observation
+from orchestrator.tools.outcome import BadCall, Observation
 from orchestrator.tools.sessions.screen import render_lines, render_screen
 
 MAX_WAIT = 600.0  # seconds one call may wait; longer jobs are read again later

@@ -11,15 +11,23 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator.errors import ToolError
+from orchestrator.ports import ToolSandbox
 from orchestrator.tools.sessions.answer import duration
 
 REGISTRY = Path("sessions") / "sessions.json"  # in the run's cairn directory (the toolbox's REGISTRY_NAME)
 
 
-def session_notices(agent: Any) -> list[str]:
+class WithSessions(Protocol):
+    """The agent whose sessions are listed: its run's cairn directory and its sandbox."""
+
+    run_dir: Any  # a RunDir or a sub-agent's ChildRun: both have `cairn_dir`
+    sandbox: ToolSandbox
+
+
+def session_notices(agent: WithSessions) -> list[str]:
     """One notice a session: name, command, running for how long, exited or gone."""
     if not os.path.lexists(Path(agent.run_dir.cairn_dir) / REGISTRY):
         return []

@@ -10,7 +10,7 @@ from typing import Any
 
 from orchestrator.errors import UsageError
 from orchestrator.store.checkpoints import BRANCH, Checkpoints, make_git, step_of_message
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 from orchestrator.ui.terminal import clean_name
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's empty tree: the base of step 0

@@ -9,7 +9,7 @@ import os
 import socket
 import urllib.parse
 
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 
 ENGINE_TIMEOUT = 2.0  # seconds: ls stays quick when an engine hangs
 DEFAULT_SOCKET = "/var/run/docker.sock"

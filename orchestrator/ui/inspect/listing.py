@@ -21,7 +21,7 @@ from orchestrator.ui.inspect.held import States, container_states, held_by
 from orchestrator.ui.inspect.timeline import end_error, timeline
 from orchestrator.store.liveness import run_is_live
 from orchestrator import events as ev
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 from orchestrator.ui.terminal import clean
 from orchestrator.status import Status, is_status
 

@@ -32,8 +32,8 @@ from orchestrator.ui.inspect.report_data import rebuilt_requests, sessions, step
 from orchestrator.ui.inspect.report_time import Axis, seconds, step_clock, time_axis
 from orchestrator.ui.inspect.timeline import approval_line, check_line, critic_line, new_step, step_lines, timeline, walk
 from orchestrator import events as ev
-from orchestrator.store.runs import RunDir
-from orchestrator.tools.dispatch import WRITING_TOOLS
+from orchestrator.store.run_dir import RunDir
+from orchestrator.tools.outcome import WRITING_TOOLS
 from orchestrator.tools.sessions.readable import call_summary
 
 RESULT_PREVIEW = 4000  # characters of a tool result shown in the page

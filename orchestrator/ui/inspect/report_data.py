@@ -20,7 +20,7 @@ import json
 from typing import Any
 
 from orchestrator import events as ev
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 
 DIFF_STEP_BYTES = 48 * 1024  # of one step's diff, at most
 DIFF_PAGE_BYTES = 3 * 1024 * 1024  # of all the steps' diffs together

@@ -15,7 +15,7 @@ from orchestrator import events as ev
 from orchestrator.ui.approval_prompt import waiting_block
 from orchestrator.store.children import open_child
 from orchestrator.agent.state import check_verdict
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 from orchestrator.ui.terminal import clean
 from orchestrator.tools.sessions.readable import call_summary
 from orchestrator.status import Status

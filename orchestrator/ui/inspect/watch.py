@@ -16,12 +16,12 @@ from typing import Callable
 
 from orchestrator.ui.display import event_line
 from orchestrator import events as ev
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 from orchestrator.ui.terminal import clean, clean_name
 
 NOISE_DIRS = {".cairn", ".git", "__pycache__", "node_modules", ".venv", ".pytest_cache"}
 # The temporary file of the toolbox's atomic write (`.NAME.XXXXXXXX.tmp`, tempfile.mkstemp's pattern,
-# sandbox_image/toolbox.py): it lives a moment before it is renamed to NAME, which is the change to show.
+# sandbox_image/toolbox/): it lives a moment before it is renamed to NAME, which is the change to show.
 ATOMIC_TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from orchestrator.errors import CairnError
 from orchestrator.store.liveness import run_is_live
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 
 START_WAIT_S = 90.0  # for a new run to show up (importing the model library, starting its sandbox)
 RESUME_WAIT_S = 3.0  # for a resume to fail at once; after that it runs, or ended of its own accord

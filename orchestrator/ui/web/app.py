@@ -23,7 +23,7 @@ from starlette.staticfiles import StaticFiles
 
 from orchestrator.errors import CairnError
 from orchestrator.ui.inspect.report import CSS as REPORT_CSS
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 from orchestrator.ui.web import actions, feed, files, views
 from orchestrator.ui.web.guard import SANDBOXED, Guard
 

@@ -26,7 +26,7 @@ from orchestrator.ui.inspect.timeline import check_line
 from orchestrator.ui.inspect.watch import EventTail
 from orchestrator import events as ev
 from orchestrator.agent.state import check_verdict
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 
 POLL_S = 0.1
 BATCH = 500  # items in one server-sent event: a long log arrives in a few dozen messages, not thousands

@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 
 NOISE = {".git", "node_modules", ".venv", "__pycache__", ".pytest_cache", ".mypy_cache"}
 MAX_LIST = 5000  # entries listed at most; a tree of generated files is not a file browser's job

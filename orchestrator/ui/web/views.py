@@ -20,7 +20,7 @@ from orchestrator.ui.inspect.timeline import step_text, walk
 from orchestrator.status import Status
 from orchestrator.store.liveness import run_is_live
 from orchestrator.store.regular import read_regular
-from orchestrator.store.runs import RunDir
+from orchestrator.store.run_dir import RunDir
 
 SVG_STYLE = "<style>text { font: 11px system-ui, sans-serif; fill: #667085; }</style>"
 
