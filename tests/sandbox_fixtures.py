@@ -21,6 +21,7 @@ import pytest
 
 from orchestrator.errors import SandboxError
 from orchestrator.sandbox import toolbox_files
+from orchestrator.sandbox.channel import Channel
 
 DEV_IMAGE = "cairn-sandbox-dev:latest"
 TOOLBOX = toolbox_files.folder()  # run as a program: `python3 TOOLBOX --workdir ...`
@@ -48,7 +49,8 @@ def sandbox_image(docker_client: docker.DockerClient) -> str:
 
 
 class ToolboxProcess:
-    """The toolbox run on the host with --root, spoken to over pipes exactly as the host client does.
+    """The toolbox run on the host with --root, spoken to over pipes exactly as the host client does: its
+    key first, then requests whose answers are checked (sandbox/channel.py).
 
     `root` stands for the work directory (/workspace unless `workdir`), `cairn` for /cairn (default: a
     `cairn` directory beside `root`)."""
@@ -62,16 +64,25 @@ class ToolboxProcess:
             [sys.executable, str(TOOLBOX), "--workdir", workdir, "--cairn", str(self.cairn),
              *(["--lockdown"] if lockdown else []), "--root", str(root)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.ready = self._receive()
-        self.next_id = 0
-
-    def request(self, op: str, **args: object) -> dict:
-        """The whole response: {"id", "ok", "result"} or {"id", "ok", "error"}."""
-        self.next_id += 1
-        line = {"id": self.next_id, "op": op, "args": args}
-        self.process.stdin.write((json.dumps(line) + "\n").encode())
+        self.channel = Channel()
+        self.process.stdin.write(self.channel.key_line())
         self.process.stdin.flush()
-        return self._receive()
+        self.ready = self.channel.ready(self._line())
+        self.last = None  # the last request sent (sandbox.channel.Request)
+
+    def send(self, op: str, call: str | None = None, **args: object) -> None:
+        """Send a request without waiting for its answer (`receive` reads it); `call`: its journal key."""
+        self.last = self.channel.request(op, args, call)
+        self.process.stdin.write(self.last.line)
+        self.process.stdin.flush()
+
+    def receive(self) -> dict:
+        return self.channel.answer(self.last, self._line())
+
+    def request(self, op: str, call: str | None = None, **args: object) -> dict:
+        """The whole response: {"id", "ok", "result"} or {"id", "ok", "error"}."""
+        self.send(op, call, **args)
+        return self.receive()
 
     def result(self, op: str, **args: object) -> dict:
         response = self.request(op, **args)
@@ -83,10 +94,10 @@ class ToolboxProcess:
         assert not response["ok"], response
         return response["error"]
 
-    def _receive(self) -> dict:
+    def _line(self) -> bytes:
         line = self.process.stdout.readline()
         assert line, f"the toolbox exited: {self.process.stderr.read().decode()}"
-        return json.loads(line)
+        return line
 
     def close(self) -> None:
         self.process.stdin.close()

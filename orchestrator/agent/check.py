@@ -86,12 +86,15 @@ def run_check(agent: Checked, step: int) -> ev.CheckFinished:
     shown = preview(text, path, ctx) if path and (r.get("truncated") or is_big(
         text, ctx.offload_tokens, agent.counter.count_text)) else text
     timed_out = bool(r.get("timed_out"))
+    seconds = r.get("duration_ms") / 1000 if isinstance(r.get("duration_ms"), (int, float)) else 0.0
     facts = (f"[timed out after {check.timeout:g} s; its processes were killed; exit code 124]" if timed_out
-             else f"[exit code {r['exit_code']}, {r['duration_ms'] / 1000:.1f} s]")
+             else f"[exit code {r['exit_code']!r}, {seconds:.1f} s]")
     if r.get("truncated"):
         facts += f"\n[the output was {r['output_bytes']} bytes, {r['output_lines']} lines; all of it is in {path}]"
     notes = [n for n in (r.get("note"), r.get("sandbox_restarted"), error) if n]
-    return ev.CheckFinished(**base, exit_code=r["exit_code"], passed=r["exit_code"] == 0 and not timed_out,
+    code = r["exit_code"]
+    passed = type(code) is int and code == 0 and not timed_out  # never `false`, `0.0` or "0": only exit 0 passes
+    return ev.CheckFinished(**base, exit_code=code if type(code) is int else None, passed=passed,
                             output_path=path, output="\n".join([shown.rstrip("\n"), facts, *notes]),
                             timed_out=timed_out, duration_ms=r.get("duration_ms"), error=error)
 

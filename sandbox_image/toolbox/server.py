@@ -1,7 +1,7 @@
 """The toolbox's request loop: the ops of PROTOCOL.md, one method each, answered one at a time.
 
 One long-lived process, started once by the host, that answers JSON-line requests on stdin with
-JSON-line responses on stdout. Each op's arguments are checked against its method's signature before it
+JSON-line responses on stdout, each signed with the key the host sends first (channel.py). Each op's arguments are checked against its method's signature before it
 runs; a request that carries a `call` key is journaled (journal.py) before it runs and before its
 answer is sent, so a resume knows what became of it.
 """
@@ -18,14 +18,14 @@ import traceback
 
 from . import files, web
 from .capture import LIVE_OUTPUT, Capture, open_live
-from .channel import Host
+from .channel import BadKey, Host, not_dumpable, read_key, signed
 from .errors import HostGone, ToolError
 from .journal import JOURNAL_NAME, Journal
 from .sessions import SESSION_COLUMNS, SESSION_ROWS, Sessions
 from .shell import Shell, container_env, run_fresh
 from .workspace import CAIRN_DIR, WORKDIR, Workspace
 
-VERSION = 1
+VERSION = 2  # 2: the key line first, and a mac on every answer
 
 
 class Toolbox:
@@ -81,14 +81,17 @@ class Toolbox:
         return response
 
     def answer(self, request: object) -> dict:
+        if not isinstance(request, dict):
+            return {"id": None, "ok": False, "error": "bad request: not a JSON object"}
+        rid = request.get("id")
         try:
-            rid, op, args = request.get("id"), request["op"], request.get("args") or {}
+            op, args = request["op"], request.get("args") or {}
             method = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
             if method is None:
                 raise ToolError(f"unknown op {op!r}")
             _signature(method).bind(**args)
         except (ValueError, KeyError, AttributeError) as exc:
-            return {"id": None, "ok": False, "error": f"bad request: {exc}"}
+            return {"id": rid, "ok": False, "error": f"bad request: {exc}"}
         except TypeError as exc:
             return {"id": rid, "ok": False, "error": f"bad arguments for {op}: {exc}"}
         except ToolError as exc:
@@ -195,19 +198,26 @@ def main(argv: list | None = None) -> None:
     root = options.root or options.workdir
     if not os.path.isdir(root):
         sys.exit(f"toolbox: work directory {root} is not a directory")
+    # Before anything is read: from here on, other processes cannot open our stdin and stdout.
+    dumpable = not not_dumpable()
+    first = sys.stdin.buffer.readline()
+    try:
+        key = read_key(first)
+    except BadKey as exc:
+        sys.exit(f"toolbox: {exc}")
     toolbox = Toolbox(Workspace(root, options.workdir, options.cairn, options.lockdown), options.journal)
     out = sys.stdout.buffer
 
-    def send(message: dict) -> None:
-        # ensure_ascii: file names may hold undecodable bytes (surrogates) that UTF-8 cannot carry.
-        out.write(json.dumps(message).encode("ascii") + b"\n")
+    def send(message: dict, request: bytes) -> None:
+        out.write(signed(key, request, message))
         out.flush()
 
-    send({"id": 0, "ok": True, "result": {"ready": True, "pid": os.getpid(), "uid": os.getuid(), "version": VERSION}})
+    send({"id": 0, "ok": True, "result": {"ready": True, "pid": os.getpid(), "uid": os.getuid(), "version": VERSION,
+                                          "dumpable": dumpable}}, first)
     try:
         for line in sys.stdin.buffer:
             if line.strip():
-                send(toolbox.handle(line))
+                send(toolbox.handle(line), line)
     except (HostGone, BrokenPipeError):
         # The host is gone; what it would have been told is in the journal. os._exit: flushing stdout
         # at exit would only meet the broken pipe again.

@@ -21,7 +21,7 @@ import pytest
 
 from orchestrator.store import journal
 from tests.loop_helpers import call, done, turn
-from tests.sandbox_fixtures import TOOLBOX
+from tests.sandbox_fixtures import ToolboxProcess
 from tests.runs.test_survives_sigkill import Cairn, check_invariants, events, kill, requests, wait_for
 
 KILLED = "[killed: the run stopped while this command ran; it may have partly run"
@@ -166,45 +166,33 @@ def test_a_model_answer_that_was_logged_is_not_asked_for_again(tmp_path, sandbox
 
 # -- the toolbox on its own --------------------------------------------------------------------------
 
-def toolbox_process(root: Path) -> subprocess.Popen:
+def toolbox_process(root: Path) -> ToolboxProcess:
     """The toolbox on the host, its work directory `root` and cairn's files in `root/.cairn`."""
     (root / ".cairn").mkdir(exist_ok=True)
-    process = subprocess.Popen([sys.executable, str(TOOLBOX), "--root", str(root), "--cairn", str(root / ".cairn")],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert json.loads(process.stdout.readline())["result"]["ready"]
-    return process
-
-
-def send(process: subprocess.Popen, request: dict[str, Any]) -> None:
-    process.stdin.write((json.dumps(request) + "\n").encode())
-    process.stdin.flush()
+    return ToolboxProcess(root, cairn=root / ".cairn")
 
 
 def test_the_toolbox_journals_a_call_before_it_answers(tmp_path):
-    process = toolbox_process(tmp_path)
-    send(process, {"id": 1, "op": "shell", "call": "run:1:c1", "args": {"command": "echo hello"}})
-    response = json.loads(process.stdout.readline())
+    toolbox = toolbox_process(tmp_path)
+    response = toolbox.request("shell", call="run:1:c1", command="echo hello")
     entry = journal.read(tmp_path / ".cairn").get("run:1:c1")
     assert entry is not None and entry.state == "finished" and entry.response == response
-    send(process, {"id": 2, "op": "read", "args": {"path": "nope"}})  # no call key: not journaled
-    process.stdout.readline()
-    send(process, {"id": 3, "op": "read", "call": "run:2:c1", "args": {"path": "nope"}})
-    failed = json.loads(process.stdout.readline())
+    toolbox.request("read", path="nope")  # no call key: not journaled
+    failed = toolbox.request("read", call="run:2:c1", path="nope")
     record = journal.read(tmp_path / ".cairn")
     assert list(record.entries) == ["run:2:c1"], "a call's start begins the journal afresh"
     assert record.get("run:2:c1").response == failed and not failed["ok"]
-    process.stdin.close()
-    assert process.wait(timeout=10) == 0
+    toolbox.process.stdin.close()
+    assert toolbox.process.wait(timeout=10) == 0
 
 
 def test_the_toolbox_journals_a_command_cut_off_by_the_hosts_end_as_killed_with_its_output(tmp_path):
-    process = toolbox_process(tmp_path)
-    send(process, {"id": 1, "op": "shell", "call": "run:1:c1",
-                   "args": {"command": "echo so-far; sleep 1.5; echo done >> f"}})
+    toolbox = toolbox_process(tmp_path)
+    toolbox.send("shell", call="run:1:c1", command="echo so-far; sleep 1.5; echo done >> f")
     started = time.monotonic()
     time.sleep(0.5)
-    process.stdin.close()  # the host is gone
-    assert process.wait(timeout=10) == 0
+    toolbox.process.stdin.close()  # the host is gone
+    assert toolbox.process.wait(timeout=10) == 0
     entry = journal.read(tmp_path / ".cairn").get("run:1:c1")
     assert entry is not None and entry.state == "killed"
     assert entry.partial["output"] == "so-far\n" and 0.4 < entry.seconds < 1.5

@@ -5,7 +5,8 @@ as each op is one `exec` there, and the toolbox's shell lives across them."""
 from __future__ import annotations
 
 import base64
-import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.sandbox.channel import Channel, key_from_line
 from orchestrator.sandbox.harbor.relay import GONE
 from tests.sandbox_fixtures import TOOLBOX
 
@@ -25,49 +27,72 @@ class Relay:
     def __init__(self, root: Path) -> None:
         # A short folder of its own: a Unix socket's path has room for about 100 bytes.
         self.socket = str(Path(tempfile.mkdtemp(prefix="relay-")) / "toolbox.sock")
+        self.log = root / "toolbox.log"
         (root / "work").mkdir()
         toolbox = [sys.executable, str(TOOLBOX), "--workdir", "/workspace", "--cairn", str(root / "cairn"),
                    "--root", str(root / "work")]
-        self.server = subprocess.Popen([sys.executable, str(RELAY), "serve", self.socket, "--", *toolbox],
-                                       stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 30
-        while not (Path(self.socket).exists() and Path(self.socket + ".ready").exists()):
-            assert self.server.poll() is None and time.monotonic() < deadline, self.server.stderr.read()
-            time.sleep(0.05)
-        self.next_id = 0
+        # As Harbor's exec runs it: the command returns once the relay is ready, with its report on stdout.
+        started = subprocess.run([sys.executable, str(RELAY), "serve", self.socket, "--log", str(self.log), "--",
+                                  *toolbox], capture_output=True, timeout=30)
+        assert started.returncode == 0, (started.stderr, self.log.read_text())
+        self.key_line, self.ready_line = started.stdout.splitlines(keepends=True)
+        self.channel = Channel(key_from_line(self.key_line))
+        self.ready = self.channel.ready(self.ready_line)
+        self.pid = int(Path(self.socket + ".pid").read_text())
+        self.last = None
 
     def call(self, op: str, *, as_file: bool = False, **args: object) -> subprocess.CompletedProcess:
-        self.next_id += 1
-        line = json.dumps({"id": self.next_id, "op": op, "args": args}).encode()
+        self.last = self.channel.request(op, args)
+        line = self.last.line
         if as_file:
             request = Path(tempfile.mkdtemp()) / "request.json"
             request.write_bytes(line)
             argv = ["--file", str(request)]
         else:
             argv = [base64.b64encode(line).decode()]
-        return subprocess.run([sys.executable, str(RELAY), "call", self.socket, *argv], capture_output=True, text=True)
+        return subprocess.run([sys.executable, str(RELAY), "call", self.socket, *argv], capture_output=True)
+
+    def answer(self, done: subprocess.CompletedProcess) -> dict:
+        assert done.returncode == 0, done.stderr
+        return self.channel.answer(self.last, done.stdout)
 
     def result(self, op: str, **args: object) -> dict:
-        done = self.call(op, **args)
-        assert done.returncode == 0, done.stderr
-        response = json.loads(done.stdout)
-        assert response["ok"] and response["id"] == self.next_id, response
+        response = self.answer(self.call(op, **args))
+        assert response["ok"], response
         return response["result"]
+
+    def stop(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        wait_until_gone(self.pid)
+
+
+def wait_until_gone(pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:  # a dead relay stays a zombie until init, its parent by then, reaps it
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} did not end")
 
 
 @pytest.fixture
 def relay(tmp_path: Path) -> Iterator[Relay]:
     relay = Relay(tmp_path)
     yield relay
-    relay.server.terminate()
-    relay.server.wait(timeout=10)
-    relay.server.stderr.close()
+    relay.stop()
 
 
-def test_the_ready_line_is_the_toolboxs_and_each_call_is_one_process(relay: Relay) -> None:
-    ready = json.loads(Path(relay.socket + ".ready").read_text())
-    assert ready["id"] == 0 and ready["ok"]
+def test_the_relay_reports_a_key_of_its_own_and_the_toolboxs_ready_line_signed_with_it(relay: Relay) -> None:
+    # Relay() checked the ready line as the host does (sandbox/channel.py): signed over the key line.
+    assert relay.ready["ready"] is True and relay.ready["version"] == 2
     assert relay.result("ping") is not None
+    assert relay.key_line.hex() not in relay.log.read_text() and b"key" not in Path(relay.socket + ".pid").read_bytes()
 
 
 def test_the_shell_keeps_its_directory_and_variables_from_one_call_to_the_next(relay: Relay) -> None:
@@ -79,19 +104,17 @@ def test_the_shell_keeps_its_directory_and_variables_from_one_call_to_the_next(r
 def test_a_request_too_long_for_an_argument_goes_as_a_file_and_the_file_is_removed(relay: Relay, tmp_path) -> None:
     content = "x" * 300_000
     done = relay.call("write", as_file=True, path="big.txt", content=content)
-    assert done.returncode == 0 and json.loads(done.stdout)["ok"], done.stdout + done.stderr
+    assert relay.answer(done)["ok"], done.stdout + done.stderr
     assert (tmp_path / "work" / "big.txt").read_text() == content
     assert relay.result("read", path="big.txt")
 
 
 def test_an_ops_error_comes_back_as_the_toolboxs_answer(relay: Relay) -> None:
-    done = relay.call("read", path="no-such-file")
-    response = json.loads(done.stdout)
-    assert done.returncode == 0 and not response["ok"] and "no-such-file" in response["error"]
+    response = relay.answer(relay.call("read", path="no-such-file"))
+    assert not response["ok"] and "no-such-file" in response["error"]
 
 
 def test_once_the_relay_is_gone_a_call_exits_with_its_own_code_and_says_why(relay: Relay) -> None:
-    relay.server.terminate()
-    relay.server.wait(timeout=10)
+    relay.stop()
     done = relay.call("ping")
-    assert done.returncode == GONE and "relay" in done.stderr
+    assert done.returncode == GONE and b"relay" in done.stderr

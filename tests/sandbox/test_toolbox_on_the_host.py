@@ -14,9 +14,10 @@ def root_of(toolbox: ToolboxProcess) -> Path:
     return toolbox.root
 
 
-def test_ready_line_comes_first(toolbox):
-    assert toolbox.ready["ok"] and toolbox.ready["id"] == 0
-    assert toolbox.ready["result"]["version"] == 1
+def test_ready_line_comes_first_signed_over_the_key_line(toolbox):
+    # ToolboxProcess checks it as the host does (sandbox/channel.py): id 0, ok, the key line's MAC.
+    assert toolbox.ready["ready"] is True and toolbox.ready["version"] == 2
+    assert isinstance(toolbox.ready["dumpable"], bool)
 
 
 def test_shell_keeps_cwd_and_variables(toolbox):

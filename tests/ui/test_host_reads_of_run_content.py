@@ -55,12 +55,10 @@ def _notices(out) -> list[str]:  # noqa: ANN001 - loop_helpers.Outcome
 
 def _answer_within(toolbox: ToolboxProcess, op: str, seconds: float, **args: object) -> dict:
     """The toolbox's answer to one request, or a failure if it does not come in time (it hangs)."""
-    toolbox.next_id += 1
-    toolbox.process.stdin.write((json.dumps({"id": toolbox.next_id, "op": op, "args": args}) + "\n").encode())
-    toolbox.process.stdin.flush()
+    toolbox.send(op, **args)
     ready, _, _ = select.select([toolbox.process.stdout], [], [], seconds)
     assert ready, f"the toolbox did not answer {op} within {seconds} s: it is blocked"
-    return json.loads(toolbox.process.stdout.readline())
+    return toolbox.receive()
 
 
 @pytest.mark.parametrize("op,args", [("read", {}), ("edit", {"old": "a", "new": "b"})])

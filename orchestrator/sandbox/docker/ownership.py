@@ -15,29 +15,26 @@ import docker.errors
 from docker.models.containers import Container
 
 from orchestrator.errors import SandboxError, first_line
+from orchestrator.store import run_files
 
 
 def owned_by(root: Path, uid: int, skip: list[Path] = ()) -> bool:
     """True when anything under `root` (itself included, `skip` and what is under it excluded) belongs to
-    `uid`, or cannot be read: a directory the agent made with mode 700 is itself a reason to give back."""
-    skipped = {os.fspath(path) for path in skip}
-    stack = [os.fspath(root)]
+    `uid`, or cannot be read: a directory the agent made with mode 700 is itself a reason to give back.
+    Listed by descriptor (store/run_files.py): a folder swapped for a link meanwhile is not entered."""
+    skipped = {os.path.relpath(path, root) for path in skip}
     try:
         if os.lstat(root).st_uid == uid:
             return True
-        while stack:
-            with os.scandir(stack.pop()) as entries:
-                for entry in entries:
-                    if entry.path in skipped:
-                        continue
-                    if entry.stat(follow_symlinks=False).st_uid == uid:
-                        return True
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-    except FileNotFoundError:  # removed while walked: whatever remains is seen next time
+    except FileNotFoundError:
         return False
-    except PermissionError:
-        return True
+    for entry in run_files.walk(root, enter=lambda e: e.rel not in skipped):
+        if entry.rel in skipped:
+            continue
+        if entry.stat.st_uid == uid:
+            return True
+        if entry.is_dir() and not os.access(entry.name, os.R_OK | os.X_OK, dir_fd=entry.dir_fd):
+            return True
     return False
 
 

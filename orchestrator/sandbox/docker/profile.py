@@ -49,6 +49,7 @@ from pathlib import Path
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import UsageError
 from orchestrator.sandbox import carried, toolbox_files
+from orchestrator.store import run_files
 LABEL_MANAGED = "cairn.managed"
 LABEL_RUN = "cairn.run"
 LABEL_RUN_DIR = "cairn.run_dir"  # the run's directory on the host: gc tells another runs dir's from an orphan
@@ -179,18 +180,23 @@ def prepare_workspace(workspace: Path, owner: tuple[int, int] | None = None, loc
     (`owner`), who is not root and could not write it otherwise. The default profile's root agent writes
     any tree; what it leaves is given back afterwards (`Sandbox.give_back_files`).
 
-    Symlinks are chowned themselves (lchown) and never followed: the agent may have made them.
+    Symlinks are chowned themselves (lchown) and never followed: the agent may have made them, and a
+    container of the run's may still run (a crashed session's) while this walks, so the tree is listed
+    by descriptor (store/run_files.py) and each name is changed relative to its folder's descriptor.
     """
     workspace.mkdir(parents=True, exist_ok=True)
     if os.getuid() != 0 or not lockdown:
         return
     uid, gid = owner or sandbox_user()
-    for directory, dirnames, filenames in os.walk(workspace):
-        for name in [".", *dirnames, *filenames]:
-            path = os.path.join(directory, name)
-            st = os.lstat(path)
-            if (st.st_uid, st.st_gid) != (uid, gid):
-                os.lchown(path, uid, gid)
+    st = os.lstat(workspace)
+    if (st.st_uid, st.st_gid) != (uid, gid):
+        os.lchown(workspace, uid, gid)
+    for entry in run_files.walk(workspace):
+        if (entry.stat.st_uid, entry.stat.st_gid) != (uid, gid):
+            try:
+                os.chown(entry.name, uid, gid, dir_fd=entry.dir_fd, follow_symlinks=False)
+            except FileNotFoundError:  # removed meanwhile
+                continue
 
 
 def fingerprint(image: str, options: dict) -> str:

@@ -25,6 +25,7 @@ from docker.models.containers import Container
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import SandboxError, ToolError
 from orchestrator.sandbox.calls import op_result, with_defaults
+from orchestrator.sandbox.channel import answer_limit
 from orchestrator.sandbox.docker import container as containers
 from orchestrator.sandbox.docker import ownership
 from orchestrator.sandbox.docker.engine import connect
@@ -85,7 +86,8 @@ class DockerSandbox:
     def _start_toolbox(self) -> None:
         try:
             argv = containers.toolbox_argv(self.container, self.cfg, self.client)
-            self.toolbox = ToolboxClient(self.client.api, self.container.id, argv)
+            self.toolbox = ToolboxClient(self.client.api, self.container.id, argv,
+                                         answer_limit(self.cfg.inline_output_bytes))
             self.toolbox.start(self.cfg.start_timeout)
         except ToolboxDied as exc:
             self.stop()
@@ -127,7 +129,7 @@ class DockerSandbox:
             self._died = self._why_dead(exc.message)
             raise ToolError(f"the sandbox died during this call: {self._died}; "
                             f"the next call starts a fresh one on the same workspace") from exc
-        return op_result(response, restarted)
+        return op_result(response, restarted, op)
 
     @property
     def instance(self) -> str | None:

@@ -9,7 +9,6 @@ the toolbox's diagnostics, kept to explain its death.
 
 from __future__ import annotations
 
-import json
 import select
 import socket
 import struct
@@ -18,6 +17,7 @@ import time
 import docker
 
 from orchestrator.errors import SandboxError
+from orchestrator.sandbox.channel import ANSWER_LIMIT, Channel, Lines, Tampered
 
 HEADER = struct.Struct(">BxxxL")
 STDERR = 2
@@ -102,31 +102,37 @@ def _read_ahead(stream: object, sock: socket.socket) -> bytes:
 
 
 class ToolboxDied(SandboxError):
-    """The toolbox is gone or stuck: its stream ended, a write failed, or no answer came in time."""
+    """The toolbox is gone or stuck: its stream ended, a write failed, no answer came in time, or a line
+    came that is not its answer (sandbox/channel.py)."""
 
 
 class ToolboxClient:
     """One toolbox process in one container, and the JSON-line conversation with it."""
 
-    def __init__(self, api: docker.APIClient, container_id: str, argv: list[str]) -> None:
+    def __init__(self, api: docker.APIClient, container_id: str, argv: list[str],
+                 answer_limit: int = ANSWER_LIMIT) -> None:
+        """`answer_limit`: the longest answer line accepted (sandbox/channel.py's `answer_limit`)."""
         self.api, self.container_id, self.argv = api, container_id, argv
         self.exec_id: str | None = None
         self.ready: dict = {}
+        self.channel = Channel()
         self._sock: socket.socket | None = None
         self._demux = Demux()
-        self._stdout = bytearray()  # stdout payload, not yet split into lines
-        self._next_id = 0
+        self._lines = Lines(answer_limit)  # stdout payload, cut into lines
         self._dead: str | None = None
 
     def start(self, timeout: float) -> dict:
-        """Start the toolbox and wait for its ready line; return the ready result (pid, uid, version)."""
+        """Start the toolbox, give it its key, and wait for its ready line; return the ready result (pid,
+        uid, version, dumpable)."""
         # self._stream holds the HTTP response, which would close the socket if collected.
         self.exec_id, self._stream, self._sock, early = open_exec(self.api, self.container_id, self.argv)
-        self._stdout += self._demux.feed(early)
-        message = self._read_message(time.monotonic() + timeout, "the ready line")
-        if message.get("id") != 0 or not message.get("ok"):
-            raise ToolboxDied(f"the toolbox's first line is not its ready line: {message!r:.200}")
-        self.ready = message["result"]
+        self._send(self.channel.key_line())
+        self._feed(self._demux.feed(early))
+        line = self._read_line(time.monotonic() + timeout, "the ready line")
+        try:
+            self.ready = self.channel.ready(line)
+        except Tampered as exc:
+            self._die(exc.message)
         return self.ready
 
     def request(self, op: str, args: dict, timeout: float, call: str | None = None) -> dict:
@@ -136,25 +142,20 @@ class ToolboxClient:
         and its outcome (PROTOCOL.md, "The journal"). Send one only after the outcomes of all earlier
         calls are recorded: a call's start begins the journal afresh.
 
-        Raises ToolboxDied if the toolbox is gone, or gives no answer within `timeout` seconds (then it is
-        considered stuck: this client is done, and the caller starts a new toolbox).
+        Raises ToolboxDied if the toolbox is gone, gives no answer within `timeout` seconds (then it is
+        considered stuck: this client is done, and the caller starts a new toolbox), or a line comes that
+        is not its signed answer to this request (then the channel was tampered with: never believed).
         """
         if self._dead:
             raise ToolboxDied(self._dead)
-        self._next_id += 1
-        rid = self._next_id
-        request = {"id": rid, "op": op, "args": args, **({"call": call} if call else {})}
-        line = json.dumps(request, ensure_ascii=False) + "\n"
+        request = self.channel.request(op, args, call)
+        self._send(request.line)
+        line = self._read_line(time.monotonic() + timeout, f"the answer to {op}")
         try:
-            self._sock.sendall(line.encode("utf-8", "surrogateescape"))
-        except OSError as exc:  # EPIPE, ECONNRESET: the exec is over
-            self._die(f"cannot write to the toolbox ({exc.strerror or exc})")
-        deadline = time.monotonic() + timeout
-        while True:
-            message = self._read_message(deadline, f"the answer to {op}")
-            # Skip what belongs to an older request; the protocol answers in order, one at a time.
-            if message.get("id") in (rid, None):
-                return message
+            return self.channel.answer(request, line)
+        except Tampered as exc:
+            self._die(f"the channel to the toolbox was tampered with: {exc.message}")
+            raise  # _die raised already
 
     def alive(self) -> bool:
         """Whether the toolbox is still there, without waiting: a closed stream shows as readable."""
@@ -186,14 +187,18 @@ class ToolboxClient:
 
     # The byte stream
 
-    def _read_message(self, deadline: float, waiting_for: str) -> dict:
+    def _send(self, data: bytes) -> None:
+        try:
+            self._sock.sendall(data)
+        except OSError as exc:  # EPIPE, ECONNRESET: the exec is over
+            self._die(f"cannot write to the toolbox ({exc.strerror or exc})")
+
+    def _read_line(self, deadline: float, waiting_for: str) -> bytes:
         while True:
-            end = self._stdout.find(b"\n")
-            if end >= 0:
-                line = bytes(self._stdout[:end])
-                del self._stdout[: end + 1]
+            line = self._lines.next_line()
+            if line is not None:
                 if line.strip():
-                    return json.loads(line)
+                    return line
                 continue
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self._sock], [], [], left)[0]:
@@ -208,7 +213,13 @@ class ToolboxClient:
             self._die(f"the toolbox stream broke ({exc.strerror or exc})")
         if not data:
             self._die("the toolbox exited")
-        self._stdout += self._demux.feed(data)
+        self._feed(self._demux.feed(data))
+
+    def _feed(self, stdout: bytes) -> None:
+        try:
+            self._lines.feed(stdout)
+        except Tampered as exc:
+            self._die(f"the channel to the toolbox was tampered with: {exc.message}")
 
     def _die(self, reason: str) -> None:
         """Mark the toolbox dead and raise ToolboxDied, with its exit code and last words when known."""

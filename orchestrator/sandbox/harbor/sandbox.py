@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
-import json
 import os
 import platform
 import shlex
@@ -38,6 +37,7 @@ from orchestrator.config import SandboxConfig
 from orchestrator.errors import SandboxError, ToolError
 from orchestrator.sandbox import carried, toolbox_files
 from orchestrator.sandbox.calls import op_result, with_defaults
+from orchestrator.sandbox.channel import Channel, Tampered, answer_limit, key_from_line
 from orchestrator.sandbox.carried import carried_python
 from orchestrator.sandbox.toolbox_files import CAIRN_DIR
 
@@ -63,6 +63,7 @@ class HarborSandbox:
         self.reused = False
         self.replaced: str | None = None
         self.python: list[str] = []
+        self.channel = Channel()  # the running toolbox's: its relay made the key (relay.py)
         self._started = 0  # how many toolboxes this sandbox started: names the instance
         self._died: str | None = None
         self._pending: set[concurrent.futures.Future] = set()
@@ -100,16 +101,21 @@ class HarborSandbox:
             self._exec(f"chmod 755 {AGENT_DIR} && chmod 644 {TOOLBOX} {AGENT_DIR}/relay.py",
                        SETUP_SECONDS, user="root")
         toolbox = [*self.python, *toolbox_files.arguments(self.cfg.workdir, self.cfg.lockdown, TOOLBOX)]
-        serve = [*self.python, f"{AGENT_DIR}/relay.py", "serve", SOCKET, "--", *toolbox]
-        # setsid and nohup: the relay outlives the exec that starts it.
         log = f"{CAIRN_DIR}/toolbox.log"
-        started = self._exec(f"rm -f {SOCKET} {SOCKET}.ready; (setsid nohup {shlex.join(serve)} >{log} 2>&1 &) ; "
-                             f"for i in $(seq 1 {int(self.cfg.start_timeout * 10)}); do "
-                             f"[ -S {SOCKET} ] && [ -f {SOCKET}.ready ] && cat {SOCKET}.ready && exit 0; sleep 0.1; done; "
-                             f"tail -n 5 {log} >&2; exit 1", self.cfg.start_timeout + 30)
+        serve = [*self.python, f"{AGENT_DIR}/relay.py", "serve", SOCKET, "--log", log, "--", *toolbox]
+        # The relay detaches itself once the toolbox is ready, and prints the toolbox's key and ready line.
+        started = self._exec(f"kill $(cat {SOCKET}.pid 2>/dev/null) 2>/dev/null; rm -f {SOCKET} {SOCKET}.pid; "
+                             f"{shlex.join(serve)} || {{ tail -n 5 {log} >&2; exit 1; }}", self.cfg.start_timeout + 30)
         if started.return_code != 0:
             raise SandboxError(f"the toolbox did not start in the Harbor environment: "
                                f"{_last_line(started.stderr) or 'no output'}")
+        try:
+            key_line, ready = (started.stdout or "").encode("utf-8", "surrogateescape").split(b"\n")[:2]
+            self.channel = Channel(key_from_line(key_line))
+            self.channel.ready(ready)
+        except (ValueError, Tampered) as exc:
+            raise SandboxError(f"the toolbox did not start in the Harbor environment: its relay answered "
+                               f"{str(exc)[:300] or 'nothing'}") from None
         self._started += 1
         self._died = None
 
@@ -147,8 +153,8 @@ class HarborSandbox:
             self.start()
             restarted = reason and f"{reason}; the toolbox was started again (shell state was lost)"
         args, timeout = with_defaults(self.cfg, op, dict(args))
-        request = {"id": 1, "op": op, "args": args, **({"call": journal_key} if journal_key else {})}
-        line = json.dumps(request, ensure_ascii=False).encode("utf-8", "surrogateescape")
+        request = self.channel.request(op, args, journal_key)
+        line = request.line
         encoded = base64.b64encode(line).decode()
         client = [*self.python, f"{AGENT_DIR}/relay.py", "call", SOCKET]
         if len(encoded) <= MAX_ARGUMENT:
@@ -169,7 +175,16 @@ class HarborSandbox:
         if done.return_code != 0 or not (done.stdout or "").strip():
             self._died = _last_line(done.stderr) or f"the toolbox's relay exited with {done.return_code}"
             raise ToolError(f"the sandbox died during this call: {self._died}; the next call starts it again")
-        return op_result(json.loads((done.stdout or "").strip().splitlines()[-1]), restarted)
+        answer = (done.stdout or "").strip().splitlines()[-1].encode("utf-8", "surrogateescape")
+        try:
+            if len(answer) > answer_limit(self.cfg.inline_output_bytes):
+                raise Tampered(f"an answer of {len(answer):,} bytes, past the limit")
+            response = self.channel.answer(request, answer)
+        except Tampered as exc:
+            self._died = f"the channel to the toolbox was tampered with: {exc.message}"
+            raise ToolError(f"the sandbox's answer to this call was not the toolbox's, so it was not used "
+                            f"({exc.message}); the next call starts the toolbox again") from None
+        return op_result(response, restarted, op)
 
     def has_command(self, name: str) -> bool | None:
         try:

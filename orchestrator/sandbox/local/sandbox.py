@@ -113,7 +113,7 @@ class LocalSandbox:
         request = {"id": next(self._ids), "op": op, "args": args}
         if journal_key:
             request["call"] = journal_key
-        return op_result(self._toolbox.handle(json.dumps(request).encode()))
+        return op_result(self._toolbox.handle(json.dumps(request).encode()), op=op)
 
     def give_back_files(self) -> list[str]:
         return []  # everything here was made by this machine's user already

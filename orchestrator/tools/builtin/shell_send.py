@@ -20,7 +20,7 @@ def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
         raise BadCall("keys must be a string (\"\" only waits and reads)")
     r = ctx.op("session_send", name=args["session"], keys=key_names.to_bytes(typed), wait=wait,
                          inline_bytes=ctx.cfg.inline_output_bytes)
-    return observe(r)
+    return observe(r, inline_bytes=ctx.cfg.inline_output_bytes)
 
 
 TOOL = Tool(

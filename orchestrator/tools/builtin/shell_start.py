@@ -18,7 +18,7 @@ def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
     r = ctx.op("session_start", command=args["command"], wait=wait,
                          **({"name": name} if name is not None else {}),
                          inline_bytes=ctx.cfg.inline_output_bytes, max_file_bytes=ctx.cfg.max_output_file_bytes)
-    return observe(r)
+    return observe(r, inline_bytes=ctx.cfg.inline_output_bytes)
 
 
 TOOL = Tool(

@@ -11,7 +11,7 @@ from orchestrator.tools.sessions.answer import observe
 
 def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
     r = ctx.op("session_stop", name=args["session"], inline_bytes=ctx.cfg.inline_output_bytes)
-    return observe(r, stopped=True)
+    return observe(r, stopped=True, inline_bytes=ctx.cfg.inline_output_bytes)
 
 
 TOOL = Tool(

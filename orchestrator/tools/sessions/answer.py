@@ -1,11 +1,17 @@
 """A session op's result (sandbox_image/PROTOCOL.md, "Terminal sessions") as the Observation the model
-reads: the rendered output, then a footer that always says whether the program still runs."""
+reads: the rendered output, then a footer that always says whether the program still runs.
+
+What the host renders is bounded by what the toolbox sends, never by what an answer says: the screen
+is the toolbox's own 120x40 (an answer's `columns` and `rows` are not used), and a span longer than the
+toolbox ever sends is refused before a byte of it is rendered."""
 
 from __future__ import annotations
 
 import base64
 from typing import Any
 
+from orchestrator.errors import ToolError
+from orchestrator.sandbox_image.toolbox.sessions import SESSION_COLUMNS, SESSION_ROWS, SESSION_SCREEN_BYTES
 from orchestrator.tools.outcome import BadCall, Observation
 from orchestrator.tools.sessions.screen import render_lines, render_screen
 
@@ -23,10 +29,15 @@ def check_wait(args: dict[str, Any], default: float) -> float:
     return float(wait)
 
 
-def observe(r: dict[str, Any], stopped: bool = False) -> Observation:
-    """The observation of a session_start/send/stop result."""
-    head, tail = base64.b64decode(r.get("head") or ""), base64.b64decode(r.get("tail") or "")
-    columns, rows = int(r.get("columns") or 120), int(r.get("rows") or 40)
+def observe(r: dict[str, Any], stopped: bool = False, inline_bytes: int = 256 * 1024) -> Observation:
+    """The observation of a session_start/send/stop result; `inline_bytes`: what the op was told to send
+    of a span that is not a screen, at most."""
+    head, tail = _decoded(r.get("head")), _decoded(r.get("tail"))
+    most = SESSION_SCREEN_BYTES if r.get("screen") else inline_bytes
+    if len(head) + len(tail) > most:
+        raise ToolError(f"the session's answer holds {len(head) + len(tail):,} bytes of output, more than the "
+                        f"toolbox sends ({most:,}); it was not rendered")
+    columns, rows = SESSION_COLUMNS, SESSION_ROWS
     name, log = r["session"], r["log_path"]
     if r.get("screen"):
         text, (row, column) = render_screen(head, columns, rows)
@@ -39,6 +50,13 @@ def observe(r: dict[str, Any], stopped: bool = False) -> Observation:
     else:
         text = render_lines(head, columns, rows, on_screen=bool(r.get("from_screen"))) or NO_OUTPUT
     return Observation(text, error=bool(r.get("exit_code")) and not stopped, footer=footer(r, stopped))
+
+
+def _decoded(text: object) -> bytes:
+    try:
+        return base64.b64decode(text or "", validate=True)
+    except (ValueError, TypeError):
+        raise ToolError("the session's answer holds output that is not base64; it was not rendered") from None
 
 
 def footer(r: dict[str, Any], stopped: bool) -> str:

@@ -22,8 +22,9 @@ class Terminal(pyte.Screen):
     (`scrolled`), and the alternate screen is a screen of its own, so a full-screen program that quit
     leaves the lines before it as they were (pyte itself draws both on one)."""
 
-    def __init__(self, columns: int, rows: int) -> None:
+    def __init__(self, columns: int, rows: int, keep_scrolled: bool = True) -> None:
         self.scrolled: list[StaticDefaultDict] = []
+        self.keep_scrolled = keep_scrolled  # a screen's rendering shows no lines that scrolled away
         self._main: tuple[dict, Any] | None = None  # the main screen and cursor, while the alternate is shown
         super().__init__(columns, rows)
 
@@ -48,7 +49,7 @@ class Terminal(pyte.Screen):
 
     def index(self) -> None:
         top, bottom = self.margins or (0, self.lines - 1)
-        if self.cursor.y == bottom and top == 0 and self._main is None:
+        if self.cursor.y == bottom and top == 0 and self._main is None and self.keep_scrolled:
             self.scrolled.append(self.buffer[top])
         super().index()
 
@@ -96,7 +97,7 @@ def render_lines(data: bytes, columns: int, rows: int, on_screen: bool = False) 
 def render_screen(data: bytes, columns: int, rows: int) -> tuple[str, tuple[int, int]]:
     """The screen a full-screen program drew with `data` (all it drew since it took the screen): its
     rows, trailing blank rows cut, and the cursor as (row, column), 1-based."""
-    terminal = Terminal(columns, rows)
+    terminal = Terminal(columns, rows, keep_scrolled=False)
     terminal.set_mode(1049, private=True)  # `data` begins with the switch; the screen starts empty either way
     pyte.ByteStream(terminal).feed(data)
     screen = terminal.rows()
