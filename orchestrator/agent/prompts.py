@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.store.regular import read_regular
+from orchestrator.store import run_files
 
 if TYPE_CHECKING:
     from orchestrator.config import RunConfig, SandboxConfig
@@ -134,7 +134,7 @@ def read_instructions(workspace: Path, workdir: str) -> str | None:
     when there is none, or it is not a regular file (a symlink, a FIFO or a directory is ignored, as
     for todo.md: a cloned repository must not make the host read elsewhere). Cut at
     INSTRUCTIONS_MAX_BYTES, with a note that says so."""
-    text = read_regular(Path(workspace) / INSTRUCTIONS_FILE, max_bytes=INSTRUCTIONS_MAX_BYTES + 1)
+    text = run_files.read_text(Path(workspace), INSTRUCTIONS_FILE, max_bytes=INSTRUCTIONS_MAX_BYTES + 1)
     if text is None or not text.strip():
         return None
     where = f"{workdir.rstrip('/')}/{INSTRUCTIONS_FILE}"

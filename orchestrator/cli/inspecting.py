@@ -13,6 +13,8 @@ from orchestrator.cli.shared import RUN_HELP, JsonOut, RunsDir, _find, _print_js
 from orchestrator.errors import UsageError
 from orchestrator.ui.terminal import clean
 
+TODO_SHOWN = 8 * 2**20  # bytes of todo.md `cairn todo` prints at most: a plan, not a dump
+
 
 def _print_exact_or_clean(text: str) -> None:
     """A file's content or a patch: on a terminal, cleaned of control sequences; piped, exact (not
@@ -134,14 +136,18 @@ def _readable(run_dir, read: Any) -> Any:  # noqa: ANN001 - RunDir, imported laz
 @app.command()
 def todo(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_dir: Optional[Path] = RunsDir) -> None:
     """The run's plan (workspace/todo.md); on a terminal, without control sequences."""
-    from orchestrator.store.regular import read_regular
+    from orchestrator.store import run_files
 
     run_dir = _find(runs_dir, run_ref)
-    path = run_dir.workspace / "todo.md"
-    text = read_regular(path)
+    text = run_files.read_text(run_dir.workspace, "todo.md", max_bytes=TODO_SHOWN + 1)
     if text is None:
-        raise UsageError(f"run {run_dir.id} has no todo.md (or it is not a regular file)")
+        raise UsageError(f"run {run_dir.id} has no todo.md (or it is not a regular file, or is a link)")
+    cut = len(text.encode("utf-8", "surrogatepass")) > TODO_SHOWN
+    if cut:
+        text = text.encode("utf-8", "surrogatepass")[:TODO_SHOWN].decode("utf-8", "ignore")
     _print_exact_or_clean(text)
+    if cut:
+        typer.echo(f"[cairn todo shows the first {TODO_SHOWN // 2**20} MiB of todo.md; the file is longer]", err=True)
 
 
 @app.command()

@@ -313,7 +313,7 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
 
     display = make_display(json_output, chat=interactive)
     display.model_wait = min(cfg.model.stream_idle_timeout, cfg.model.request_timeout)  # "37 s of 60"
-    display.live_output = run_dir.cairn_dir / "live" / "shell.out"  # a long command's output, as it comes
+    display.live_output = (run_dir.cairn_dir, "live/shell.out")  # a long command's output, as it comes
 
     def more(live: Any, status: str) -> tuple[str, str] | None:
         """After each end: the person's next words and how they are said, or None to finish. A question of

@@ -139,17 +139,27 @@ def clone(url: str, ref: str | None, dest: Path) -> None:
 
 
 def add_missing_files(template: Path, workspace: Path) -> None:
-    """Copy the template's files that the workspace does not have (a cloned repository's files win)."""
+    """Copy the template's files that the workspace does not have (a cloned repository's files win). A
+    folder the repository has as a symbolic link is not written through: the link may lead out of it."""
     for source in sorted(template.rglob("*")):
         relative = source.relative_to(template)
         target = workspace / relative
-        if relative == Path("cairn.json") or os.path.lexists(target):
+        if relative == Path("cairn.json") or os.path.lexists(target) or _through_a_link(workspace, relative):
             continue
         if source.is_dir():
             target.mkdir(parents=True)
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
+
+
+def _through_a_link(workspace: Path, relative: Path) -> bool:
+    here = workspace
+    for part in relative.parent.parts:
+        here = here / part
+        if here.is_symlink():
+            return True
+    return False
 
 
 def initial_checkpoint(run: RunDir) -> None:

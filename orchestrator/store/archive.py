@@ -48,7 +48,7 @@ from orchestrator.errors import UsageError
 from orchestrator.store.checkpoints import SKIPPED_DIRS, own_git_dir
 from orchestrator.events import parse_event
 from orchestrator.store.run_dir import RunDir
-from orchestrator.store.sparse import add_sparse, is_sparse
+from orchestrator.store.archive_files import add_tree
 
 PARTS = ("workspace", "cairn", "state")
 # Files of a live process, meaningless elsewhere: the pid file and half-written temporary files.
@@ -74,7 +74,6 @@ def export_run(run: RunDir, out: Path, machine: Path | None = None) -> list[str]
     notes: list[str] = []
     root = run.root.resolve()
     skip = STATE_SKIP + ((MACHINE_MEMBER,) if machine is not None else ())
-    sparse: list[tuple[Path, str]] = []  # (host path, archive name), written after their directory
 
     def keep_under(base: Path, arc_base: str) -> Callable[[tarfile.TarInfo], tarfile.TarInfo | None]:
         """The filter for the tree at `base` (host), added as `arc_base` in the archive."""
@@ -92,9 +91,6 @@ def export_run(run: RunDir, out: Path, machine: Path | None = None) -> list[str]
             if not (info.isreg() or info.isdir() or info.issym() or info.islnk()):
                 notes.append(f"left out: {rel} (not a file, directory or link)")
                 return None
-            if info.isreg() and is_sparse(host):
-                sparse.append((host, info.name))
-                return None
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             return info
@@ -109,11 +105,10 @@ def export_run(run: RunDir, out: Path, machine: Path | None = None) -> list[str]
             if run.external_workspace is None:
                 for part in PARTS:
                     if (root / part).is_dir():
-                        tar.add(root / part, arcname=f"{run.id}/{part}", filter=keep_under(root / part, f"{run.id}/{part}"))
+                        add_tree(tar, root / part, f"{run.id}/{part}", keep_under(root / part, f"{run.id}/{part}"),
+                                 notes)
             else:
-                _add_in_place_run(tar, run, keep_under)
-            for host, name in sparse:
-                notes.append(add_sparse(tar, host, name))
+                _add_in_place_run(tar, run, keep_under, notes)
             if machine is not None:
                 add_machine(tar, run.id, machine)
         os.replace(tmp, out)
@@ -134,7 +129,7 @@ def add_machine(tar: tarfile.TarFile, run_id: str, machine: Path) -> None:
         tar.addfile(info, f)
 
 
-def _add_in_place_run(tar: tarfile.TarFile, run: RunDir, keep_under) -> None:  # noqa: ANN001
+def _add_in_place_run(tar: tarfile.TarFile, run: RunDir, keep_under, notes: list[str]) -> None:  # noqa: ANN001
     """A run made with `--workspace DIR` is exported as an ordinary run: DIR becomes its workspace/, and
     run.json forgets DIR, so the imported run works on its own copy."""
     arc_ws, arc_cairn, arc_state = f"{run.id}/workspace", f"{run.id}/cairn", f"{run.id}/state"
@@ -143,10 +138,10 @@ def _add_in_place_run(tar: tarfile.TarFile, run: RunDir, keep_under) -> None:  #
     def keep_state(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         return None if info.name == f"{arc_state}/run.json" else keep_st(info)
 
-    tar.add(run.workspace, arcname=arc_ws, filter=keep_under(run.workspace, arc_ws))
+    add_tree(tar, run.workspace, arc_ws, keep_under(run.workspace, arc_ws), notes)
     if run.cairn_dir.is_dir():
-        tar.add(run.cairn_dir, arcname=arc_cairn, filter=keep_under(run.cairn_dir, arc_cairn))
-    tar.add(run.state, arcname=arc_state, filter=keep_state)
+        add_tree(tar, run.cairn_dir, arc_cairn, keep_under(run.cairn_dir, arc_cairn), notes)
+    add_tree(tar, run.state, arc_state, keep_state, notes)
     meta = run.read_meta()
     meta.pop("workspace", None)
     data = json.dumps(meta, indent=2, sort_keys=True).encode()

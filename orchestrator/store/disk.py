@@ -16,37 +16,27 @@ it: at most ~5 % of a run's time goes to it, and a small run is measured after e
 
 from __future__ import annotations
 
-import os
 import stat
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator.sizes import format_size, parse_size
+from orchestrator.store import run_files
 
 SPACING = 20.0
 def tree_usage(root: Path) -> int:
     """Bytes allocated to everything under `root` (the directories too), symlinks not followed,
-    hard links counted once. What vanishes or cannot be read meanwhile is left out."""
-    total, seen, pending = 0, set(), [str(root)]
-    while pending:
-        try:
-            entries = os.scandir(pending.pop())
-        except OSError:
-            continue
-        with entries:
-            for entry in entries:
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat.S_ISDIR(st.st_mode):
-                    pending.append(entry.path)
-                elif st.st_nlink > 1:
-                    if (st.st_dev, st.st_ino) in seen:
-                        continue
-                    seen.add((st.st_dev, st.st_ino))
-                total += st.st_blocks * 512
+    hard links counted once, listed by descriptor (store/run_files.py: a folder the sandbox swaps for a
+    link meanwhile is not entered). What vanishes or cannot be read meanwhile is left out."""
+    total, seen = 0, set()
+    for entry in run_files.walk(root):
+        st = entry.stat
+        if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1:
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+        total += st.st_blocks * 512
     return total
 
 

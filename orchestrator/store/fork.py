@@ -32,7 +32,7 @@ from typing import Any
 
 from orchestrator.errors import UsageError
 from orchestrator import events as ev
-from orchestrator.store import inbox
+from orchestrator.store import inbox, run_files
 from orchestrator.store.checkpoints import BRANCH, STEP_REF, Checkpoints, make_git
 from orchestrator.store.run_dir import RunDir
 from orchestrator.status import Status
@@ -91,7 +91,8 @@ def fork_run(plan: ForkPlan, runs_dir: Path) -> RunDir:
     if source.cairn_dir.is_dir():
         # cairn's files (/cairn) are outside the workspace, so not in its checkpoints: copy them as they are,
         # so that the pointers in the kept history still find their files.
-        shutil.copytree(source.cairn_dir, fork.cairn_dir, symlinks=True, dirs_exist_ok=True)
+        # By descriptor (store/run_files.py): the sandbox wrote them, and links stay links.
+        run_files.copy_tree(source.cairn_dir, fork.cairn_dir, links=True)
     with open(fork.events.path, "wb") as f:
         f.write(b"".join(line + b"\n" for line in plan.lines))
     _copy_inbox(source, fork, inbox.delivered_offset(plan.events))

@@ -12,13 +12,12 @@ it is a regular file, at most its last MAX_BYTES, and a line that is not a journ
 from __future__ import annotations
 
 import json
-import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ToolError
+from orchestrator.store import run_files
 
 JOURNAL_NAME = "journal.jsonl"  # in RunDir.cairn_dir, the host's side of the toolbox's JOURNAL
 MAX_BYTES = 64 * 1024 * 1024  # the journal holds one call; a bigger file was not written by the toolbox
@@ -91,26 +90,14 @@ def _record(line: bytes) -> dict[str, Any] | None:
 
 def _read_bytes(cairn_dir: Path) -> bytes:
     """The file's last MAX_BYTES, opened without following a symlink at the cairn directory or the file
-    (the sandbox may have put one there to make the host read elsewhere)."""
-    parent = os.open(cairn_dir.parent, os.O_RDONLY | os.O_DIRECTORY)
+    (the sandbox may have put one there to make the host read elsewhere), nor waiting on a FIFO."""
     try:
-        directory = os.open(cairn_dir.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
-    finally:
-        os.close(parent)
-    try:
-        # O_NONBLOCK: a FIFO in its place must not hang the resume; it is refused below.
-        fd = os.open(JOURNAL_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory)
-    finally:
-        os.close(directory)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{JOURNAL_NAME} is not a regular file")
-        start = max(0, info.st_size - MAX_BYTES)
-        data = os.pread(fd, info.st_size - start, start)
-    finally:
-        os.close(fd)
-    return data if start == 0 else data[data.find(b"\n") + 1:]  # from the first whole line
+        size, data = run_files.size_and_tail(cairn_dir.parent, f"{cairn_dir.name}/{JOURNAL_NAME}", MAX_BYTES)
+    except run_files.Missing as exc:
+        raise FileNotFoundError(str(exc)) from None
+    except run_files.Refused as exc:
+        raise OSError(str(exc)) from None
+    return data if size <= MAX_BYTES else data[data.find(b"\n") + 1:]  # from the first whole line
 
 
 class Replay:

@@ -9,16 +9,14 @@ import os
 import posixpath
 import stat
 import tarfile
-from pathlib import Path
 
 from orchestrator.sizes import format_size
 
 SPARSE_MIN = 1 << 20  # smaller files are written whole, holes and all
 
 
-def is_sparse(path: Path) -> bool:
-    """A file of 1 MiB or more that holds less than half its size on disk."""
-    st = os.lstat(path)
+def is_sparse(st: os.stat_result) -> bool:
+    """A file (as its stat says) of 1 MiB or more that holds less than half its size on disk."""
     return st.st_size >= SPARSE_MIN and st.st_blocks * 512 < st.st_size // 2
 
 
@@ -66,20 +64,19 @@ class _Concat(io.RawIOBase):
         return bytes(out)
 
 
-def add_sparse(tar: tarfile.TarFile, host: Path, name: str) -> str:
-    """A GNU sparse member, format 1.0 (what `tar --sparse --format=pax` writes): a map of the data
-    regions, then their bytes; the holes are not in the archive. Returns the note for the user."""
-    st = os.lstat(host)
-    with open(host, "rb") as f:
-        regions = _data_regions(f, st.st_size)
-        map_text = f"{len(regions)}\n" + "".join(f"{o}\n{n}\n" for o, n in regions)
-        head = map_text.encode() + b"\0" * (-len(map_text) % tarfile.BLOCKSIZE)
-        info = tarfile.TarInfo(f"{posixpath.dirname(name)}/GNUSparseFile.0/{posixpath.basename(name)}")
-        info.size = len(head) + sum(n for _o, n in regions)
-        info.mode, info.mtime = stat.S_IMODE(st.st_mode), int(st.st_mtime)
-        # "path" first: a reader applies these in order, and GNU.sparse.name must win.
-        info.pax_headers = {"path": info.name, "GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": name,
-                            "GNU.sparse.realsize": str(st.st_size)}
-        tar.addfile(info, _Concat(head, f, regions))
+def add_sparse(tar: tarfile.TarFile, f: io.BufferedReader, st: os.stat_result, name: str) -> str:
+    """The open file `f` (its stat `st`) as a GNU sparse member, format 1.0 (what `tar --sparse
+    --format=pax` writes): a map of the data regions, then their bytes; the holes are not in the archive.
+    Returns the note for the user."""
+    regions = _data_regions(f, st.st_size)
+    map_text = f"{len(regions)}\n" + "".join(f"{o}\n{n}\n" for o, n in regions)
+    head = map_text.encode() + b"\0" * (-len(map_text) % tarfile.BLOCKSIZE)
+    info = tarfile.TarInfo(f"{posixpath.dirname(name)}/GNUSparseFile.0/{posixpath.basename(name)}")
+    info.size = len(head) + sum(n for _o, n in regions)
+    info.mode, info.mtime = stat.S_IMODE(st.st_mode), int(st.st_mtime)
+    # "path" first: a reader applies these in order, and GNU.sparse.name must win.
+    info.pax_headers = {"path": info.name, "GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": name,
+                        "GNU.sparse.realsize": str(st.st_size)}
+    tar.addfile(info, _Concat(head, f, regions))
     held = sum(n for _o, n in regions)
     return f"written sparse: {name.split('/', 1)[1]} ({format_size(st.st_size)}, of which {format_size(held)} data)"

@@ -100,9 +100,9 @@ def run_command(text: str, run: Any, live: Any) -> str | None:  # noqa: ANN401 -
     if name == "/help":
         return "\n".join(f"  {command:<7} {what}" for command, what in COMMANDS.items())
     if name == "/todo":
-        from orchestrator.store.regular import read_regular
+        from orchestrator.store import run_files
 
-        todo = read_regular(run.workspace / "todo.md")
+        todo = run_files.read_text(run.workspace, "todo.md", max_bytes=256 * 1024)
         return clean(todo).rstrip() if todo else "(no todo.md yet)"
     if name == "/diff":
         from orchestrator.ui.inspect.changes import diff

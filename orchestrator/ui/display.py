@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -19,6 +20,7 @@ from orchestrator.agent.approvals import answer_line
 from orchestrator.ports import Answer, Progress, Question
 from orchestrator import events as ev
 from orchestrator.agent.state import RunState
+from orchestrator.store import run_files
 from orchestrator.ui.terminal import clean
 from orchestrator.tools.sessions.readable import call_summary
 
@@ -193,7 +195,8 @@ class LiveDisplay:
         self.retry_until = 0.0  # a model retry's wait ends then
         self.retry = ""
         self.model_wait: float | None = None  # how long the model may take to answer (its idle timeout)
-        self.live_output: Path | None = None  # the toolbox's copy of a running command's output (on the host)
+        # The toolbox's copy of a running command's output on the host: (the run's cairn/, its path there).
+        self.live_output: tuple[Path, str] | None = None
         self.follower: _Follower | None = None
         self.state: RunState | None = None
         self.live = Live(Text(""), console=self.console, refresh_per_second=4, transient=True,
@@ -335,8 +338,8 @@ class _Follower:
     """A long command's output on the screen as it comes: after STREAM_AFTER_S, the new whole lines of the
     toolbox's live copy (sandbox_image/PROTOCOL.md), under the command's line, until the command ends."""
 
-    def __init__(self, path: Path, console: Console, since: float) -> None:
-        self.path, self.console, self.since = path, console, since
+    def __init__(self, where: tuple[Path, str], console: Console, since: float) -> None:
+        (self.root, self.rel), self.console, self.since = where, console, since
         self.offset, self.shown, self.partial = 0, 0, b""
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._follow, name="cairn-live-output", daemon=True)
@@ -349,14 +352,20 @@ class _Follower:
             self._show_new()
 
     def _show_new(self) -> None:
+        # The sandbox writes this file: through run_files, a link there (to /proc/self/environ) or a FIFO
+        # is neither followed nor waited on, and each look reads at most 256 KiB.
         try:
-            if self.path.stat().st_mtime < self.since - 1:
+            fd = run_files.open_file(self.root, self.rel)
+        except run_files.Refused:
+            return
+        try:
+            if os.fstat(fd).st_mtime < self.since - 1:
                 return  # still the last command's output: this one has not begun to write
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read(256 * 1024)
+            data = os.pread(fd, 256 * 1024, self.offset)
         except OSError:
             return
+        finally:
+            os.close(fd)
         self.offset += len(data)
         *lines, self.partial = (self.partial + data).split(b"\n")
         for line in lines:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 from .workspace import Workspace
 
@@ -13,11 +14,27 @@ LIVE_BYTES = 1024 * 1024
 
 
 def open_live(path: str):
+    """The live copy of a command's output, emptied. The agent can write /cairn too: whatever it put in
+    its place (a link, a FIFO that would block the open, a folder) is replaced by a regular file."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        return open(path, "wb", buffering=0)
     except OSError:
         return None
+    for attempt in range(2):
+        try:
+            fd = os.open(path, flags, 0o644)
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.ftruncate(fd, 0)
+                return os.fdopen(fd, "wb", buffering=0)
+            os.close(fd)
+        except OSError:
+            pass
+        try:
+            os.unlink(path)
+        except OSError:
+            return None
+    return None
 
 
 class Capture:

@@ -21,11 +21,11 @@ def sparse_file(path: Path, size: int, data: dict[int, bytes]) -> Path:
 
 
 def test_a_big_file_of_holes_is_sparse_and_a_small_or_full_one_is_not(tmp_path: Path) -> None:
-    assert is_sparse(sparse_file(tmp_path / "disk.img", 64 * SPARSE_MIN, {0: b"boot"}))
-    assert not is_sparse(sparse_file(tmp_path / "small", SPARSE_MIN // 2, {0: b"x"}))  # under the minimum
+    assert is_sparse(os.lstat(sparse_file(tmp_path / "disk.img", 64 * SPARSE_MIN, {0: b"boot"})))
+    assert not is_sparse(os.lstat(sparse_file(tmp_path / "small", SPARSE_MIN // 2, {0: b"x"})))  # under the minimum
     full = tmp_path / "full"
     full.write_bytes(os.urandom(2 * SPARSE_MIN))
-    assert not is_sparse(full)
+    assert not is_sparse(os.lstat(full))
 
 
 def test_the_archive_holds_the_data_not_the_holes_and_gives_the_file_back_whole(tmp_path: Path) -> None:
@@ -34,7 +34,8 @@ def test_the_archive_holds_the_data_not_the_holes_and_gives_the_file_back_whole(
     original = sparse_file(tmp_path / "db.sqlite", size, data)
     archive = tmp_path / "run.tar"
     with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
-        note = add_sparse(tar, original, "workspace/db.sqlite")
+        with open(original, "rb") as f:
+            note = add_sparse(tar, f, os.fstat(f.fileno()), "workspace/db.sqlite")
     assert "written sparse: db.sqlite (256.0 MiB" in note
     assert archive.stat().st_size < 64 * 1024  # the holes are not in the archive
 
@@ -57,7 +58,8 @@ def test_a_file_that_holds_no_data_at_all_still_round_trips(tmp_path: Path) -> N
     empty = sparse_file(tmp_path / "zeros", 8 * SPARSE_MIN, {})
     archive = tmp_path / "run.tar"
     with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
-        add_sparse(tar, empty, "workspace/zeros")
+        with open(empty, "rb") as f:
+            add_sparse(tar, f, os.fstat(f.fileno()), "workspace/zeros")
     with tarfile.open(archive) as tar:
         tar.extractall(tmp_path / "out", filter="tar")
     assert (tmp_path / "out" / "workspace" / "zeros").stat().st_size == 8 * SPARSE_MIN

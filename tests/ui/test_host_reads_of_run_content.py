@@ -14,6 +14,7 @@ import os
 import select
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -414,3 +415,49 @@ def test_sigterm_stops_a_run_between_actions_and_stops_its_container(tmp_path, s
     container = container_of(run)
     assert container is None or container.status != "running"
     assert not (run.state / "pid").exists()
+
+
+# -- issue 34, hole 2: what the agent plants in /cairn where the host reads ---------------------------
+
+SECRET = "sk-cairn-host-secret-31337"
+
+
+@docker_test
+def test_a_link_or_a_fifo_planted_as_the_live_output_neither_shows_host_files_nor_hangs(
+        tmp_path, runs_dir, sandbox_image):
+    """The live display follows a long command's output in <run>/cairn/live/shell.out, on the host. The
+    agent (root in its sandbox) replaces it while its command runs: with a link to a file of the host's
+    (a path that means nothing in the container, everything on the host), to /proc/self/environ (on the
+    host: cairn's own environment, a key in it), then with a FIFO (an open() of it waits for a writer for
+    good). The run must show none of them, and end."""
+    import shutil
+
+    from tests.terminal_helpers import Pane, script
+
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    secret = tmp_path / "host-secret.txt"  # a file of the host's that is being written, as a log is
+    secret.write_text(f"line-1\n{SECRET}\n")
+    writing = threading.Event()
+
+    def keep_writing() -> None:
+        while not writing.wait(0.2):
+            os.utime(secret)
+    plant = "echo start; sleep 2.6; ln -sf {} /cairn/live/shell.out; sleep 2; echo linked"
+    fifo = "echo start; sleep 2.6; rm -f /cairn/live/shell.out; mkfifo /cairn/live/shell.out; sleep 2; echo piped"
+    model = script(tmp_path / "s.json", turn(call("shell_exec", command=plant.format(secret))),
+                   turn(call("shell_exec", command=plant.format("/proc/self/environ"))),
+                   turn(call("shell_exec", command=fifo)),
+                   turn(call("shell_exec", command="echo after; sleep 3; echo still-streamed")), done())
+    pane = Pane(f"cairn-hole2-{os.getpid()}", runs_dir, ["run", "--model", model, "plant links"],
+                env={"CAIRN_TEST_SECRET": SECRET})
+    writer = threading.Thread(target=keep_writing, daemon=True)
+    writer.start()
+    try:
+        screen = pane.wait_for("EXIT=", timeout=180)  # before: never, the display waited on the FIFO
+        assert "EXIT=0" in screen, screen
+        assert SECRET not in screen and "CAIRN_TEST_SECRET" not in screen, screen  # before: the host file's line
+        assert "│ after" in screen, screen  # and a later command's output streams again
+    finally:
+        writing.set()
+        pane.close()

@@ -19,7 +19,8 @@ from orchestrator.config import RunConfig
 from orchestrator.runs.new_run import create_run
 from orchestrator import events as ev
 from orchestrator.store.run_dir import RunDir
-from orchestrator.ui.web.files import Refused, list_files, open_inside, read_file
+from orchestrator.store.run_files import open_file
+from orchestrator.ui.web.files import Refused, list_files, read_file
 from orchestrator.ui.web.server import is_loopback
 from tests.serve_helpers import ROOT, served
 
@@ -184,7 +185,7 @@ def test_files_are_read_only_inside_the_run(tmp_path):
                       ("../secret.txt", "no '..'"), ("/etc/passwd", "relative"), ("fifo", "not a regular file"),
                       ("src", "not a regular file"), ("nothing", "no such file"), ("a\0b", "NUL")]:
         with pytest.raises(Refused, match=re.escape(why)):
-            open_inside(root, path)
+            open_file(root, path, links="inside")
     listed = {r["path"]: r["link"] for r in list_files(root)["files"]}
     assert listed["up"] is True and listed["src/a.py"] is False and "src/parent/src/a.py" not in listed
 

@@ -184,6 +184,7 @@ class CairnAgent(BaseAgent):
         try:
             if run is None:
                 return
+            from orchestrator.store import run_files
             from orchestrator.ui.inspect.timeline import timeline
             from orchestrator.integrations.atif import trajectory
 
@@ -196,7 +197,9 @@ class CairnAgent(BaseAgent):
             context.metadata = {**(context.metadata or {}), "cairn_run": run.id, "cairn_status": meta.get("status")}
             self.logs_dir.mkdir(parents=True, exist_ok=True)
             (self.logs_dir / TRAJECTORY).write_text(json.dumps(trajectory(run), indent=2, ensure_ascii=False))
-            shutil.copytree(run.root, self.logs_dir / run.id, symlinks=True, dirs_exist_ok=True)
+            # Folders and regular files only: a link the agent made (to /etc/shadow, to ~/.ssh) must not
+            # sit in the trial's logs for whoever reads or uploads them.
+            run_files.copy_tree(run.root, self.logs_dir / run.id)
         finally:
             shutil.rmtree(private, ignore_errors=True)
 

@@ -19,7 +19,7 @@ from orchestrator.ui.inspect.report_time import time_axis
 from orchestrator.ui.inspect.timeline import step_text, walk
 from orchestrator.status import Status
 from orchestrator.store.liveness import run_is_live
-from orchestrator.store.regular import read_regular
+from orchestrator.store import run_files
 from orchestrator.store.run_dir import RunDir
 
 SVG_STYLE = "<style>text { font: 11px system-ui, sans-serif; fill: #667085; }</style>"
@@ -71,7 +71,7 @@ def diff(run: RunDir, n: int) -> dict[str, Any] | None:
 
 
 def todo(run: RunDir) -> str | None:
-    return read_regular(run.workspace / "todo.md", max_bytes=256 * 1024)
+    return run_files.read_text(run.workspace, "todo.md", max_bytes=256 * 1024)
 
 
 _charts: dict[str, tuple[Any, tuple[str, str]]] = {}
