@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from orchestrator.agent.shell_line import simple_commands
+from orchestrator.agent.rules import SHELL_TEXT, matcher, units as rule_units
 from orchestrator.config import ApprovalRule, ApprovalsConfig, RunConfig
 from orchestrator.agent.guards import Finished
 from orchestrator.llm.types import ToolCall
@@ -172,11 +172,6 @@ def subject(name: str, args: dict[str, Any]) -> str:
     return json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-# The calls whose text can be a shell command line, and the argument that holds it: a terminal session
-# runs commands too, started (shell_start) or typed into a shell in it (shell_send).
-SHELL_TEXT = {"shell_exec": "command", "shell_start": "command", "shell_send": "keys"}
-
-
 def rule_label(index: int, rule: ApprovalRule) -> str:
     return f"approvals.rules[{index}] ({rule.tool} {rule.match!r} {rule.action})"
 
@@ -217,24 +212,26 @@ def outside_reason(name: str, args: dict[str, Any], cfg: ApprovalsConfig, networ
 
 def decide(name: str, args: dict[str, Any], cfg: ApprovalsConfig, *, network: bool,
            annotations: dict[str, dict[str, Any]] | None = None, mcp_names: set[str] | frozenset[str] = frozenset(),
-           grants: dict[str, ev.ApprovalAnswered] | None = None) -> Decision:
+           grants: dict[str, ev.ApprovalAnswered] | None = None, workdir: str = "/workspace") -> Decision:
     """Whether a call runs unasked, is answered (by a rule or an "always" answer), or is asked.
 
-    A rule matches a call's subject; for `shell_exec`, each simple command of the line on its own
-    (agent/shell_line.py). A deny rule that matches the whole line or any of its commands denies it. An
-    allow rule allows a line only when every command of it is allowed (each by the first rule that
-    matches it); a line that cannot be parsed is never allowed by a rule, only asked."""
+    A rule matches a call through its units (agent/rules.py): each simple command of a shell line
+    (shell_exec, shell_start, shell_send), a URL part by part, a path normalised. A deny rule that
+    matches the subject as written or any unit denies the call. An allow rule allows a line only when
+    every command of it is allowed (each by the first rule that matches it); a line that cannot be seen
+    whole is never allowed by a rule, only asked."""
     what = subject(name, args)
-    parts: list[str] | None = [what]
-    if name == "shell_exec":
-        parts = simple_commands(what) or None
+    parts = rule_units(name, what) or None
+    matches = matcher(name, workdir)
     rules = [(index, rule) for index, rule in enumerate(cfg.rules) if fnmatchcase(name, rule.tool)]
 
     def first(text: str) -> tuple[int, ApprovalRule] | None:
+        return next(((i, r) for i, r in rules if matches(r.match, text)), None)
+
+    def as_written(text: str) -> tuple[int, ApprovalRule] | None:
         return next(((i, r) for i, r in rules if fnmatchcase(text, r.match)), None)
 
-    units = [what] + [part for part in parts or [] if part != what]
-    for found in map(first, units):
+    for found in [*map(first, parts or []), first(what), as_written(what)]:
         if found is not None and found[1].action == "deny":
             return Decision("deny", by="rule", rule=rule_label(*found), reason=found[1].reason)
     if cfg.mode == "never":
@@ -242,8 +239,8 @@ def decide(name: str, args: dict[str, Any], cfg: ApprovalsConfig, *, network: bo
     if parts is None:
         found = first(what)
         if found is not None:
-            return _asked(f"the command could not be parsed into simple commands, so {rule_label(*found)} "
-                          "cannot allow it", name, grants, grantable=False)
+            return _asked(f"the command could not be parsed whole (a command may run where the parser does not "
+                          f"look), so {rule_label(*found)} cannot allow it", name, grants, grantable=False)
     else:
         firsts = [first(part) for part in parts]
         labels = list(dict.fromkeys(rule_label(*f) for f in firsts if f is not None))
@@ -292,8 +289,7 @@ def clear(agent: Asking, call: ToolCall, step: int) -> Clearance:
     mcp = {name: tool.annotations for name in agent.tools.names
            if (tool := agent.tools.get(name)) is not None and tool.annotations is not None}
     decision = decide(call.name, args, agent.cfg.approvals, network=bool(agent.sandbox.network_enabled),
-                      annotations=mcp, mcp_names=set(mcp),
-                      grants=_grants(agent))
+                      annotations=mcp, mcp_names=set(mcp), grants=_grants(agent), workdir=agent.cfg.sandbox.workdir)
     if decision.kind == "run":
         if ledger.waiting is not None and ledger.waiting.call_id == call.id:  # asked under a mode now changed
             return _answer(agent, call, step, Answer(True), "mode")
