@@ -47,6 +47,7 @@ from orchestrator.sizes import format_size
 from orchestrator.errors import UsageError
 from orchestrator.store.checkpoints import SKIPPED_DIRS, own_git_dir
 from orchestrator.events import parse_event
+from orchestrator.store import run_meta
 from orchestrator.store.run_dir import RunDir
 from orchestrator.store.archive_files import add_tree
 
@@ -255,8 +256,9 @@ def _adopt(run: RunDir, archive: Path) -> None:
         meta = json.loads(run.meta_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"{archive} holds no readable run: {run.id}/state/run.json is not JSON ({exc})") from exc
-    if not isinstance(meta, dict):
-        raise UsageError(f"{archive} holds no readable run: {run.id}/state/run.json is not a JSON object")
+    why = run_meta.problem(meta)
+    if why:
+        raise UsageError(f"{archive} holds an unreadable run: {why.replace('state/', f'{run.id}/state/', 1)}")
     for number, line in enumerate(run.events.path.read_bytes().split(b"\n")[:-1], 1):  # a torn last line is set aside on resume
         try:
             if line.strip():

@@ -547,3 +547,55 @@ def test_show_and_report_of_a_broken_run_say_what_is_wrong_in_one_line(tmp_path,
         assert result.returncode == 2, result.stderr
         assert result.stderr.startswith(f"cairn: error: run {run.id} is unreadable: ")
         assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+# -- issue 34, hole 6: a run.json that does not fit its schema -------------------------------------
+
+BAD_FIELDS = [({"check": "x"}, "check is a string, not an object or null"),
+              ({"usage": [1]}, "usage is a list, not an object or null"),
+              ({"steps": "3"}, "steps is a string, not a number"),
+              ({"status": 7}, "status is a number, not a string"),
+              ({"created": "yesterday"}, "created is a string, not a number"),
+              ({"check": {"passed": "yes"}}, "check.passed is a string, not a boolean or null"),
+              ({"usage": {"cost_usd": "free"}}, "usage.cost_usd is a string, not a number or null"),
+              ({"config": {"model": "m"}}, "config.model is a string, not an object"),
+              ({"forked_from": {"run": 1, "step": 1}}, "forked_from.run is a number, not a string"),
+              ({"imported": "yes"}, "imported is a string, not an object"),
+              ({"task": None}, "task is null, not a string")]
+
+
+@pytest.mark.parametrize("bad,why", BAD_FIELDS, ids=[why.split(" ")[0] for _, why in BAD_FIELDS])
+def test_import_refuses_a_run_json_that_does_not_fit_its_schema_in_one_line(tmp_path, bad, why):
+    run = _local_run(tmp_path)
+    archive = _archive_of(tmp_path, run, meta=bad)
+    with pytest.raises(UsageError) as refused:
+        import_run(archive, tmp_path / "runs")
+    assert refused.value.message == f"{archive} holds an unreadable run: {run.id}/state/run.json: {why}"
+    assert not (tmp_path / "runs" / run.id).exists()
+
+
+def test_a_bad_field_in_one_run_leaves_every_other_run_listed_by_ls_and_the_page(tmp_path):
+    from tests.cli.test_cli import cairn_here
+    from tests.serve_helpers import served
+
+    runs = tmp_path / "runs"
+    good = _local_run(tmp_path)
+    good_id = good.id
+    runs.mkdir()
+    os.rename(good.root, runs / good_id)
+    for number, (bad, why) in enumerate(BAD_FIELDS[:4]):
+        other = _local_run(tmp_path / f"b{number}")
+        other.write_meta({**other.read_meta(), **bad})  # a hand edit, or a cairn that wrote another schema
+        os.rename(other.root, runs / other.id)
+    listed = cairn_here("ls", runs_dir=runs)
+    assert listed.returncode == 0, listed.stderr  # before: AttributeError, and no run listed at all
+    rows = json.loads(cairn_here("ls", "--json", runs_dir=runs).stdout)
+    assert {r["id"]: r["status"] for r in rows}[good_id] == "stopped"
+    assert sorted(r["status"] for r in rows) == ["stopped"] + ["unreadable"] * 4
+    assert {r["reason"] for r in rows if r["status"] == "unreadable"} == {f"state/run.json: {why}" for _, why in BAD_FIELDS[:4]}
+    for server in served(runs):
+        status, _headers, body = server.request("GET", "/api/runs")
+        assert status == 200, body  # before: 500
+        page = json.loads(body)
+        page = page["runs"] if isinstance(page, dict) else page
+        assert sorted(r["status"] for r in page) == ["stopped"] + ["unreadable"] * 4

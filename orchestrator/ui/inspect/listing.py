@@ -1,7 +1,8 @@
 """`cairn ls`: one row a run, from run.json (and the event log for runs that never wrote their end).
 
-A run whose run.json or event log cannot be read (an import from a broken cairn, a disk that filled,
-a hand edit) is listed as `unreadable` with one line why, and never stops the others from being listed;
+A run whose run.json or event log cannot be read, or does not fit its schema (store/run_meta.py: an
+import from a broken cairn, a disk that filled, a hand edit) is listed as `unreadable` with one line
+why, and never stops the others from being listed;
 `unreadable_reason` is also what `cairn show` and `cairn report` say of it. Whether a run holds a
 container comes from one question to the engine for all runs (inspect/held.py).
 """
@@ -19,34 +20,19 @@ from pydantic import ValidationError
 from orchestrator.errors import UsageError
 from orchestrator.ui.inspect.held import States, container_states, held_by
 from orchestrator.ui.inspect.timeline import end_error, timeline
+from orchestrator.store import run_meta
 from orchestrator.store.liveness import run_is_live
 from orchestrator import events as ev
 from orchestrator.store.run_dir import RunDir
 from orchestrator.ui.terminal import clean
-from orchestrator.status import Status, is_status
+from orchestrator.status import Status
 
 UNREADABLE = "unreadable"
 
-# The run.json fields the inspection commands read, and the JSON types they must have when present.
-_FIELDS: dict[str, tuple[type, ...]] = {"task": (str,), "status": (str,), "result": (str, type(None)),
-                                        "steps": (int,), "usage": (dict, type(None)), "config": (dict,),
-                                        "created": (int, float), "updated": (int, float)}
-
-
 def meta_problem(meta: dict[str, Any]) -> str | None:
-    """What is wrong with a run.json that parsed, in a few words; None when `ls` and `show` can read it."""
-    for key, types in _FIELDS.items():
-        if key in meta and (not isinstance(meta[key], types) or isinstance(meta[key], bool) and bool not in types):
-            return f"state/run.json: {key} is {type(meta[key]).__name__}, not {types[0].__name__}"
-    if not is_status(meta.get("status", Status.RUNNING)):
-        return f"state/run.json: status {str(meta['status'])[:40]!r} is not a run status"
-    if not isinstance(meta.get("config", {}).get("model", {}), dict):
-        return "state/run.json: config.model is not an object"
-    for key, value in (meta.get("usage") or {}).items():
-        if key in ("prompt_tokens", "completion_tokens", "cache_hit_ratio", "cost_usd") and \
-                (isinstance(value, bool) or not isinstance(value, (int, float, type(None)))):
-            return f"state/run.json: usage.{key} is not a number"
-    return None
+    """What is wrong with a run.json that parsed, in a few words; None when `ls` and `show` can read it
+    (store/run_meta.py, the schema `cairn import` holds an archive to)."""
+    return run_meta.problem(meta)
 
 
 def events_problem(run: RunDir) -> str | None:
@@ -115,10 +101,7 @@ def _remembered(run: RunDir, remember: dict[str, Any] | None) -> tuple[float, di
     kept = remember.get(run.id) if remember is not None else None
     if kept is not None and kept[0] == stamp:
         return kept[1], kept[2]
-    try:
-        row = _row(run)
-    except (UsageError, ValidationError):
-        row = _unreadable_row(run, unreadable_reason(run) or "its event log cannot be read", None)
+    row = run_row(run)
     started = row["started"] or run.started()  # run.started() reads run.json again
     if remember is not None and row["status"] != Status.RUNNING:
         remember[run.id] = (stamp, started, row)
@@ -143,6 +126,10 @@ def run_row(run: RunDir) -> dict[str, Any]:
         return _row(run)
     except (UsageError, ValidationError):
         return _unreadable_row(run, unreadable_reason(run) or "its event log cannot be read", None)
+    except (AttributeError, TypeError, KeyError, ValueError, OverflowError) as exc:
+        # A value no schema check foresaw: this run's row says so, and every other run is listed as usual.
+        return _unreadable_row(run, f"state/run.json or its event log holds a value cairn cannot show "
+                                    f"({type(exc).__name__}: {str(exc)[:120]})", None)
 
 
 def _unreadable_row(run: RunDir, why: str, held: States | None) -> dict[str, Any]:
