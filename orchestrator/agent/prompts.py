@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.context.frames import defuse
 from orchestrator.store import run_files
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ def read_instructions(workspace: Path, workdir: str) -> str | None:
     cut = len(text.encode("utf-8", "surrogatepass")) > INSTRUCTIONS_MAX_BYTES
     if cut:
         text = text.encode("utf-8", "surrogatepass")[:INSTRUCTIONS_MAX_BYTES].decode("utf-8", "ignore")
-    text = text.replace(_FRAME[1], "</ project-instructions>")  # the file cannot close the frame
+    text = defuse(text)  # the file can neither close the frame nor forge another (context/frames.py)
     note = (f"\n[cairn cut {INSTRUCTIONS_FILE} here: only its first {INSTRUCTIONS_MAX_BYTES // 1024} KiB are "
             f"shown; file_read {where} for the rest.]" if cut else "")
     return (f"The project's instructions, from {where} as it was when the run started (a later change to the "

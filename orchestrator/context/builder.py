@@ -11,20 +11,17 @@ in the history forever.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
+from orchestrator.context.frames import defuse
 from orchestrator.context.history import History
 from orchestrator.context.request import Request
 
 TAIL_BEGIN = "<cairn-status>"
 TAIL_END = "</cairn-status>"
 # What the tail recites came from the sandbox (todo.md, file names in notices, the critic's reading of
-# outputs): a tag of the frame in it, opening or closing, in any spelling a model would read as one, is
-# defused so that the frame ends only where cairn ends it.
-_FRAME_TAG = re.compile(r"(?:<|\uff1c|\ufe64|&lt;|&#0*60;|&#x0*3c;)(\s*/?\s*cairn[\s_-]*status\b[^<>&\n\uff1c\uff1e\ufe64\ufe65]{0,40})"
-                        r"(\s*(?:>|\uff1e|\ufe65|&gt;))?", re.IGNORECASE)
-
+# outputs): a tag of either frame in it, in any spelling a model would read as one, is defused
+# (context/frames.py) so that the frame ends only where cairn ends it.
 # The tail is sent, uncached, with every request: a todo.md longer than this is recited in part.
 TODO_MAX_BYTES = 8 * 1024
 
@@ -89,6 +86,6 @@ def render_tail(todo: str | None, notices: list[str], todo_cut: str | None = Non
 
 
 def _defuse(text: str) -> str:
-    """`text` with every tag of the tail's frame in it made inert: `</cairn-status>` becomes
+    """`text` with every tag of cairn's frames in it made inert: `</cairn-status>` becomes
     `[/cairn-status]`, which no reader takes for the frame's end."""
-    return _FRAME_TAG.sub(lambda m: "[" + m.group(1) + ("]" if m.group(2) else ""), text)
+    return defuse(text)
