@@ -6,8 +6,12 @@ the window (`ESC ] 0 ; ... BEL`), clear the screen (`ESC [ 2 J`), move the curso
 lines, or on some terminals answer back into the shell. `clean` removes every control sequence and
 control character but newline and tab, so the text shows as the characters it is.
 
+Bidirectional controls (U+202A-202E, U+2066-2069, the marks) would make a line show as something else
+than it is (a command that reads one way and runs another): `clean` shows each as its code, `[U+202E]`.
+
 `--json` output is not cleaned (it must stay the exact data): `json_text` writes it with every control
-character escaped instead (`\\u001b`), which JSON's own escaping does for C0 only.
+character and bidirectional control escaped instead (`\\u001b`, `\\u202e`), which JSON's own escaping
+does for C0 only.
 
 Where output goes: colour, the full width and a pager on a terminal; plain whole lines, no escape
 codes, when piped or redirected (`NO_COLOR` and `TERM=dumb` are honoured).
@@ -36,6 +40,10 @@ _SEQUENCE = re.compile(
     r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
 )
 _C1_AND_DEL = re.compile(r"[\x7f-\x9f]")
+_ESCAPED = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+# Bidirectional controls (embeddings, overrides, isolates, marks) reorder what follows them on screen:
+# `ls \u202e; rm -rf ~ \u202c` can show as something else than what runs. Shown as what they are.
+BIDI = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
 
 
 def _replace(match: re.Match[str]) -> str:
@@ -43,10 +51,16 @@ def _replace(match: re.Match[str]) -> str:
 
 
 def clean(text: str | None) -> str:
-    """`text` without control sequences or control characters (newline and tab stay; CR LF becomes LF)."""
+    """`text` without control sequences or control characters (newline and tab stay; CR LF becomes LF),
+    and with bidirectional controls shown as `[U+202E]` (`visible_bidi`)."""
     if not text:
         return ""
-    return _SEQUENCE.sub(_replace, text)
+    return visible_bidi(_SEQUENCE.sub(_replace, text))
+
+
+def visible_bidi(text: str) -> str:
+    """`text` with each bidirectional control shown as its code, `[U+202E]`, instead of acting."""
+    return BIDI.sub(lambda m: f"[U+{ord(m.group()):04X}]", text)
 
 
 def clean_name(name: str | None) -> str:
@@ -59,7 +73,7 @@ def json_text(doc: Any, indent: int | None = 2, sort_keys: bool = True) -> str:
     `json.dumps`; DEL and the C1 controls (which it leaves as they are without `ensure_ascii`) are
     escaped here. They can only occur inside JSON strings, so the escape is exact."""
     text = json.dumps(doc, indent=indent, sort_keys=sort_keys, ensure_ascii=False)
-    return _C1_AND_DEL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _ESCAPED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 

@@ -461,3 +461,10 @@ def test_a_link_or_a_fifo_planted_as_the_live_output_neither_shows_host_files_no
     finally:
         writing.set()
         pane.close()
+
+
+def test_bidi_controls_are_shown_as_their_codes_and_escaped_in_json():
+    text = "ls \u202e; rm -rf ~ \u202c \u2066x\u2069 \u200f"
+    assert clean(text) == "ls [U+202E]; rm -rf ~ [U+202C] [U+2066]x[U+2069] [U+200F]"
+    assert json_text({"command": text}, indent=None) == '{"command": "ls \\u202e; rm -rf ~ \\u202c \\u2066x\\u2069 \\u200f"}'
+    assert json.loads(json_text({"command": text})) == {"command": text}  # still the exact data

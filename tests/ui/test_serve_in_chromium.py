@@ -221,3 +221,32 @@ def test_a_run_started_from_the_page_is_an_ordinary_run_and_resume_goes_on(page,
              what="the resumed run to end", timeout=120)
     page.wait_for_selector("#step-2")  # its new step, on the page without a reload
     assert page.errors == []
+
+
+def test_bidi_controls_show_as_their_codes_in_the_todo_diff_files_and_approval(page, server, runs_dir, tmp_path):
+    """Issue 34, hole 8: a right-to-left override in what the agent wrote would show a command or a file
+    as something else than it is; on the page each control shows as its code, as on the terminal."""
+    rlo = "\u202e"
+    turns = [turn(call("todo_write", content=f"- [ ] ship {rlo}exe.txt\u2069\n")),
+             turn(call("file_write", path="notes.txt", content=f"a \u2066{rlo}b\u2069 c\n")),
+             turn(call("shell_exec", command=f"git push origin main #{rlo} niam nigiro hsup"))]
+    proc = start_run(runs_dir, f"task {rlo}", tmp_path / "bidi.json", turns, "--network", "bridge")
+    assert proc.wait(240) == 1
+    run = only_run(runs_dir)
+    assert run.read_meta()["status"] == "waiting"
+    open_run(page, run.id)
+    page.wait_for_selector("#approval:visible")
+    assert page.locator("#approval-what").inner_text() == f"shell_exec git push origin main #[U+202E] niam nigiro hsup"
+    page.wait_for_selector("#todo:has-text('ship')")
+    assert page.locator("#todo").inner_text().strip() == "- [ ] ship [U+202E]exe.txt[U+2069]"
+    assert page.locator("#task").inner_text() == "task [U+202E]"
+    page.click("#expand-all")
+    page.click("#step-2 button:has-text('diff of this step')")
+    page.wait_for_selector("#step-2 pre.diff:has-text('notes.txt')")
+    assert "+a [U+2066][U+202E]b[U+2069] c" in page.locator("#step-2 pre.diff").inner_text()
+    page.click("#files button[data-path='notes.txt']")
+    page.wait_for_selector("#viewer[data-state='shown']")
+    assert page.locator("#viewer-text").inner_text() == "1  a [U+2066][U+202E]b[U+2069] c"
+    shown = page.evaluate("document.body.innerText")
+    assert not any(c in shown for c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"), shown
+    assert page.errors == []

@@ -408,3 +408,33 @@ def test_show_rows_say_each_call_its_own_way_within_160_columns(tmp_path, runs_d
     assert row.startswith("   1  $ python3 primes.py 3000 && echo a very long") and '{"command"' not in row
     assert len(row) <= 160 and row.endswith("[1,793 tok]")
     assert lines[lines.index(row) + 1] == "       ⇢ saved in /cairn/obs/1-shell_exec.txt"
+
+
+# -- issue 34, hole 8: bidirectional controls from the agent show as what they are -----------------
+
+RLO, PDI = "\u202e", "\u2069"  # right-to-left override; pop directional isolate
+
+
+@pytest.mark.docker
+def test_bidi_controls_show_as_their_codes_in_the_approval_the_todo_and_the_diff(pane, tmp_path, sandbox_image):
+    """`git push origin main #<RLO> ...` would show reversed, hiding what follows; so would a todo.md or a
+    changed file. On the terminal each control shows as [U+202E], and nothing of it reorders the line."""
+    command = f"echo hello #{RLO} txt.exe"
+    model = script(tmp_path / "s.json", turn(call("shell_exec", command=command)),
+                   turn(call("todo_write", content=f"- [ ] ship {RLO}exe.txt{PDI}\n")),
+                   turn(call("file_write", path="notes.txt", content=f"a \u2066{RLO}b{PDI} c\n")), done())
+    p = pane(["run", "--model", model, "--approve", "always", "bidi"])
+    screen = p.wait_for("approve?")
+    assert f"echo hello #[U+202E] txt.exe" in screen and RLO not in screen
+    p.type("y")
+    screen = p.wait_for("approve?", count=2)  # file_write (todo_write and task_done are never asked)
+    assert "a [U+2066][U+202E]b[U+2069] c" in screen and RLO not in screen
+    p.type("y")
+    screen = p.wait_for("EXIT=")
+    assert "EXIT=0" in screen and RLO not in screen
+    [run] = RunDir.all(p.runs)
+    todo = pane(["todo", run.id])
+    assert "- [ ] ship [U+202E]exe.txt[U+2069]" in todo.wait_for("EXIT=") and RLO not in todo.screen()
+    diff = pane(["diff", run.id])
+    shown = diff.wait_for("EXIT=")
+    assert "+a [U+2066][U+202E]b[U+2069] c" in shown.replace("\x1b", "") and RLO not in shown

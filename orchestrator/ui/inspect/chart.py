@@ -6,9 +6,12 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from orchestrator.ui.terminal import visible_bidi
+
 
 def esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
+    """Text for the page: escaped, bidirectional controls shown as their codes (ui/terminal.py)."""
+    return visible_bidi(html.escape("" if value is None else str(value), quote=True))
 
 
 def chart(steps: list[dict[str, Any]], compactions: list[dict[str, Any]]) -> str:

@@ -1,12 +1,23 @@
 // Shared by the pages of `cairn serve`. Whatever comes from a run is put in the page as text
-// (textContent, element by element), never as markup.
+// (textContent, element by element, through `shown`), never as markup.
 "use strict";
 
 var cairn = (function () {
-  function el(tag, className, text) {
+  // Bidirectional controls (embeddings, overrides, isolates, marks) would make a command or a file show
+  // as something else than it is: each is shown as its code, [U+202E], as on the terminal.
+  var BIDI = /[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]/g;
+  function shown(text) {
+    return String(text).replace(BIDI, function (c) {
+      return "[U+" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + "]";
+    });
+  }
+
+  function text(node, value) { node.textContent = value === undefined || value === null ? "" : shown(value); }
+
+  function el(tag, className, value) {
     var node = document.createElement(tag);
     if (className) { node.className = className; }
-    if (text !== undefined && text !== null) { node.textContent = String(text); }
+    if (value !== undefined && value !== null) { text(node, value); }
     return node;
   }
 
@@ -32,10 +43,10 @@ var cairn = (function () {
     });
   }
 
-  function flash(text, bad) {
+  function flash(message, bad) {
     var box = document.getElementById("flash");
     if (!box) { return; }
-    box.textContent = text;
+    text(box, message);
     box.className = bad ? "flash bad" : "flash";
   }
 
@@ -63,6 +74,6 @@ var cairn = (function () {
     document.body.dataset.errors = errors + String(e.message || e);
   });
 
-  return { el: el, api: api, post: post, flash: flash, number: number, cost: cost, percent: percent,
+  return { el: el, text: text, shown: shown, api: api, post: post, flash: flash, number: number, cost: cost, percent: percent,
            seconds: seconds, when: when };
 })();

@@ -1,7 +1,7 @@
 // A run's page, live: the event log arrives as server-sent events (feed.py) and is folded into steps
 // here. Rendering is incremental: an item updates only its step's one-line summary; a step's body is
 // built when it is opened (and rebuilt while open as items arrive), so a run of 10,000 events stays
-// a page of a few thousand lines. Everything from the run goes in as text (cairn.el / textContent).
+// a page of a few thousand lines. Everything from the run goes in as text (cairn.el / cairn.text).
 "use strict";
 
 (function () {
@@ -14,7 +14,7 @@
   var timeline = document.getElementById("timeline");
   var RESULT_SHOWN = 4000;
 
-  document.getElementById("run-id").textContent = runId;
+  cairn.text(document.getElementById("run-id"), runId);
   document.title = "cairn run " + runId;
 
   // -- folding items into steps ---------------------------------------------------------------------
@@ -32,10 +32,10 @@
   function fold(item) {
     var n = item.step || 0, step;
     if (item.t === "task") {
-      document.getElementById("task").textContent = item.task;
+      cairn.text(document.getElementById("task"), item.task);
     } else if (item.t === "status") {
       if (item.result) {
-        document.getElementById("result").textContent = item.result;
+        cairn.text(document.getElementById("result"), item.result);
         document.getElementById("result-box").hidden = false;
       }
       setStatus(item.status);
@@ -129,7 +129,7 @@
       if (step.node.open) { drawBody(step); }
     });
     if (fragment) { timeline.appendChild(fragment); }
-    document.getElementById("n-steps").textContent = String(order.length);
+    cairn.text(document.getElementById("n-steps"), String(order.length));
     document.body.dataset.steps = String(order.length);
     drawTotals();
   }
@@ -202,7 +202,7 @@
     wholeText.hidden = true;
     whole.addEventListener("click", function () {
       fetch(base + "/steps/" + step.n, { credentials: "same-origin" }).then(function (r) { return r.text(); })
-        .then(function (text) { wholeText.textContent = text; wholeText.hidden = false; });
+        .then(function (text) { cairn.text(wholeText, text); wholeText.hidden = false; });
     });
     more.appendChild(whole);
     var diffText = pre("diff", null);
@@ -212,9 +212,9 @@
       diff.type = "button";
       diff.addEventListener("click", function () {
         cairn.api(base + "/diff?step=" + step.n).then(function (d) {
-          diffText.textContent = (d.text || "(no changes)") + (d.cut ? "\n" + d.cut : "");
+          cairn.text(diffText, (d.text || "(no changes)") + (d.cut ? "\n" + d.cut : ""));
           diffText.hidden = false;
-        }, function (e) { diffText.textContent = e.message; diffText.hidden = false; });
+        }, function (e) { cairn.text(diffText, e.message); diffText.hidden = false; });
       });
       more.appendChild(diff);
     }
@@ -241,7 +241,7 @@
 
   function setStatus(status) {
     var badge = document.getElementById("status");
-    badge.textContent = status;
+    cairn.text(badge, status);
     badge.className = "badge " + status;
     document.body.dataset.status = status;
   }
@@ -282,8 +282,8 @@
     document.getElementById("waiting-events").hidden = true;
     schedule();
   });
-  source.addEventListener("error", function () { document.getElementById("live").textContent = "(reconnecting…)"; });
-  source.addEventListener("open", function () { document.getElementById("live").textContent = ""; });
+  source.addEventListener("error", function () { cairn.text(document.getElementById("live"), "(reconnecting…)"); });
+  source.addEventListener("open", function () { cairn.text(document.getElementById("live"), ""); });
 
   // -- what is read apart from the stream ------------------------------------------------------------
 
@@ -303,15 +303,15 @@
         var reason = document.getElementById("reason");
         reason.hidden = !s.reason;
         reason.className = "banner " + s.status;
-        reason.textContent = s.reason ? s.status + ": " + s.reason : "";
-        document.getElementById("live").textContent = s.live ? "live" : "";
+        cairn.text(reason, s.reason ? s.status + ": " + s.reason : "");
+        cairn.text(document.getElementById("live"), s.live ? "live" : "");
         document.getElementById("stop").hidden = !s.can.stop;
         document.getElementById("resume").hidden = !s.can.resume;
         var approval = document.getElementById("approval");
         approval.hidden = !s.can.approve;
         if (s.approval) {
-          document.getElementById("approval-what").textContent = s.approval.name + " " + s.approval.what;
-          document.getElementById("approval-why").textContent = "(" + s.approval.why + ")";
+          cairn.text(document.getElementById("approval-what"), s.approval.name + " " + s.approval.what);
+          cairn.text(document.getElementById("approval-why"), "(" + s.approval.why + ")");
         }
         drawTotals();
         document.body.dataset.ready = "1";
@@ -325,7 +325,7 @@
     todo: function () {
       cairn.api(base + "/todo").then(function (t) {
         var box = document.getElementById("todo");
-        box.textContent = t.text === null ? "(no todo.md)" : t.text;
+        cairn.text(box, t.text === null ? "(no todo.md)" : t.text);
         box.className = t.text === null ? "meta" : "";
       });
     },
@@ -358,25 +358,25 @@
     var viewer = document.getElementById("viewer"), error = document.getElementById("viewer-error");
     var image = document.getElementById("viewer-image"), text = document.getElementById("viewer-text");
     viewer.hidden = false;
-    document.getElementById("viewer-path").textContent = (root === "cairn" ? "/cairn/" : "") + path;
+    cairn.text(document.getElementById("viewer-path"), (root === "cairn" ? "/cairn/" : "") + path);
     error.hidden = image.hidden = text.hidden = true;
     cairn.api(base + "/file" + query).then(function (f) {
       if (f.image) {
         image.src = base + "/raw" + query;
         image.hidden = false;
       } else if (f.binary) {
-        text.textContent = "(a binary file of " + cairn.number(f.size) + " bytes)";
+        cairn.text(text, "(a binary file of " + cairn.number(f.size) + " bytes)");
         text.hidden = false;
       } else {
         var lines = f.text.split("\n"), width = String(lines.length).length;
         if (lines.length > 1 && lines[lines.length - 1] === "") { lines.pop(); }
-        text.textContent = lines.map(function (line, i) { return String(i + 1).padStart(width, " ") + "  " + line; }).join("\n") +
-                           (f.cut ? "\n… (cut at 2 MiB of " + cairn.number(f.size) + " bytes)" : "");
+        cairn.text(text, lines.map(function (line, i) { return String(i + 1).padStart(width, " ") + "  " + line; }).join("\n") +
+                         (f.cut ? "\n… (cut at 2 MiB of " + cairn.number(f.size) + " bytes)" : ""));
         text.hidden = false;
       }
       viewer.dataset.state = "shown";
     }, function (e) {
-      error.textContent = e.message;
+      cairn.text(error, e.message);
       error.hidden = false;
       viewer.dataset.state = "refused";
     });
