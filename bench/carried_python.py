@@ -2,7 +2,8 @@
 
 Two figures, each beside its baseline measured in the same run:
 - interpreter start (`python3 -I -S -c pass`, timed inside one container, so no `docker exec` is
-  counted): the carried Python through its own loader, and cairn's image's python3;
+  counted): the carried Python through its own loader, and cairn's image's python3 (with `-I -S`, as
+  the toolbox runs, and without, as it ran before issue 34);
 - toolbox ready (container create + toolbox ready line, `DockerSandbox.start()`): an image without Python
   (`cairn-base:bookworm`, carried Python) and cairn's own image.
 
@@ -28,9 +29,10 @@ from orchestrator.sandbox.docker.image import ensure_image
 NO_PYTHON_IMAGE = "cairn-base:bookworm"
 
 
-def interpreter_ms(client, image: str, volume: str, repeats: int) -> tuple[float, float]:
+def interpreter_ms(client, image: str, volume: str, repeats: int) -> tuple[float, float, float]:
     loop = (f"for i in $(seq {repeats}); do s=$(date +%s%N); {' '.join(carried.argv('-c'))} pass; "
-            "m=$(date +%s%N); python3 -I -S -c pass; e=$(date +%s%N); echo $((m-s)) $((e-m)); done")
+            "m=$(date +%s%N); python3 -I -S -c pass; e=$(date +%s%N); python3 -c pass; f=$(date +%s%N); "
+            "echo $((m-s)) $((e-m)) $((f-e)); done")
     box = client.containers.run(image, entrypoint=["sh", "-c", loop], command=[], detach=True, network_mode="none",
                                 volumes={volume: {"bind": carried.MOUNT, "mode": "ro"}})
     try:
@@ -38,7 +40,7 @@ def interpreter_ms(client, image: str, volume: str, repeats: int) -> tuple[float
         rows = [line.split() for line in box.logs().decode().split("\n") if line.strip()]
     finally:
         box.remove(force=True)
-    return (statistics.median(int(r[0]) for r in rows) / 1e6, statistics.median(int(r[1]) for r in rows) / 1e6)
+    return tuple(statistics.median(int(r[i]) for r in rows) / 1e6 for i in range(3))
 
 
 def ready_ms(image: str, repeats: int) -> float:
@@ -60,8 +62,9 @@ def main() -> None:
     client = connect()
     image = ensure_image()
     volume = carried_python(client)
-    carried, own = interpreter_ms(client, image, volume, repeats)
-    print(f"interpreter start: carried {carried:.1f} ms, image's python3 {own:.1f} ms (ratio {carried / own:.2f})")
+    carried, own, plain = interpreter_ms(client, image, volume, repeats)
+    print(f"interpreter start: carried {carried:.1f} ms, image's python3 {own:.1f} ms (ratio {carried / own:.2f}); "
+          f"image's python3 without -I -S {plain:.1f} ms")
     without, with_python = ready_ms(NO_PYTHON_IMAGE, repeats), ready_ms(image, repeats)
     print(f"toolbox ready (create + start): {NO_PYTHON_IMAGE} {without:.0f} ms, cairn's image {with_python:.0f} ms "
           f"(ratio {without / with_python:.2f})")

@@ -18,6 +18,9 @@ from pathlib import Path
 from orchestrator.errors import SandboxError
 
 TOOLBOX_IN_SANDBOX = "/opt/cairn"  # where the folder is mounted (Docker) and the zipapp's folder (Harbor)
+# How any Python runs the toolbox: isolated (no PYTHON* variables, no user site, not the current folder)
+# and without `site` (no site-packages: a .pth file the agent's `pip install` left there runs nothing in it).
+PYTHON_FLAGS = ["-I", "-S"]
 CAIRN_DIR = "/cairn"  # where the run's own cairn files (<run>/cairn/) are seen in the sandbox
 _ZIP_TIME = (2020, 1, 1, 0, 0, 0)  # every member's time: the same code gives the same bytes
 

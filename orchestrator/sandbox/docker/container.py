@@ -236,7 +236,7 @@ def toolbox_argv(container: Container, cfg: SandboxConfig, client: docker.Docker
     volume = next((m["Name"] for m in container.attrs.get("Mounts", [])
                    if m.get("Destination") == carried.MOUNT and m.get("Type") == "volume"), None)
     if volume is None:
-        return ["python3", *arguments]
+        return ["python3", *toolbox_files.PYTHON_FLAGS, *arguments]
     try:
         from orchestrator.sandbox.docker.image import ensure_image
 

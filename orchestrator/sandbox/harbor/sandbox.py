@@ -231,7 +231,7 @@ class HarborSandbox:
         """The image's python3 when it is 3.9 or newer, else a Python carried in from this host."""
         probe = self._exec("python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null", 60)
         if probe.return_code == 0:
-            return ["python3"]
+            return ["python3", *toolbox_files.PYTHON_FLAGS]
         machine = (self._exec("uname -m", 60).stdout or "").strip()
         if sys.platform != "linux" or machine != platform.machine():
             raise SandboxError(f"the task's image has no Python 3.9+ for cairn's toolbox, and this host "
