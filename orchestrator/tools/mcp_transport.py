@@ -12,10 +12,14 @@ from typing import Any, AsyncIterator
 import anyio
 
 from orchestrator.config import McpServerConfig
+from orchestrator.sandbox.channel import Lines, LineTooLong
 from orchestrator.ports import ExecStream, Sandbox
 
 
 STDERR_TAIL_LINES = 5
+# The longest JSON-RPC line read from a server in the sandbox: past it the stream ends with an error, and
+# nothing more of the line is held (a server the agent replaced can write without a newline for good).
+MAX_LINE = 16 * 1024 * 1024
 
 # -- the stdio transport over the sandbox's exec stream ------------------------------------------
 
@@ -33,8 +37,8 @@ def _parse_message(line: str) -> Any:
             from mcp.types import JSONRPCMessage
 
             message = JSONRPCMessage.model_validate_json(line)
-    except ValueError as exc:
-        return exc
+    except (ValueError, RecursionError) as exc:
+        return exc if isinstance(exc, ValueError) else ValueError(f"a JSON-RPC line nested too deep ({exc})")
     return SessionMessage(message)
 
 
@@ -69,16 +73,20 @@ async def exec_stdio_client(sandbox: Sandbox, argv: list[str], env: dict[str, st
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
 
     async def reader() -> None:
-        buffer = b""
+        lines = Lines(MAX_LINE)
         try:
             async with read_writer:
                 while True:
                     data = await anyio.to_thread.run_sync(stream.recv, abandon_on_cancel=True)
                     if not data:
                         break
-                    buffer += data
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
+                    try:
+                        lines.feed(data)
+                    except LineTooLong as exc:
+                        stream.note(f"stdout: {exc.message}; the server's stream was closed".encode())
+                        await read_writer.send(ValueError(f"the MCP server sent {exc.message}"))
+                        break
+                    while (line := lines.next_line()) is not None:
                         if line.strip():
                             message = _parse_message(line.decode("utf-8", "replace"))
                             if isinstance(message, Exception):  # e.g. the engine's "executable file not found"

@@ -223,6 +223,18 @@ def test_a_stdio_server_that_fails_to_start_is_named_with_its_stderr(tmp_path, s
     assert "`no-such-mcp-server` is not in the image" in err.value.hint
 
 
+@pytest.mark.docker
+def test_a_server_whose_line_never_ends_is_refused_at_the_lines_limit(tmp_path, sandbox_image):
+    """Issue 34: the MCP stdio reader held whatever came before a newline (and split it again each time):
+    a server in the sandbox, which the agent can replace, could grow the host without bound."""
+    flood = "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n    sys.stdout.flush()"
+    cfg = config_of({"servers": [{"type": "stdio", "name": "flood", "command": "python3", "args": ["-c", flood]}]},
+                    tmp_path)
+    with pytest.raises(SandboxError) as err:
+        play_config(tmp_path, cfg, [done()])
+    assert "'flood'" in err.value.message and "a line longer than 16,777,216 bytes" in err.value.message
+
+
 # A server with two tools: `hello` answers, `crash` makes the process exit with code 5 mid-call.
 CRASHING_SERVER = r'''import json, sys
 for line in sys.stdin:
