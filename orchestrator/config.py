@@ -202,7 +202,8 @@ class ApprovalRule(Settings):
     tool."""
 
     tool: str = Field(description="The tool's name, or an fnmatch pattern of names (shell_exec, mcp_*, *).")
-    match: str = Field("*", description="An fnmatch pattern over the call's subject (e.g. \"git push*\").")
+    match: str = Field("*", description="An fnmatch pattern over the call's subject (e.g. \"git push*\"): a shell "
+                       "line command by command, a URL part by part, a path normalised (docs/approvals.md).")
     action: Literal["allow", "deny", "ask"] = Field(description="allow: run it unasked; deny: refuse it; "
                                                     "ask: ask a person even where the mode would not.")
     reason: str | None = Field(None, description="Said to the model when the rule denies a call.")

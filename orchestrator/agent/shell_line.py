@@ -67,93 +67,54 @@ def simple_commands(line: str) -> list[str] | None:
     return list(found.values())
 
 
+CODE = ("code", "(", "`")  # where bash reads commands: the line, a substitution or subshell, backticks
+BRACES = ("{", '{"')  # ${...} in code, and within double quotes or a here-document (' is plain there)
+
+
 def hides_a_command(text: str, mode: str, parsed: set[int], offset: int = 0) -> bool:
     """Whether `text` holds a place where bash may run a command that is not among `parsed` (the
     positions where bashlex's substitutions begin, `offset` being where `text` begins in the line).
     `mode`: "code" (a command line) or "heredoc" (the body of one whose delimiter is not quoted: quotes
-    are plain characters there). Errs towards True: a `$(` in a comment counts."""
-    # "code", "heredoc", '"' (double quotes), "`" (backticks), "(" (parentheses), "{" and '{"' (${...} in code,
-    # and within double quotes or a here-document)
-    stack = [mode]
-    i, n = 0, len(text)
-    while i < n:
+    are plain characters there). Errs towards True: a `$(` in a comment counts, and so does one inside
+    backticks' single quotes."""
+    stack, i = [mode], 0  # the contexts: CODE, BRACES, '"' (double quotes), "heredoc"
+    while i < len(text):
         c, top, two = text[i], stack[-1], text[i:i + 2]
+        step = 1
         if c == "\\":
-            i += 2
-            continue
-        if top == "code" or top == "(" or top == "`":
-            if c == "'" and top != "`":  # single quotes: nothing runs inside (within backticks: counted)
-                end = text.find("'", i + 1)
-                i = n if end < 0 else end + 1
-                continue
-            if two == "$'":  # ANSI-C quotes: \' does not end them
-                j = i + 2
-                while j < n and text[j] != "'":
-                    j += 2 if text[j] == "\\" else 1
-                i = j + 1
-                continue
-            if c == '"':
-                stack.append('"')
-                i += 1
-                continue
-            if c == ")" and top == "(":
-                stack.pop()
-                i += 1
-                continue
-            if c == "(":
-                stack.append("(")
-                i += 1
-                continue
-            if two in ("<(", ">("):
-                if offset + i not in parsed:
-                    return True
-                stack.append("(")
-                i += 2
-                continue
-        elif top == '"' and c == '"':
+            step = 2
+        elif c == "'" and top in ("code", "(", "{"):  # single quotes: nothing runs inside
+            step = _quote_end(text, i + 1) - i
+        elif two == "$'" and top in CODE:  # ANSI-C quotes, where \' does not end them
+            step = _quote_end(text, i + 2, escapes=True) - i
+        elif (c == '"' and top == '"') or (c == ")" and top == "(") or (c == "}" and top in BRACES) \
+                or (c == "`" and top == "`"):
             stack.pop()
-            i += 1
-            continue
-        elif top in ("{", '{"'):  # ${...}, in code or within double quotes (where ' is a plain character)
-            if c == "}":
-                stack.pop()
-                i += 1
-                continue
-            if c == "'" and top == "{":
-                end = text.find("'", i + 1)
-                i = n if end < 0 else end + 1
-                continue
-            if c == '"':
-                stack.append('"')
-                i += 1
-                continue
-            if c == "[" and not _plain_subscript(text, i):
-                return True  # an arithmetic subscript: a variable's value may run a command
-            if two == "@P":
-                return True  # prompt expansion runs the command substitutions of a value
-        if c == "`":
-            if top == "`":
-                stack.pop()
-            elif offset + i not in parsed:
-                return True
-            else:
-                stack.append("`")
-            i += 1
-            continue
-        if two == "$(" or two == "$[":
-            if two == "$[" or offset + i not in parsed:
-                return True
-            stack.append("(")
-            i += 2
-            continue
-        if two == "${":
+        elif c == '"' and top != "heredoc":
+            stack.append('"')
+        elif c == "`" or two == "$(" or (two in ("<(", ">(") and top in CODE):
+            if offset + i not in parsed:
+                return True  # a command bashlex did not parse
+            stack.append("`" if c == "`" else "(")
+            step = 1 if c == "`" else 2
+        elif two == "$[" or (top in BRACES and (two == "@P" or (c == "[" and not _plain_subscript(text, i)))):
+            return True  # old arithmetic, a prompt expansion, an arithmetic subscript: a value may run a command
+        elif two == "${":
             if _offset_is_arithmetic(text, i + 2):
                 return True
             stack.append('{"' if top in ('"', '{"', "heredoc") else "{")
-            i += 2
-            continue
-        i += 1
+            step = 2
+        elif c == "(" and top in CODE:
+            stack.append("(")
+        i += step
     return False
+
+
+def _quote_end(text: str, at: int, escapes: bool = False) -> int:
+    """Just past the single quote that closes a quote whose text begins at `at` (the end if none)."""
+    while at < len(text) and text[at] != "'":
+        at += 2 if escapes and text[at] == "\\" else 1
+    return at + 1
 
 
 def _plain_subscript(text: str, at: int) -> bool:

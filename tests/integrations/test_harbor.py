@@ -240,3 +240,19 @@ def test_harbors_timeout_stops_the_run_between_actions_as_interrupted(harbor, tm
     assert len(shown["steps"]) == 1 and len(trial.requests) == 1  # no action after the stop
     assert trial.result["agent_result"]["metadata"]["cairn_status"] == "interrupted"
     _validate_atif(trial.agent_dir / "trajectory.json")
+
+
+@pytest.mark.docker
+def test_the_logs_copy_keeps_no_link_the_agent_made(harbor, tmp_path, sandbox_image):
+    """Issue 34, hole 8: the run directory in the trial's logs is what Harbor keeps and people open;
+    a link the agent made (to the host's files, once outside the container) must not be in it."""
+    links = {"turns": [
+        {"tool_calls": [{"name": "shell_exec", "arguments": {"command": "echo 42 > /app/answer.txt; "
+                         "ln -s /etc/passwd /app/passwd; ln -s / /app/root; ln -s /etc/shadow /cairn/shadow"}}]},
+        {"tool_calls": [{"name": "task_done", "arguments": {"summary": "answered"}}]}]}
+    trial = _run(harbor, tmp_path, _task(tmp_path / "links", sandbox_image), links)
+    assert trial.reward == 1.0
+    run = trial.agent_dir / trial.show()["id"]
+    assert (run / "workspace" / "answer.txt").read_text() == "42\n"
+    kept = [path for path in run.rglob("*") if path.is_symlink()]
+    assert kept == [], kept  # before: workspace/passwd, workspace/root and cairn/shadow, as links
