@@ -109,8 +109,10 @@ class HarborSandbox:
         if started.return_code != 0:
             raise SandboxError(f"the toolbox did not start in the Harbor environment: "
                                f"{_last_line(started.stderr) or 'no output'}")
-        try:
-            key_line, ready = (started.stdout or "").encode("utf-8", "surrogateescape").split(b"\n")[:2]
+        lines = (started.stdout or "").encode("utf-8", "surrogateescape").splitlines()
+        first = next((i for i, line in enumerate(lines) if line.startswith(b'{"key": ')), len(lines))
+        try:  # the relay's two lines, whatever the environment printed before them
+            key_line, ready = lines[first:first + 2]
             self.channel = Channel(key_from_line(key_line))
             self.channel.ready(ready)
         except (ValueError, Tampered) as exc:
