@@ -12,7 +12,6 @@ from typing import Any, AsyncIterator
 import anyio
 
 from orchestrator.config import McpServerConfig
-from orchestrator.sandbox.channel import Lines, LineTooLong
 from orchestrator.ports import ExecStream, Sandbox
 
 
@@ -73,25 +72,31 @@ async def exec_stdio_client(sandbox: Sandbox, argv: list[str], env: dict[str, st
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
 
     async def reader() -> None:
-        lines = Lines(MAX_LINE)
+        buffer = bytearray()
         try:
             async with read_writer:
                 while True:
                     data = await anyio.to_thread.run_sync(stream.recv, abandon_on_cancel=True)
                     if not data:
                         break
-                    try:
-                        lines.feed(data)
-                    except LineTooLong as exc:
-                        stream.note(f"stdout: {exc.message}; the server's stream was closed".encode())
-                        await read_writer.send(ValueError(f"the MCP server sent {exc.message}"))
-                        break
-                    while (line := lines.next_line()) is not None:
+                    searched = len(buffer)  # no newline before: each byte is looked at once
+                    buffer += data
+                    lines = []
+                    while (end := buffer.find(b"\n", searched)) >= 0:
+                        lines.append(bytes(buffer[:end]))
+                        del buffer[:end + 1]
+                        searched = 0
+                    for line in lines:
                         if line.strip():
                             message = _parse_message(line.decode("utf-8", "replace"))
                             if isinstance(message, Exception):  # e.g. the engine's "executable file not found"
                                 stream.note(b"stdout: " + line.strip()[:500])
                             await read_writer.send(message)
+                    if len(buffer) > MAX_LINE:
+                        too_long = f"a line longer than {MAX_LINE:,} bytes"
+                        stream.note(f"stdout: {too_long}; the server's stream was closed".encode())
+                        await read_writer.send(ValueError(f"the MCP server sent {too_long}"))
+                        break
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
         finally:
