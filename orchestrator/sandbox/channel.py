@@ -146,6 +146,10 @@ class Lines:
             if len(self._data) > self.limit:
                 raise LineTooLong(f"a line longer than {self.limit:,} bytes")
 
+    def pending(self) -> bool:
+        """Whether anything but blank lines came that no one has read."""
+        return bool(self._data.strip())
+
     def next_line(self) -> bytes | None:
         """The next whole line without its newline, or None until one is whole."""
         end = self._data.find(b"\n", self._searched)

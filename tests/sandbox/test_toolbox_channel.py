@@ -273,3 +273,25 @@ def test_the_agent_cannot_open_the_toolboxs_pipes_memory_or_environment(docker_c
         assert key not in seen["output"]
         inspected = json.dumps(docker_client.api.exec_inspect(box.toolbox.exec_id))
         assert key not in inspected
+
+
+@pytest.mark.docker
+def test_a_line_written_between_requests_restarts_the_toolbox_before_the_next_call(docker_client, sandbox_image,
+                                                                                  tmp_path):
+    """Under gVisor the agent can write into the toolbox's stdout. A line that comes while the toolbox is
+    silent is no answer: the next call starts a fresh toolbox first, and runs (it is not lost to it)."""
+    import time
+
+    from orchestrator.sandbox.docker.sandbox import DockerSandbox
+
+    if "runsc" not in (docker_client.info().get("Runtimes") or {}):
+        pytest.skip("the engine has no runsc runtime (scripts/test-tools.sh registers it)")
+    with DockerSandbox("test-between", tmp_path / "ws", SandboxConfig(runtime="runsc"), sandbox_image,
+                       docker_client) as box:
+        pid = box.toolbox.ready["pid"]
+        forged = json.dumps({"id": 3, **FORGED})
+        box.call("shell", command=f"(sleep 1; echo '{forged}' > /proc/{pid}/fd/1) >/dev/null 2>&1 &", timeout=30)
+        time.sleep(3)
+        after = box.call("shell", command="echo after", timeout=30)
+        assert after["output"] == "after\n" and after["exit_code"] == 0
+        assert "a line came between requests" in after["sandbox_restarted"]

@@ -120,7 +120,7 @@ class DockerSandbox:
         if self.toolbox is None:
             self.start()
         elif self._died or not self.toolbox.alive():
-            restarted = self._restart(self._died or self._why_dead())
+            restarted = self._restart(self._died or self._why_dead(self.toolbox.why_dead))
         args, timeout = self._with_defaults(op, args)
         try:
             response = self.toolbox.request(op, args, timeout, call=journal_key)

@@ -158,7 +158,9 @@ class ToolboxClient:
             raise  # _die raised already
 
     def alive(self) -> bool:
-        """Whether the toolbox is still there, without waiting: a closed stream shows as readable."""
+        """Whether the toolbox is still there, without waiting: a closed stream shows as readable. Between
+        requests the toolbox is silent, so a line that came meanwhile is no answer of its: the channel was
+        tampered with, and the toolbox counts as dead before a request is sent to it."""
         if self._dead:
             return False
         try:
@@ -166,7 +168,15 @@ class ToolboxClient:
                 self._receive()
         except ToolboxDied:
             return False
+        if self._lines.pending():
+            self._dead = "the channel to the toolbox was tampered with: a line came between requests"
+            return False
         return True
+
+    @property
+    def why_dead(self) -> str | None:
+        """Why this client counts its toolbox as dead (None while it does not)."""
+        return self._dead
 
     @property
     def diagnostics(self) -> str:
