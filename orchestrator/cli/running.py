@@ -106,9 +106,10 @@ def run(
 @app.command()
 def demo(runs_dir: Optional[Path] = RunsDir) -> None:
     """Run the built-in scripted demo offline (no model service needed), then show its timeline."""
-    from orchestrator.cli.inspecting import show  # here: importing it first would list its commands before run's
+    from orchestrator.cli.inspecting import print_timeline  # here: importing it first would list its commands first
     from orchestrator.llm.scripted import load_script
     from orchestrator.runs.new_run import create_run
+    from orchestrator.ui.inspect.timeline import timeline
 
     cfg = RunConfig.model_validate({"model": {"model": "scripted:demo"}})
     run_dir = create_run(_runs_dir(runs_dir), load_script("demo")["task"], cfg)
@@ -116,7 +117,7 @@ def demo(runs_dir: Optional[Path] = RunsDir) -> None:
         _drive(run_dir, cfg, json_output=False)
     finally:
         typer.echo("")
-        show(run_dir.id, step=None, runs_dir=runs_dir, json_output=False)
+        print_timeline(run_dir, timeline(run_dir))
 
 
 @app.command()
