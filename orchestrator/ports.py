@@ -96,6 +96,11 @@ class Sandbox(ToolSandbox, Protocol):
     def has_command(self, name: str) -> bool | None:
         """Whether `name` is a command in the sandbox; None when it cannot be asked."""
 
+    def interrupt(self) -> bool:
+        """Cut the op that runs now short (a person's stop): a command's processes are killed, a session's
+        wait ends, and the op answers at once, saying so. Safe from any thread; False when nothing runs
+        or the backend cannot."""
+
 
 class Caller(Protocol):
     """The agent that makes a tool call, as a tool may use it: agent_delegate makes its child from it."""
@@ -255,6 +260,10 @@ class Store(Protocol):
 
     def stop_asked(self) -> bool:
         """After a step: the top run takes a stop request; a sub-agent's run only sees its top run's."""
+
+    def stop_request(self) -> str | None:
+        """The stop a person asked for, without taking it: "now" (`cairn stop`, the page's Stop: the running
+        command is cut short), "after-step" (`cairn stop --after-step`), or None."""
 
     def messages_after(self, offset: int) -> list[tuple[str, int]]:
         """The person's messages (`cairn say`) past `offset`: (text, the offset just past it)."""

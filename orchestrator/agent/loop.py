@@ -14,7 +14,7 @@ from orchestrator.agent import approvals, critic, recovery
 from orchestrator.agent.check import check_done
 from orchestrator.agent.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
 from orchestrator.agent.state import RunState
-from orchestrator.agent.stop_signals import stop_signals
+from orchestrator.agent.stop_signals import stop_requests, stop_signals
 from orchestrator.config import RunConfig
 from orchestrator.context import CannotCompact, TokenCounter, build_request, compact, needs_compaction
 from orchestrator.context import TODO_MAX_BYTES, render_tail, shape_result, todo_cut_note
@@ -73,7 +73,7 @@ class Loop:
         self.emit(ev.StatusChanged(step=self.state.step, status="running"))
         self.start_disk_limit()
         try:
-            with stop_signals(self):
+            with stop_signals(self), stop_requests(self, self.run_dir):
                 if self.cut_off is not None:
                     recovery.finish_cut_off_step(self)  # first: the results of a step's calls follow the calls
                 elif self.approval_step:
@@ -299,6 +299,16 @@ class Loop:
             return
         if done.commit or done.skipped:
             self.emit(ev.Checkpoint(step=step, commit=done.commit, skipped=done.skipped))
+
+    def stop_now(self, by: str) -> None:
+        """A person's stop (Ctrl-C, `cairn stop`, the page's Stop): the op that runs now is cut short and a
+        model request in flight ends, so the run ends `interrupted` within a moment, its call recorded as
+        interrupted. Safe from another thread and from a signal handler: it only sets and asks."""
+        self.stop_requested, self.stopped_by = True, by
+        self.sandbox.interrupt()
+        cancel = getattr(self.model, "cancel", None)  # the Model port's clients that can (llm/client.py)
+        if cancel is not None:
+            cancel()
 
     def recover(self) -> None:
         """After a stop or a crash: the calls a crash cut off are closed, never run again (agent/recovery.py)."""

@@ -189,25 +189,23 @@ class Batch:
         self.on_end(row)
 
     def _on_stop_signal(self, signum: int, frame: Any) -> None:
-        """Ctrl-C or SIGTERM: every run stops after its current action; the second one stops at once (the
+        """Ctrl-C or SIGTERM: every run stops now (its running command cut short); the second one stops at once (the
         runs are left crashed, resumable)."""
         name = self.stopped_by = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
         self._sigints += 1
         self.interrupted = True
         self.stopping.set()
-        if self._sigints == 1 and self._stop_after_action(name):
-            sys.stderr.write(f"cairn: {name}: stopping every run after its current action "
+        if self._sigints == 1 and self._stop_now(name):
+            sys.stderr.write(f"cairn: {name}: stopping every run now "
                              f"({name} again to stop at once)\n")
             return
         self._stop_at_once()
         raise KeyboardInterrupt
 
-    def _stop_after_action(self, name: str) -> bool:
-        """Asks every run to stop after its current action; False where none can be asked."""
+    def _stop_now(self, name: str) -> bool:
+        """Asks every run to stop now (its running command cut short); False where none can be asked."""
         for live in list(self.live_runs.values()):
-            live.agent.stop_requested = True  # the loop checks it after the current action
-            live.agent.stopped_by = name
-            live.agent.model.cancel()  # a model request is not worth finishing: it stops now
+            live.agent.stop_now(name)
         return True
 
     def _stop_at_once(self) -> None:

@@ -250,8 +250,8 @@ class LiveDisplay:
             self.current, self.since = short(call_line(event.name, event.arguments).splitlines()[0], 60), time.time()
             if event.name == "shell_exec" and self.live_output is not None and self.console.is_terminal:
                 self.follower = _Follower(self.live_output, self.console, self.since)
-        elif isinstance(event, (ev.ToolFinished, ev.StatusChanged)) or (
-                isinstance(event, ev.UserMessage) and self.current != WAITING_FOR_MODEL):
+        elif isinstance(event, (ev.ToolFinished, ev.StatusChanged, ev.UserMessage)):
+            # The model's time starts now: the person's typing before a message is not the model's.
             self.current, self.since = WAITING_FOR_MODEL, time.time()
         elif is_model_retry(event):
             # "retry 2/6 in 8 s: HTTP 429 ...": the wait is said as it runs down, then the new wait for the model
@@ -295,6 +295,8 @@ class LiveDisplay:
             self.live.stop()
 
     def resume(self) -> None:
+        """After a prompt: the status line again, its clocks from now (the person's time is not the run's)."""
+        self.since = time.time()
         if self.console.is_terminal and not self.live.is_started:
             self.started = time.time()
             self.live.start()

@@ -8,7 +8,6 @@ again where it stopped, so a long run's log is read once, not at every `ls`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -117,12 +116,11 @@ class Fold:
         """A saved fold, or None when `data` is not one (a cache written by another version, or by hand)."""
         if not isinstance(data, dict) or set(data) != {f.name for f in fields(cls)}:
             return None
-        try:
-            fold = cls(**data)
-            json.dumps(fold.to_json())
-        except (TypeError, ValueError):
+        fold = cls(**data)
+        kinds = {"task": str, "status": str, "reason": str, "step": int, "usage": dict, "drives": int, "statuses": int}
+        if not all(isinstance(getattr(fold, name), kind) for name, kind in kinds.items()):
             return None
-        if not (isinstance(fold.status, str) and isinstance(fold.step, int) and isinstance(fold.usage, dict)):
+        if not all(isinstance(getattr(fold, name), (dict, type(None))) for name in ("waiting", "running", "asked", "check")):
             return None
         return fold
 

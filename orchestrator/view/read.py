@@ -69,10 +69,12 @@ class RunView:
                 "live": self.live}
 
 
-def read_view(run: RunDir, keep: bool = True) -> RunView:
+def read_view(run: RunDir, keep: bool = True, holding: bool = False) -> RunView:
     """The run as it is now. A run whose run.json or log cannot be read is `unreadable`, with why as its
-    reason: it never stops a face from showing the others. `keep`: save the fold for the next reader."""
-    live = run_is_live(run)  # first: a drive writes its end in the log before its lock goes
+    reason: it never stops a face from showing the others. `keep`: save the fold for the next reader.
+    `holding`: this process holds the run's lock and is about to drive it (runs/resume.py): the run is
+    what its last drive left."""
+    live = not holding and run_is_live(run)  # first: a drive writes its end in the log before its lock goes
     meta: dict[str, Any] = {}
     problem: str | None = None
     try:

@@ -93,7 +93,7 @@ class Toolbox:
             return {"id": rid, "ok": False, "error": f"bad arguments for {op}: {exc}"}
         except ToolError as exc:
             return {"id": rid, "ok": False, "error": str(exc)}
-        self.request_id = rid
+        self.request_id = self.host.current = rid
         try:
             return {"id": rid, "ok": True, "result": method(**args)}
         except ToolError as exc:
@@ -205,9 +205,10 @@ def main(argv: list | None = None) -> None:
 
     send({"id": 0, "ok": True, "result": {"ready": True, "pid": os.getpid(), "uid": os.getuid(), "version": VERSION}})
     try:
-        for line in sys.stdin.buffer:
-            if line.strip():
-                send(toolbox.handle(line))
+        for line in toolbox.host.requests():
+            response = toolbox.handle(line)
+            toolbox.host.answered(response.get("id"))
+            send(response)
     except (HostGone, BrokenPipeError):
         # The host is gone; what it would have been told is in the journal. os._exit: flushing stdout
         # at exit would only meet the broken pipe again.

@@ -343,8 +343,8 @@ class Sessions:
                 if left <= 0:
                     break
                 self.lock.wait(min(left, 0.25))
-                if self.host.left_now():
-                    break  # nobody waits for the answer any more; it is journaled all the same
+                if self.host.left_now() or self.host.interrupted():
+                    break  # nobody waits for the answer any more (it is journaled all the same), or not now
             if session.exit_code is not None:  # its last words: until the terminal closes, briefly
                 end = time.monotonic() + 0.5
                 while not session.eof and time.monotonic() < end:
@@ -353,6 +353,8 @@ class Sessions:
                 if session.eof:
                     break
             answer = self._render_input(session, inline_bytes)
+            if self.host.interrupted():
+                answer["note"] = "interrupted: the person stopped the run; the program goes on in its session"
             session.answered, session.answered_on_screen = session.size, session.alt_since is not None
             if session.exit_code is not None:  # told: the session is over
                 self.open.pop(session.name, None)

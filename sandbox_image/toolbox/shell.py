@@ -16,6 +16,7 @@ from .errors import HostGone, ToolError
 from .processes import Limits, kill_session, last_pid, procs
 
 RESET = "cwd and variables were reset"
+INTERRUPTED = "interrupted"  # what _wait returns when the host cut the command short
 WATCH_SECONDS = 0.25  # how often a running command is checked for a fork bomb
 
 
@@ -114,34 +115,51 @@ class Shell:
         # fd 4 is /dev/null, kept open because reopening it per command is measurably slower.
         sent = self._send("{ eval " + quoted + "\n} <&4 3>&- 4<&-; echo $? >&3\n")
         status = self._wait(capture, started + timeout, before, notes) if sent else "died"
+        interrupted = status == INTERRUPTED
         timed_out = status is None
-        if timed_out:
-            killed = self._kill_new(before)
-            notes.append(f"timed out after {timeout:g}s: killed {killed} processes it started" if killed
-                         else f"timed out after {timeout:g}s")
-            status = self._wait(capture, time.monotonic() + (2.0 if killed else 0.3), before, notes)
-            if status is None:
-                notes.append(f"the shell itself was stuck (a loop of builtins?) and was restarted: {RESET}")
+        if interrupted:
+            self._cut_short(before, capture, notes)
+            restarted = True
+        else:
+            if timed_out:
+                killed = self._kill_new(before)
+                notes.append(f"timed out after {timeout:g}s: killed {killed} processes it started" if killed
+                             else f"timed out after {timeout:g}s")
+                status = self._wait(capture, time.monotonic() + (2.0 if killed else 0.3), before, notes)
+                if status is None:
+                    notes.append(f"the shell itself was stuck (a loop of builtins?) and was restarted: {RESET}")
+                    self.restart()
+                    restarted = True
+            if status == "died":
+                code = self.proc.wait()
+                status = 128 - code if code < 0 else code
+                notes.append(f"the shell exited (code {status}) and was restarted: {RESET}")
                 self.restart()
                 restarted = True
-        if status == "died":
-            code = self.proc.wait()
-            status = 128 - code if code < 0 else code
-            notes.append(f"the shell exited (code {status}) and was restarted: {RESET}")
-            self.restart()
-            restarted = True
-        elif self.limits.near_pids_limit():
-            killed = self._kill_new(before)
-            notes.append(self._limit_note(killed))
-            self._read_output(capture)  # what they wrote before dying belongs to this command
-        exit_code = 124 if timed_out else status
+            elif self.limits.near_pids_limit():
+                killed = self._kill_new(before)
+                notes.append(self._limit_note(killed))
+                self._read_output(capture)  # what they wrote before dying belongs to this command
+        exit_code = 124 if timed_out else 130 if interrupted else status
         if exit_code == 137 and not notes:  # a SIGKILL that was not ours
             notes.append(self._sigkill_note())
-        return dict(exit_code=exit_code, timed_out=timed_out, shell_restarted=restarted,
+        return dict(exit_code=exit_code, timed_out=timed_out, interrupted=interrupted, shell_restarted=restarted,
                     duration_ms=round((time.monotonic() - started) * 1000, 3), note="; ".join(notes) or None)
 
+    def _cut_short(self, before: int, capture: Capture, notes: list) -> None:
+        """The host interrupted the command: nothing more of its line may run (`make; make install`), so
+        bash goes with the processes it started, and a fresh one takes its place (the run stops now, and
+        its next drive starts a new shell anyway)."""
+        self.proc.kill()
+        killed = self._kill_new(before)
+        self._read_output(capture)
+        notes.append(f"interrupted: the person stopped the run; killed {killed} processes it started "
+                     f"(it may have partly run); {RESET}")
+        self.restart()
+
     def _wait(self, capture: Capture, deadline: float, before: int, notes: list):
-        """Collect output until bash reports the exit status (an int), the deadline passes (None), or bash dies."""
+        """Collect output until bash reports the exit status (an int), the deadline passes (None), the host
+        interrupts the command (INTERRUPTED), or bash dies ("died")."""
         status = b""
         next_watch = time.monotonic() + WATCH_SECONDS
         while True:
@@ -168,6 +186,8 @@ class Shell:
                 self._kill_new(before)
                 self._read_output(capture)
                 raise HostGone(capture)
+            if self.host.interrupted():
+                return INTERRUPTED
             if time.monotonic() >= next_watch:
                 next_watch = time.monotonic() + WATCH_SECONDS
                 if self.limits.near_pids_limit():
@@ -269,7 +289,7 @@ def run_fresh(command: str, root: str, env: dict, timeout: float, capture: Captu
     finally:
         os.close(out_w)
     deadline = started + timeout
-    timed_out = ended = False
+    timed_out = ended = interrupted = False
     try:
         while True:
             left = deadline - time.monotonic()
@@ -287,6 +307,9 @@ def run_fresh(command: str, root: str, env: dict, timeout: float, capture: Captu
             if host.left(ready):
                 kill_session(proc.pid)
                 raise HostGone(capture)
+            if host.interrupted():
+                interrupted = True
+                break
             if proc.poll() is not None:
                 break  # the shell exited; what still holds its output open is left over, and killed below
     finally:
@@ -307,7 +330,8 @@ def run_fresh(command: str, root: str, env: dict, timeout: float, capture: Captu
         except BlockingIOError:
             pass
         os.close(out_r)
-    code = 124 if timed_out else (128 - proc.returncode if proc.returncode < 0 else proc.returncode)
-    return dict(exit_code=code, timed_out=timed_out, shell_restarted=False,
-                duration_ms=round((time.monotonic() - started) * 1000, 3),
-                note=f"timed out after {timeout:g}s: its processes were killed" if timed_out else None)
+    code = 124 if timed_out else 130 if interrupted else (128 - proc.returncode if proc.returncode < 0 else proc.returncode)
+    note = (f"timed out after {timeout:g}s: its processes were killed" if timed_out else
+            "interrupted: the person stopped the run; its processes were killed" if interrupted else None)
+    return dict(exit_code=code, timed_out=timed_out, interrupted=interrupted, shell_restarted=False,
+                duration_ms=round((time.monotonic() - started) * 1000, 3), note=note)

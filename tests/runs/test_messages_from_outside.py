@@ -108,4 +108,5 @@ def test_watch_on_a_finished_run_prints_its_events_and_exits(tmp_path):
     lines = watched.stdout.splitlines()
     assert lines[0] == "task: test task"
     assert "[1] $ echo WATCH-ME" in lines
-    assert lines[-1] == "status: done (task_done)"
+    assert lines[-2] == "status: done (task_done)"
+    assert lines[-1].startswith("(run ") and " is done: " in lines[-1]  # how it stands, as ls says it

@@ -192,8 +192,9 @@ class CairnAgent(BaseAgent):
             context.n_cache_tokens = int(usage.get("cached_tokens") or 0)
             context.n_output_tokens = int(usage.get("completion_tokens") or 0)
             context.cost_usd = usage.get("cost_usd")
-            meta = run.read_meta()
-            context.metadata = {**(context.metadata or {}), "cairn_run": run.id, "cairn_status": meta.get("status")}
+            from orchestrator.view.read import read_view
+
+            context.metadata = {**(context.metadata or {}), "cairn_run": run.id, "cairn_status": read_view(run).status}
             self.logs_dir.mkdir(parents=True, exist_ok=True)
             (self.logs_dir / TRAJECTORY).write_text(json.dumps(trajectory(run), indent=2, ensure_ascii=False))
             shutil.copytree(run.root, self.logs_dir / run.id, symlinks=True, dirs_exist_ok=True)

@@ -129,6 +129,12 @@ class DockerSandbox:
                             f"the next call starts a fresh one on the same workspace") from exc
         return op_result(response, restarted)
 
+    def interrupt(self) -> bool:
+        """Cut the op that runs now short (a person's stop): its command's processes are killed and it
+        answers at once, saying so. Safe from any thread."""
+        toolbox = self.toolbox
+        return toolbox.interrupt() if toolbox is not None else False
+
     @property
     def instance(self) -> str | None:
         """The running container's id: it changes when the sandbox is started again on a fresh one."""

@@ -13,6 +13,7 @@ import json
 import select
 import socket
 import struct
+import threading
 import time
 
 import docker
@@ -116,6 +117,8 @@ class ToolboxClient:
         self._demux = Demux()
         self._stdout = bytearray()  # stdout payload, not yet split into lines
         self._next_id = 0
+        self._running: int | None = None  # the id of the request that waits for its answer
+        self._sending = threading.Lock()  # an interrupt may be sent from another thread (a person's stop)
         self._dead: str | None = None
 
     def start(self, timeout: float) -> dict:
@@ -146,15 +149,33 @@ class ToolboxClient:
         request = {"id": rid, "op": op, "args": args, **({"call": call} if call else {})}
         line = json.dumps(request, ensure_ascii=False) + "\n"
         try:
-            self._sock.sendall(line.encode("utf-8", "surrogateescape"))
+            with self._sending:
+                self._sock.sendall(line.encode("utf-8", "surrogateescape"))
+                self._running = rid
         except OSError as exc:  # EPIPE, ECONNRESET: the exec is over
             self._die(f"cannot write to the toolbox ({exc.strerror or exc})")
         deadline = time.monotonic() + timeout
-        while True:
-            message = self._read_message(deadline, f"the answer to {op}")
-            # Skip what belongs to an older request; the protocol answers in order, one at a time.
-            if message.get("id") in (rid, None):
-                return message
+        try:
+            while True:
+                message = self._read_message(deadline, f"the answer to {op}")
+                # Skip what belongs to an older request; the protocol answers in order, one at a time.
+                if message.get("id") in (rid, None):
+                    return message
+        finally:
+            self._running = None
+
+    def interrupt(self) -> bool:
+        """Ask the toolbox to cut the request that runs now short (PROTOCOL.md, "Interrupting an op"); it
+        answers it at once. Safe from any thread; False when no request waits for its answer."""
+        with self._sending:
+            rid = self._running
+            if rid is None or self._dead:
+                return False
+            try:
+                self._sock.sendall(json.dumps({"op": "interrupt", "id": rid}).encode() + b"\n")
+            except OSError:
+                return False  # the request's own read will find the stream broken
+        return True
 
     def alive(self) -> bool:
         """Whether the toolbox is still there, without waiting: a closed stream shows as readable."""

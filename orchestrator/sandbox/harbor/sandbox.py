@@ -171,6 +171,10 @@ class HarborSandbox:
             raise ToolError(f"the sandbox died during this call: {self._died}; the next call starts it again")
         return op_result(json.loads((done.stdout or "").strip().splitlines()[-1]), restarted)
 
+    def interrupt(self) -> bool:
+        """Not here: Harbor drives a trial, no person stops it, and its own timeout cancels (`cancel`)."""
+        return False
+
     def has_command(self, name: str) -> bool | None:
         try:
             return self._exec(f"command -v {shlex.quote(name)} >/dev/null", 30).return_code == 0

@@ -72,6 +72,7 @@ class LocalSandbox:
         self.cairn = self._directory(cairn)
         self._toolbox: Toolbox | None = None
         self._ids = itertools.count(1)
+        self._running: int | None = None  # the id of the op that runs now
 
     def _directory(self, path: str | Path | None) -> Path:
         if path is None:
@@ -111,9 +112,22 @@ class LocalSandbox:
         self.start()
         args, _timeout = with_defaults(self.cfg, op, args)  # the op's own timeout bounds it here
         request = {"id": next(self._ids), "op": op, "args": args}
+        self._running = request["id"]
         if journal_key:
             request["call"] = journal_key
-        return op_result(self._toolbox.handle(json.dumps(request).encode()))
+        try:
+            return op_result(self._toolbox.handle(json.dumps(request).encode()))
+        finally:
+            self._running = None
+
+    def interrupt(self) -> bool:
+        """Cut the op that runs now (in another thread) short, as the host of a toolbox in a container
+        does: an interrupt line on the toolbox's channel."""
+        rid, toolbox = self._running, self._toolbox
+        if rid is None or toolbox is None:
+            return False
+        os.write(self._keep_open, json.dumps({"op": "interrupt", "id": rid}).encode() + b"\n")
+        return True
 
     def give_back_files(self) -> list[str]:
         return []  # everything here was made by this machine's user already

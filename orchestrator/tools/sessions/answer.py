@@ -50,6 +50,9 @@ def footer(r: dict[str, Any], stopped: bool) -> str:
     else:
         state = f"[session {name} exited with code {r.get('exit_code')} after {duration(seconds)}; it is closed]"
     lines = [state]
+    note = r.get("note")
+    if not stopped and isinstance(note, str) and note.startswith("interrupted"):
+        lines.append(f"[{note}]")
     if r.get("not_kept"):
         lines.append(f"[{r['not_kept']:,} bytes it printed past the log's size limit were counted, not kept]")
     if r.get("sandbox_restarted"):
