@@ -7,7 +7,8 @@ is only ever changed by applying those same events (`emit`), so a resumed run is
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from orchestrator import events as ev
 from orchestrator.agent import approvals, critic, recovery
@@ -59,6 +60,7 @@ class Loop:
         self.summary_usage: dict[str, Any] = {}  # the last summary request's, until its compaction is recorded
         self.cut_off: tuple[ToolCall, Callable[[int], Observation]] | None = None  # a call to finish (see recover)
         self.approval_step = False  # the last step stopped for an approval: its calls go on (see recover)
+        self.waiting_for_model = False  # a model request is in flight (see asking)
 
     def emit(self, event: ev._Event) -> None:
         self.run_dir.events.append(event)
@@ -135,7 +137,11 @@ class Loop:
             # A second call of the same tool in one step names its saved output after its call id.
             label = call.id if call.name in seen else None
             seen.add(call.name)
-            if ending is None:
+            if ending is None and self.stop_requested:  # a person stopped the run: no further call starts
+                ending = Finished("interrupted", f"stopped by {self.stopped_by or 'Ctrl-C'}")
+                self.finish(call, step, Observation("not executed: the person stopped the run before this call",
+                                                    error=True))
+            elif ending is None:
                 ending = self.execute(call, step, label)
             else:
                 self.finish(call, step, Observation("not executed: an earlier call in this step ended the run", error=True))
@@ -175,7 +181,8 @@ class Loop:
 
     def _call(self, request: Any, tool_choice: Any, step: int) -> Reply:
         estimated = self.counter.estimate(request)
-        reply = self.model.complete(request.messages, self.state.tools, tool_choice, history_end=request.history_end)
+        with self.asking():
+            reply = self.model.complete(request.messages, self.state.tools, tool_choice, history_end=request.history_end)
         self.counter.calibrate(reply.usage.prompt_tokens, estimated)
         self.notices = []  # they were shown
         priced = self.state.totals.cost_known
@@ -205,7 +212,8 @@ class Loop:
     def summarize(self, messages: list[dict]) -> str:
         """The agent's own request with the summary instruction appended (context/compaction.py
         `summary_request`): the same tools, none callable, so the provider's cache serves its prefix."""
-        reply = self.model.complete(messages, self.state.tools, "none", history_end=len(messages) - 1)
+        with self.asking():
+            reply = self.model.complete(messages, self.state.tools, "none", history_end=len(messages) - 1)
         self.summary_usage = reply.usage.model_dump()  # recorded with the compaction (`compact`)
         return reply.message.get("content") or "(the model gave no summary)"
 
@@ -307,8 +315,17 @@ class Loop:
         self.stop_requested, self.stopped_by = True, by
         self.sandbox.interrupt()
         cancel = getattr(self.model, "cancel", None)  # the Model port's clients that can (llm/client.py)
-        if cancel is not None:
+        if cancel is not None and self.waiting_for_model:  # else no request to end: nothing is left pending
             cancel()
+
+    @contextmanager
+    def asking(self) -> Iterator[None]:
+        """While a model request is in flight (a stop then ends it: see stop_now)."""
+        self.waiting_for_model = True
+        try:
+            yield
+        finally:
+            self.waiting_for_model = False
 
     def recover(self) -> None:
         """After a stop or a crash: the calls a crash cut off are closed, never run again (agent/recovery.py)."""

@@ -294,3 +294,14 @@ def test_the_charts_of_a_long_run_draw_groups_of_steps():
     # 3,000 s on ~1,000 pixels: spans 0.5 s apart are joined, but never an error's
     assert len(first["time"]["model"]) == 1 and first["time"]["model"][0]["ms"] == pytest.approx(9500.0)
     assert [t["error"] for t in first["time"]["tools"]] == [False, True, False]
+
+
+def test_a_call_that_waits_for_approval_reaches_the_page_as_the_call_it_is():
+    """The page shows the call whole (its tool and arguments) while it waits, not `(text only)`."""
+    from orchestrator import events as ev
+    from orchestrator.ui.web.feed import item
+
+    asked = item(ev.ApprovalAsked(step=2, call_id="c1", name="shell_exec", arguments='{"command": "git push origin main"}',
+                                  why="git push, with the network on", grant="shell_exec: git push"))
+    assert (asked["t"], asked["id"], asked["name"], asked["step"]) == ("asked", "c1", "shell_exec", 2)
+    assert "git push origin main" in asked["arguments"]
