@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harbor.agents.base import BaseAgent
 from harbor.agents.capabilities import AgentCapabilities
@@ -35,6 +35,10 @@ from harbor.models.agent.context import AgentContext
 
 from orchestrator.errors import CairnError, UsageError
 from orchestrator.version import __version__
+
+if TYPE_CHECKING:  # loaded when a trial runs, not when Harbor loads the agent
+    from orchestrator.agent.loop import Loop
+    from orchestrator.store.run_dir import RunDir
 
 TRAJECTORY = "trajectory.json"
 STOPPED_BY = "Harbor (the trial's timeout or cancellation)"
@@ -210,7 +214,7 @@ class CairnAgent(BaseAgent):
             shutil.rmtree(private, ignore_errors=True)
 
 
-def _unfollowed(run: Any, agent: Any, note: str) -> None:  # noqa: ANN401 - store.run_dir.RunDir, agent.loop.Loop
+def _unfollowed(run: RunDir, agent: Loop, note: str) -> None:
     """The work directory grew past what is followed (in the loop's thread, at a checkpoint): the run's log
     gets a Notice, once (`cairn show` prints it), and run.json's `harbor` says so too."""
     from orchestrator import events as ev

@@ -40,7 +40,6 @@ from orchestrator.sandbox import carried, toolbox_files
 from orchestrator.sandbox.calls import op_result, with_defaults
 from orchestrator.sandbox.carried import carried_python
 from orchestrator.sandbox.harbor.follow import WorkspaceCopy
-from orchestrator.sandbox.harbor.scan import NOT_FOLLOWED
 from orchestrator.sandbox.toolbox_files import CAIRN_DIR
 
 AGENT_DIR = toolbox_files.TOOLBOX_IN_SANDBOX  # the toolbox and its relay
@@ -191,7 +190,7 @@ class HarborSandbox:
         if "error" in scanned:
             return f"cannot read {self.cfg.workdir}: {scanned['error']}"
         if scanned["over"]:
-            return f"{self.cfg.workdir} holds {_amount(scanned)}: {self._limit()}; it stays in the container"
+            return f"{self.cfg.workdir} holds {_amount(scanned)}, {self._limit()}: it stays in the container"
         self.copy = WorkspaceCopy(workspace)
         self._bring_back(scanned)
         return None
@@ -202,10 +201,12 @@ class HarborSandbox:
         if self.copy is None or not self._started or self._cancelled:
             return []
         scanned = self._scan(since=self.copy.since)
+        if self._cancelled:
+            return []  # the scan was cut off: the run stops after this step anyway
         if "error" in scanned:
             self._unfollow(f"cairn could not read {self.cfg.workdir} ({scanned['error']})")
         elif scanned["over"]:
-            self._unfollow(f"{self.cfg.workdir} grew to {_amount(scanned)}: {self._limit()}")
+            self._unfollow(f"{self.cfg.workdir} grew to {_amount(scanned)}, {self._limit()}")
         else:
             self._bring_back(scanned)
         return []
@@ -217,19 +218,18 @@ class HarborSandbox:
         names = json.dumps(missing).encode()  # ensure_ascii: names that are not UTF-8 go as escapes
         packed = self._scan_exec(["pack", self.cfg.workdir, str(WORKSPACE_LIMIT[0]), *self._argument(names, SCAN_SECONDS)])
         if packed.get("over"):
-            self._unfollow(f"{self.cfg.workdir} grew past {self._limit()}")
+            self._unfollow(f"{self.cfg.workdir} grew to {self._limit()}")
         elif "error" not in packed:
             self.copy.fill(packed)
 
     def _unfollow(self, why: str) -> None:
         self.copy = None
-        self.on_unfollow(f"{why}; the run's workspace/ stops following it here (it keeps the work directory as it "
-                         "was at the last checkpoint) and the container keeps the real one")
+        self.on_unfollow(f"{why}: the run's workspace/ stops following it here and keeps it as it was at the "
+                         "last checkpoint; only the container has what comes after")
 
     def _limit(self) -> str:
-        left = "" if self.keep_dependencies else f", not counting {', '.join(NOT_FOLLOWED)} and cache folders"
-        return (f"more than is brought back at each step ({WORKSPACE_LIMIT[1]} files or "
-                f"{WORKSPACE_LIMIT[0] // 2**20} MiB{left})")
+        left = "" if self.keep_dependencies else ", not counting dependency and cache folders such as .venv, node_modules and .git"
+        return f"more than cairn brings back at each step ({WORKSPACE_LIMIT[1]} files or {WORKSPACE_LIMIT[0] // 2**20} MiB{left})"
 
     def _scan(self, since: int) -> dict[str, Any]:
         """scan.py's listing of the work directory, with the contents of what changed from `since` on."""
@@ -243,7 +243,9 @@ class HarborSandbox:
         """One exec of scan.py, as root (it reads what the agent's user may not); {"error": why} when it
         gives no answer. stderr goes nowhere: Harbor's docker environment mixes it into stdout."""
         try:
-            done = self._exec(shlex.join([*self.python, SCAN, *args]) + " 2>/dev/null", SCAN_SECONDS, user="root")
+            # -I -S: no site-packages and no PYTHON* variables of the task's reach a walk that runs as root
+            python = self.python if "-I" in self.python else [*self.python, "-I", "-S"]
+            done = self._exec(shlex.join([*python, SCAN, *args]) + " 2>/dev/null", SCAN_SECONDS, user="root")
         except SandboxError as exc:
             return {"error": exc.message}
         lines = (done.stdout or "").strip().splitlines()
