@@ -115,9 +115,11 @@ class Shell:
         before = last_pid()
         quoted = "'" + command.replace("'", "'\\''") + "'"
         # fd 4 is /dev/null, kept open because reopening it per command is measurably slower. bash's
-        # oom_score_adj is raised for the command and lowered after it (see _lower_leftovers).
-        sent = self._send(f"{{ echo {RAISED.decode()} >/proc/self/oom_score_adj; }} 2>/dev/null; {{ eval {quoted}\n}} "
-                          f"<&4 3>&- 4<&-; echo $? >&3; {{ echo {self.oom_base} >/proc/self/oom_score_adj; }} 2>/dev/null\n")
+        # oom_score_adj is raised for the command and lowered after it (see _lower_leftovers): with `>|` and
+        # `|| :`, so an agent's `set -C` or `set -e` cannot make that fail or end the shell.
+        adj = "/proc/self/oom_score_adj"
+        sent = self._send(f"{{ echo {RAISED.decode()} >|{adj}; }} 2>/dev/null || :; {{ eval {quoted}\n}} <&4 3>&- 4<&-; "
+                          f"echo $? >&3; {{ echo {self.oom_base} >|{adj}; }} 2>/dev/null || :\n")
         status = self._wait(capture, started + timeout, before, notes) if sent else "died"
         timed_out = status is None
         if timed_out:

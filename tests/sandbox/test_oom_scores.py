@@ -71,3 +71,14 @@ def test_in_a_container_even_a_daemon_that_left_the_shells_session_is_lowered(do
                                               f"echo $(cat /proc/$p/oom_score_adj); done")["output"].split()
     assert values == ["0", "0", "1000"]  # the daemon, the server; and bash, raised while this command runs
     assert docker_box.call("shell", command="cat /proc/self/oom_score_adj")["output"] == "1000\n"
+
+
+def test_the_shells_own_options_do_not_break_the_raise_and_the_fall(toolbox):
+    base = own_value(toolbox.process.pid)
+    toolbox.result("shell", command="set -e -C")  # errexit and noclobber: both would trip a plain `echo >`
+    assert shell_output(toolbox, "cat /proc/self/oom_score_adj") == "1000\n"
+    job = shell_output(toolbox, "sleep 120 >/dev/null 2>&1 & echo $!").strip()
+    assert own_value(int(job)) == base
+    result = toolbox.result("shell", command="echo still here")
+    assert result["output"] == "still here\n" and not result["shell_restarted"]
+    toolbox.result("shell", command=f"set +e +C; kill {job}")

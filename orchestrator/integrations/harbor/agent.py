@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from harbor.agents.base import BaseAgent
 from harbor.agents.capabilities import AgentCapabilities
@@ -224,8 +224,9 @@ def _unfollowed(run: RunDir, agent: Loop, note: str) -> None:
     run.update_meta(harbor={**harbor, "workspace_follows_workdir": False, "workspace_note": note})
 
 
-def _dependencies_in(workspace: Path) -> Any:  # noqa: ANN401 - an `ignore` for shutil.copytree
-    """Left out of the copy under the run's workspace/ (a backstop: the sandbox never brings them back)."""
+def _dependencies_in(workspace: Path) -> Callable[[str, list[str]], list[str]]:
+    """An `ignore` for shutil.copytree: the dependency and cache folders under the run's workspace/ are left
+    out of the copy (a backstop: the sandbox never brings them back)."""
     from orchestrator.sandbox.harbor.scan import not_followed
 
     def ignore(folder: str, names: list[str]) -> list[str]:
