@@ -132,12 +132,12 @@ class HarborSandbox:
         if not self._started:
             return
         self._started = 0
-        try:  # even after a cancellation: these are quick, and the run's files need the last
+        try:  # even after a cancellation: these are quick, and the run's files need the second
             # The relay's end closes the toolbox's stdin: the toolbox ends with it.
             self._exec(f"kill $(cat {SOCKET}.pid) 2>/dev/null; true", STOP_SECONDS, force=True)
-            self._exec(LOWER_OOM_SCORES, STOP_SECONDS, user="root", force=True)
             self.cairn_dir.mkdir(parents=True, exist_ok=True)
             self._await(self.environment.download_dir(CAIRN_DIR, self.cairn_dir), SETUP_SECONDS, force=True)
+            self._exec(LOWER_OOM_SCORES, STOP_SECONDS, user="root", force=True)
         except (SandboxError, OSError):
             pass  # an environment that is gone has no toolbox left, and nothing to bring back
 

@@ -37,11 +37,12 @@ import sys
 import time
 
 # What the Harbor sandbox never brings back to the host, nor copies into a trial's logs unless asked:
-# installed dependencies and caches that tools rebuild (the names cairn's checkpoints skip, and a few
-# more), and git's own store, which checkpoints never hold. Folders holding a CACHEDIR.TAG (the Cache
+# installed dependencies, and caches and build outputs that tools rebuild, by names no project uses for
+# anything else (those cairn's checkpoints skip, and a few more), and git's own store, which checkpoints
+# never hold. Folders holding a CACHEDIR.TAG (the Cache
 # Directory Tagging convention: cargo's target/, and the caches of pytest, mypy, ruff) are left out too.
 NOT_FOLLOWED = (".venv", "venv", "node_modules", "__pycache__", ".cache", ".pytest_cache", ".mypy_cache",
-                ".ruff_cache", ".tox", ".nox", ".git")
+                ".ruff_cache", ".tox", ".nox", ".gradle", ".next", ".parcel-cache", ".turbo", ".git")
 CACHE_TAG = "CACHEDIR.TAG"
 CACHE_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"
 
