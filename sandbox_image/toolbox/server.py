@@ -138,6 +138,7 @@ class Toolbox:
                 result = run_fresh(command, self.ws.root, self.fresh_env, float(timeout), capture, self.host)
             else:
                 result = self.shell.run(command, float(timeout), capture)
+                self.shell.lower_leftovers()  # what it left running is not first in line for the OOM killer
         finally:
             if live is not None:
                 live.close()

@@ -115,7 +115,7 @@ class Shell:
         before = last_pid()
         quoted = "'" + command.replace("'", "'\\''") + "'"
         # fd 4 is /dev/null, kept open because reopening it per command is measurably slower. bash's
-        # oom_score_adj is raised for the command and lowered after it (see _lower_leftovers): with `>|` and
+        # oom_score_adj is raised for the command and lowered after it (see lower_leftovers): with `>|` and
         # `|| :`, so an agent's `set -C` or `set -e` cannot make that fail or end the shell.
         adj = "/proc/self/oom_score_adj"
         sent = self._send(f"{{ echo {RAISED.decode()} >|{adj}; }} 2>/dev/null || :; {{ eval {quoted}\n}} <&4 3>&- 4<&-; "
@@ -144,7 +144,6 @@ class Shell:
         exit_code = 124 if timed_out else status
         if exit_code == 137 and not notes:  # a SIGKILL that was not ours
             notes.append(self._sigkill_note())
-        self._lower_leftovers()
         return dict(exit_code=exit_code, timed_out=timed_out, shell_restarted=restarted,
                     duration_ms=round((time.monotonic() - started) * 1000, 3), note="; ".join(notes) or None)
 
@@ -186,10 +185,10 @@ class Shell:
     # command runs at 1000 (RAISED), so while it runs it is the first to go, before the toolbox (which
     # cannot go below 0 without CAP_SYS_RESOURCE, which sandboxes do not grant). What it leaves running (a
     # server for the tests, a `nohup` job, a daemon that left the shell's session) must not stay first in
-    # line for the rest of the run and through a task's tests: once the command ends, every process still
-    # at 1000 but bash (which lowers itself) goes back to the toolbox's own value.
+    # line for the rest of the run and through a task's tests: once the command ends (Toolbox.op_shell),
+    # every process still at 1000 but bash (which lowers itself) goes back to the toolbox's own value.
 
-    def _lower_leftovers(self) -> None:
+    def lower_leftovers(self) -> None:
         if self.whole_machine:
             lower_raised(self.oom_base, lambda pid, sid: pid > self.first_pid and pid != self.proc.pid)
         else:
