@@ -25,7 +25,7 @@ SCAN = Path(__file__).resolve().parents[2] / "orchestrator" / "sandbox" / "harbo
 
 def scan(folder: Path, since: int = 0, *extra: str, limit: tuple[int, int] = WORKSPACE_LIMIT) -> dict:
     done = subprocess.run([sys.executable, str(SCAN), "list", str(folder), str(since), str(limit[0]), str(limit[1]),
-                           *extra], capture_output=True, text=True)
+                           *extra], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -33,7 +33,7 @@ def scan(folder: Path, since: int = 0, *extra: str, limit: tuple[int, int] = WOR
 def pack(folder: Path, names: list[str]) -> dict:
     encoded = base64.b64encode(json.dumps(names).encode()).decode()
     done = subprocess.run([sys.executable, str(SCAN), "pack", str(folder), str(WORKSPACE_LIMIT[0]), encoded],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -186,3 +186,17 @@ def test_a_trial_log_copy_leaves_the_named_folders_out(work, tmp_path):
     shutil.copytree(work, tmp_path / "logs", ignore=not_followed)
     assert sorted(p.relative_to(tmp_path / "logs").as_posix() for p in (tmp_path / "logs").rglob("*")) == [
         "data.csv", "src", "src/main.py"]
+
+
+def test_a_fifo_or_a_link_named_like_a_cache_tag_never_stalls_the_scan(work, tmp_path):
+    os.mkfifo(work / "fifo")
+    (work / "looks-cached").mkdir()
+    os.mkfifo(work / "looks-cached" / "CACHEDIR.TAG")
+    (work / "linked").mkdir()
+    (tmp_path / "tag").write_bytes(CACHE_SIGNATURE)
+    (work / "linked" / "CACHEDIR.TAG").symlink_to(tmp_path / "tag")
+
+    scanned = scan(work)
+
+    assert scanned["pruned"] == [] and "fifo" not in [e[0] for e in scanned["entries"]]
+    assert {"looks-cached", "linked", "linked/CACHEDIR.TAG"} <= {e[0] for e in scanned["entries"]}

@@ -39,8 +39,8 @@ import time
 # What the Harbor sandbox never brings back to the host, nor copies into a trial's logs unless asked:
 # installed dependencies, and caches and build outputs that tools rebuild, by names no project uses for
 # anything else (those cairn's checkpoints skip, and a few more), and git's own store, which checkpoints
-# never hold. Folders holding a CACHEDIR.TAG (the Cache
-# Directory Tagging convention: cargo's target/, and the caches of pytest, mypy, ruff) are left out too.
+# never hold. Folders holding a CACHEDIR.TAG (the Cache Directory Tagging convention: cargo's target/,
+# and the caches of pytest, mypy, ruff) are left out too.
 NOT_FOLLOWED = (".venv", "venv", "node_modules", "__pycache__", ".cache", ".pytest_cache", ".mypy_cache",
                 ".ruff_cache", ".tox", ".nox", ".gradle", ".next", ".parcel-cache", ".turbo", ".git")
 CACHE_TAG = "CACHEDIR.TAG"
@@ -58,17 +58,15 @@ def not_followed(folder: str, names: list) -> list:
 
 
 def _tagged(folder: str) -> bool:
-    try:
-        with open(os.path.join(folder, CACHE_TAG), "rb") as tag:
-            return tag.read(len(CACHE_SIGNATURE)) == CACHE_SIGNATURE
-    except OSError:
-        return False
+    tag = _content(os.path.join(folder, CACHE_TAG), 4096)
+    return bool(tag) and tag.startswith(CACHE_SIGNATURE)
 
 
 def _content(path: str, limit: int):
-    """The file's bytes, None when it cannot be read (gone, unreadable), or False past `limit` bytes."""
+    """The file's bytes, None when it cannot be read (gone, unreadable, not a regular file: never a link
+    followed, never a FIFO waited on), or False past `limit` bytes."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:
@@ -128,19 +126,21 @@ def listing(root: str, since: int, max_bytes: int, max_files: int, keep_dependen
                 size += st.st_size if stat.S_ISREG(st.st_mode) else 0
                 if files > max_files or size > max_bytes:
                     return {"over": True, "files": files, "bytes": size}
-                if stat.S_ISREG(st.st_mode) and st.st_ctime_ns >= since:
-                    wanted.append(len(entries))
             else:
-                continue
+                continue  # a FIFO, a socket, a device
             entry = _entry(root, rel, st, None)
             if entry is not None:
                 entries.append(entry)
-    for index in wanted:  # after the walk: a folder over the limit costs no reading
-        data = _content(os.path.join(root, entries[index][0]), max_bytes)
-        if data is False:
+                if entry[1] == "f" and st.st_ctime_ns >= since:
+                    wanted.append(entry)
+    carried = 0
+    for entry in wanted:  # after the walk: a folder over the limit costs no reading
+        data = _content(os.path.join(root, entry[0]), max_bytes - carried)
+        if data is False:  # it grew since the walk
             return {"over": True, "files": files, "bytes": max_bytes + 1}
         if data is not None:
-            entries[index][5] = base64.b64encode(data).decode()
+            carried += len(data)
+            entry[5] = base64.b64encode(data).decode()
     return {"clock": clock, "over": False, "files": files, "bytes": size, "entries": entries, "pruned": pruned}
 
 
