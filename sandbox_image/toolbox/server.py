@@ -39,7 +39,10 @@ class Toolbox:
         the container's process limit (a toolbox on the host, in tests, has none to watch)."""
         self.ws = ws
         self.host = host or Host()
-        self.shell = Shell(ws.root, self.host, env, watch_limits)
+        # A sandbox is the toolbox's machine; on the host (tests: --root maps the work directory, or the
+        # local sandbox) processes that are not the shell's own are someone else's.
+        self.shell = Shell(ws.root, self.host, env, watch_limits,
+                           whole_machine=watch_limits and os.path.realpath(ws.name) == ws.root)
         self.fresh_env = container_env() if env is None else dict(env)  # see shell.run_fresh
         self.journal = Journal(journal or os.path.join(ws.cairn, JOURNAL_NAME))
         self.request_id = 0
@@ -135,6 +138,7 @@ class Toolbox:
                 result = run_fresh(command, self.ws.root, self.fresh_env, float(timeout), capture, self.host)
             else:
                 result = self.shell.run(command, float(timeout), capture)
+                self.shell.lower_leftovers()  # what it left running is not first in line for the OOM killer
         finally:
             if live is not None:
                 live.close()

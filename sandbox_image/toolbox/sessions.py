@@ -290,11 +290,8 @@ class Sessions:
             try:
                 fcntl.ioctl(0, termios.TIOCSWINSZ, size)
                 os.chdir(self.ws.root)
-                try:  # as for commands: the OOM killer takes a session before the toolbox
-                    with open("/proc/self/oom_score_adj", "w") as f:
-                        f.write("1000")
-                except OSError:
-                    pass
+                # At the toolbox's own oom_score_adj, not a command's 1000: a session is what the agent keeps
+                # running (a server, a REPL), and must not be the OOM killer's first pick (shell.py).
                 os.execvpe(argv[0], argv, env)
             except BaseException as exc:  # noqa: B036 - nothing may return into the toolbox's code
                 os.write(2, f"cairn: cannot start {argv[0]}: {exc}\r\n".encode())
