@@ -157,12 +157,14 @@ class Toolbox:
         return web.fetch(self.ws, url, save_as, timeout)
 
     def op_session_start(self, command: str, name: str | None = None, wait: float = 10.0,
-                         inline_bytes: int = 256 * 1024, max_file_bytes: int = 200 * 1024 * 1024) -> dict:
+                         inline_bytes: int = 256 * 1024, max_file_bytes: int = 200 * 1024 * 1024,
+                         early: bool = True) -> dict:
         return self.sessions.start(command, name, wait, SESSION_COLUMNS, SESSION_ROWS, int(inline_bytes),
-                                   int(max_file_bytes))
+                                   int(max_file_bytes), early is not False)
 
-    def op_session_send(self, name: str, keys: str = "", wait: float = 2.0, inline_bytes: int = 256 * 1024) -> dict:
-        return self.sessions.send(name, keys, wait, int(inline_bytes))
+    def op_session_send(self, name: str, keys: str = "", wait: float = 2.0, inline_bytes: int = 256 * 1024,
+                        early: bool = True) -> dict:
+        return self.sessions.send(name, keys, wait, int(inline_bytes), early is not False)
 
     def op_session_stop(self, name: str, inline_bytes: int = 256 * 1024) -> dict:
         return self.sessions.stop(name, int(inline_bytes))
