@@ -154,7 +154,7 @@ class Agent:
                 self.run_dir.events.set_aside_torn_line()
             agent = Loop(self.run_dir, cfg, self.sandbox, self.model, Unseen(self.on_event))
             if self.tools is not None:
-                agent.execute = _only(agent, self.tools)
+                agent.clear = _only(agent, self.tools)  # type: ignore[method-assign]
             if resumed:
                 agent.recover()
             status = agent.run(message, source="answer" if resumed and message else "user")
@@ -226,19 +226,18 @@ def _runs_dir(runs_dir: str | Path | None) -> Path:
 
 
 def _only(agent: Loop, names: Sequence[str]) -> Callable[..., Any]:
-    """The agent's `execute`, refusing (as a result the model sees) a built-in tool it was not offered."""
-    from orchestrator import events as ev
+    """The agent's `clear` (the step before a call runs, alone or beside others), refusing a built-in tool
+    it was not offered: the model sees the refusal as the call's result, and nobody is asked about it."""
+    from orchestrator.agent.approvals import Clearance
     from orchestrator.tools.outcome import Observation
 
-    execute = agent.execute
+    clear = agent.clear
 
-    def only(call: Any, step: int, label: str | None = None) -> Any:
+    def only(call: Any, step: int) -> Any:
         if call.name in names:
-            return execute(call, step, label)
-        agent.emit(ev.ToolStarted(step=step, call_id=call.id, name=call.name, arguments=call.arguments))
-        agent.finish(call, step, Observation(f"error: unknown tool {call.name!r}; the tools are: {', '.join(names)}",
-                                             error=True))
-        return None
+            return clear(call, step)
+        return Clearance(call, refused=Observation(f"error: unknown tool {call.name!r}; the tools are: "
+                                                   f"{', '.join(names)}", error=True))
 
     return only
 

@@ -34,8 +34,9 @@ class Model(Protocol):
 
 
 class ToolSandbox(Protocol):
-    """What a tool's handler uses: one toolbox op (PROTOCOL.md) at a time. A journal's replay of a
-    finished call (agent/recovery.py) is one too."""
+    """What a tool's handler uses: toolbox ops (PROTOCOL.md), from several threads at once when calls run
+    side by side (read-only ops then go together, others one at a time). A journal's replay of a finished
+    call (agent/recovery.py) is one too."""
 
     network_enabled: bool
 
@@ -95,6 +96,10 @@ class Sandbox(ToolSandbox, Protocol):
 
     def has_command(self, name: str) -> bool | None:
         """Whether `name` is a command in the sandbox; None when it cannot be asked."""
+
+    def recorded(self, journal_key: str) -> None:
+        """The run has logged the outcome of the call journaled under `journal_key`: the toolbox may drop
+        its record (a later request tells it; PROTOCOL.md, "The journal")."""
 
 
 class Caller(Protocol):

@@ -56,6 +56,9 @@ How to work:
 - Big outputs are saved to files under /cairn/obs/ (fetched pages go to /cairn/web/) and you see their
   head and tail with the path; old results may later be replaced by such pointers. Read them back with
   file_read (offset and limit) when you need the details. Nothing is lost.
+- The calls of one answer run in order, except that consecutive file_read and web_fetch calls run at
+  the same time, and so do consecutive agent_delegate calls: ask for independent reads, pages and
+  sub-tasks together. Their results come back in the order of the calls.
 - Errors are information. Read them closely before trying again; do not repeat a failing call
   unchanged.
 - Verify your work (run it, test it) before calling task_done with a summary. If you need a decision

@@ -1,4 +1,4 @@
-"""The toolbox's request loop: the ops of PROTOCOL.md, one method each, answered one at a time.
+"""The toolbox's request loop: the ops of PROTOCOL.md, one method each.
 
 One long-lived process, started once by the host, that answers JSON-line requests on stdin with
 JSON-line responses on stdout. Each op's arguments are checked against its method's signature before it
@@ -19,6 +19,7 @@ import traceback
 from . import files, web
 from .capture import LIVE_OUTPUT, Capture, open_live
 from .channel import Host
+from .dispatch import serve
 from .errors import HostGone, ToolError
 from .journal import JOURNAL_NAME, Journal
 from .sessions import SESSION_COLUMNS, SESSION_ROWS, Sessions
@@ -62,15 +63,18 @@ class Toolbox:
     def handle(self, line: bytes) -> dict:
         """The response to one request line. A request with a `call` key is journaled: its start before
         it runs, its response before it is sent; raises HostGone (after journaling it) when the host went
-        away while its command ran."""
+        away while its command ran. A request's `recorded` keys name calls whose records may go. Read-only
+        ops may be handled on several threads at once (dispatch.py)."""
         try:
             request = json.loads(line)
         except ValueError as exc:
             return {"id": None, "ok": False, "error": f"bad request: {exc}"}
         call = request.get("call") if isinstance(request, dict) else None
         if not isinstance(call, str) or not call:
+            if isinstance(request, dict) and request.get("recorded"):
+                self.journal.forget(request["recorded"])
             return self.answer(request)
-        self.journal.started(call, request)
+        self.journal.started(call, request)  # and the records of the calls the host says it recorded go
         began = time.monotonic()
         try:
             response = self.answer(request)
@@ -207,9 +211,7 @@ def main(argv: list | None = None) -> None:
 
     send({"id": 0, "ok": True, "result": {"ready": True, "pid": os.getpid(), "uid": os.getuid(), "version": VERSION}})
     try:
-        for line in sys.stdin.buffer:
-            if line.strip():
-                send(toolbox.handle(line))
+        serve(toolbox.handle, sys.stdin.buffer, send)
     except (HostGone, BrokenPipeError):
         # The host is gone; what it would have been told is in the journal. os._exit: flushing stdout
         # at exit would only meet the broken pipe again.

@@ -212,14 +212,14 @@ class Watch:
             return True
 
     def _fingerprint(self, pids: list) -> list | None:
-        """What each counted process has done (reads and writes, else context switches); None when a
-        thread of one runs, or none is left."""
+        """What each counted process has done (reads and writes, else context switches); None when one
+        runs, or none is left. (Its main thread's state: each look costs more where this is used.)"""
         seen = []
         for pid in pids:
             try:
                 if not self._stdin_is_tty(pid):
                     continue
-                if any(_stat(f"/proc/{pid}/task/{tid}/stat")[0] in "RD" for tid in os.listdir(f"/proc/{pid}/task")):
+                if _stat(f"/proc/{pid}/stat")[0] in "RD":
                     return None
                 try:
                     io = _read(f"/proc/{pid}/io").split()
