@@ -51,7 +51,6 @@ import functools
 import json
 import posixpath
 import shutil
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
@@ -61,6 +60,7 @@ from orchestrator.errors import first_line
 from orchestrator.llm.types import ToolCall
 from orchestrator.ports import Display, Model, Sandbox, Unseen
 from orchestrator import events as ev
+from orchestrator.agent.parallel import CHILDREN_AT_ONCE
 from orchestrator.store.children import CHILDREN, ChildRun, open_child, safe_name
 from orchestrator.tools.builtin import agent_delegate
 from orchestrator.tools.registry import Tool, ToolContext
@@ -217,7 +217,7 @@ def resume_delegate(parent: Parent, agent_class: type, run: ChildRun, step: int)
 def _run_child(parent: Parent, agent_class: type, run: ChildRun, cfg: RunConfig, depth: int, diff: "WorkspaceDiff", step: int,
                resumed: bool = False) -> Observation:
     child = _child_agent_class(agent_class)(run, cfg, parent, depth)
-    beside = SIDE_BY_SIDE.begin(parent.run_dir.top_run.root)
+    beside = CHILDREN_AT_ONCE.begin(parent.run_dir.top_run.root)
     try:
         if resumed and child.state.status != Status.RUNNING:
             status = child.state.status  # it had ended; only the parent's record of that was lost
@@ -234,7 +234,7 @@ def _run_child(parent: Parent, agent_class: type, run: ChildRun, cfg: RunConfig,
         diff.index.unlink(missing_ok=True)
         raise
     finally:
-        others = SIDE_BY_SIDE.end(parent.run_dir.top_run.root, beside)
+        others = CHILDREN_AT_ONCE.end(parent.run_dir.top_run.root, beside)
     changes = diff.finish()
     events, _torn = run.events.read()
     usage = child_usage(events)
@@ -292,36 +292,6 @@ def child_usage(events: list[Any]) -> dict[str, Any]:
     usage["cost_usd"] = cost
     usage["requests"] = requests
     return usage
-
-
-class SideBySide:
-    """Which children of a run work at the same time (agent/parallel.py runs a run's agent_delegate calls
-    side by side): a child's workspace diff then holds what the others changed too, and its result says so."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._runs: dict[Path, list[int]] = {}  # the top run's root -> [children running, children started]
-
-    def begin(self, top: Path) -> tuple[bool, int]:
-        with self._lock:
-            counts = self._runs.setdefault(top, [0, 0])
-            counts[0] += 1
-            counts[1] += 1
-            return counts[0] > 1, counts[1]
-
-    def end(self, top: Path, began: tuple[bool, int]) -> bool:
-        """Whether another child ran at any moment this one did."""
-        with self._lock:
-            counts = self._runs[top]
-            counts[0] -= 1
-            others = began[0] or counts[1] != began[1]
-            if not counts[0]:
-                del self._runs[top]
-            return others
-
-
-SIDE_BY_SIDE = SideBySide()
-
 
 # -- what the child wrote ---------------------------------------------------------------------------
 

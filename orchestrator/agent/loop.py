@@ -134,14 +134,7 @@ class Loop:
         once (agent/parallel.py); returns how the run ends, if a call ends it. `seen`: tools whose saved
         output already took the step's plain name (`<step>-<tool>.txt`)."""
         ending: Finished | None = None
-        seen, labelled = set(seen or ()), []
-        for call in calls:
-            # A second call of the same tool in one step names its saved output after its call id; a
-            # sub-agent's are marked as its own (agent/delegate.py).
-            label = call.id if call.name in seen else None
-            seen.add(call.name)
-            labelled.append((call, f"{self.tag}-{label}" if self.tag and label else self.tag or label))
-        for group in parallel.groups(labelled):
+        for group in parallel.groups(parallel.labelled(calls, set(seen or ()), self.tag)):
             if ending is not None:
                 for call, _ in group:
                     self.finish(call, step, Observation("not executed: an earlier call in this step ended the run", error=True))
@@ -284,10 +277,7 @@ class Loop:
             offloaded_to=shaped.offloaded_to, duration_ms=duration_ms, output=whole if whole != content else None,
             **({"child": observation.child} if observation.child is not None else {}),
         ))
-        tool = self.tools.get(call.name)
-        told = getattr(self.sandbox, "recorded", None)  # a sandbox of one's own may keep no journal
-        if tool is not None and tool.journaled and told is not None:
-            told(self.journal_key(step, call))  # logged: the toolbox may drop its record (PROTOCOL.md)
+        recovery.logged(self, step, call)  # its journal record may go
 
     def save_file(self, path: str, text: str) -> None:
         """Cairn's own files in the workspace are written inside the sandbox, like the agent's."""

@@ -22,6 +22,7 @@ are done, and each toolbox op is journaled under its call's key as always (exact
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, Protocol, TypeVar
 
 from orchestrator.agent.approvals import Clearance
@@ -44,6 +45,18 @@ class Scheduling(Protocol):
     def perform(self, clearance: Clearance, step: int, label: str | None) -> Performed: ...
 
     def record(self, clearance: Clearance, step: int, label: str | None, done: Performed) -> Finished | None: ...
+
+
+def labelled(calls: list[ToolCall], seen: set[str], tag: str) -> list[tuple[ToolCall, str | None]]:
+    """Each call with the label its saved output is named by: none for the step's first call of a tool
+    (`<step>-<tool>.txt`), its call id for the next ones (`seen`: tools that took the plain name already);
+    a sub-agent's `tag` marks its own (agent/delegate.py)."""
+    out = []
+    for call in calls:
+        label = call.id if call.name in seen else None
+        seen.add(call.name)
+        out.append((call, f"{tag}-{label}" if tag and label else tag or label))
+    return out
 
 
 def groups(calls: list[tuple[ToolCall, str | None]]) -> Iterator[list[tuple[ToolCall, str | None]]]:
@@ -89,6 +102,35 @@ def run_together(agent: Scheduling, group: list[tuple[ToolCall, str | None]], st
     if waiting is not None:
         raise waiting
     return ending
+
+
+class AtOnce:
+    """Which sub-agents of a run work at the same time (agent/delegate.py asks): a child's workspace diff
+    then holds what the others changed too, and its result says so."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[Path, list[int]] = {}  # the top run's root -> [children running, children started]
+
+    def begin(self, top: Path) -> tuple[bool, int]:
+        with self._lock:
+            counts = self._runs.setdefault(top, [0, 0])
+            counts[0] += 1
+            counts[1] += 1
+            return counts[0] > 1, counts[1]
+
+    def end(self, top: Path, began: tuple[bool, int]) -> bool:
+        """Whether another child ran at any moment this one did."""
+        with self._lock:
+            counts = self._runs[top]
+            counts[0] -= 1
+            others = began[0] or counts[1] != began[1]
+            if not counts[0]:
+                del self._runs[top]
+            return others
+
+
+CHILDREN_AT_ONCE = AtOnce()
 
 
 class Running(Generic[T]):

@@ -74,6 +74,8 @@ def recover(agent: Recovering) -> None:
         entry = record.get(agent.journal_key(state.step, call))
         # Named after its call id, like every call closed here: the step's other calls are not known.
         agent.finish(call, state.step, recovered(agent, call, entry), label=call.id)
+    if not agent.cut_off:
+        forget_the_rest(agent, record)
     workdir, sandbox = agent.cfg.sandbox.workdir, agent.sandbox
     if state.step and sandbox.reused:
         agent.notices.append(f"The run was resumed in the same sandbox: files in {workdir} and what was "
@@ -136,4 +138,29 @@ def finish_cut_off_step(agent: Recovering) -> None:
             agent.finish(call, step, recovered(agent, call, record.get(agent.journal_key(step, call))), label=call.id)
         else:
             agent.finish(call, step, Observation("not executed: the run stopped before this call", error=True))
+    forget_the_rest(agent, agent.run_dir.read_journal())
     agent.checkpoint(step)
+
+
+def forget_the_rest(agent: Recovering, record: journal.Journal) -> None:
+    """Once the calls a crash cut off are closed, the journal's records of this agent are needed no more:
+    the sandbox is told (records of calls logged before the crash, whose logging it was never told, would
+    stay for good). The run's own agent speaks for every record, its sub-agents', done by now, too; a
+    sub-agent, for its own (another beside it may still need its own)."""
+    own = None if getattr(agent, "parent", None) is None else journal.lane(agent.run_dir.journal_key(0, ""))
+    _tell(agent.sandbox, [key for key in record.entries if own is None or journal.lane(key) == own])
+
+
+def logged(agent: Recovering, step: int, call: ToolCall) -> None:
+    """The call's result is in the run's log (Loop.finish): if its tool is journaled, the sandbox is told,
+    and its journal may drop the call's record (PROTOCOL.md, "The journal")."""
+    tool = agent.tools.get(call.name)
+    if tool is not None and tool.journaled:
+        _tell(agent.sandbox, [agent.journal_key(step, call)])
+
+
+def _tell(sandbox: object, keys: list[str]) -> None:
+    told = getattr(sandbox, "recorded", None)  # a sandbox of one's own may keep no journal
+    if told is not None:
+        for key in keys:
+            told(key)

@@ -146,6 +146,9 @@ class LocalSandbox:
         """Kill the shell, its sessions and what they started; remove the directories this sandbox made."""
         toolbox, self._toolbox = self._toolbox, None
         if toolbox is not None:
+            recorded = self._recorded.take()  # the calls logged since the last op: their records go too
+            if recorded:
+                toolbox.handle(json.dumps({"id": 0, "op": "ping", "recorded": recorded}).encode())
             toolbox.close()
             os.close(self._never_readable)
             os.close(self._keep_open)
