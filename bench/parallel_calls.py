@@ -35,25 +35,8 @@ from orchestrator.config import SandboxConfig  # noqa: E402
 from orchestrator.sandbox.docker.sandbox import DockerSandbox  # noqa: E402
 from orchestrator.store.run_dir import RunDir  # noqa: E402
 from tests.agents_by_task import ByTask  # noqa: E402
+from tests.slow_pages import SCRIPT as PAGES  # noqa: E402
 
-PAGES = """\
-import http.server, sys, time
-
-class Pages(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        time.sleep(float(sys.argv[1]))
-        body = ("<p>page " + self.path + "</p>").encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-http.server.ThreadingHTTPServer(("127.0.0.1", 8779), Pages).serve_forever()
-"""
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
@@ -117,7 +100,7 @@ def main() -> None:
 
             urls = [f"http://127.0.0.1:8779/{name}" for name in "xyz"]
             server = [call("file_write", path="pages.py", content=PAGES),
-                      call("shell_start", command=f"python3 pages.py {options.page_seconds}", session="pages", wait=1)]
+                      call("shell_start", command=f"python3 pages.py 8779 {options.page_seconds}", session="pages", wait=1)]
             never = {"approvals": {"mode": "never"}, "sandbox": {"network": "bridge"}}
             one_by_one = span(play(sandbox, runs, {"pages one by one": [
                 *server, *(call("web_fetch", url=url) for url in urls), call("shell_stop", session="pages"),

@@ -24,6 +24,7 @@ import pytest
 from orchestrator.store import journal
 from tests.loop_helpers import call, done, turn
 from tests.sandbox_fixtures import TOOLBOX
+from tests.slow_pages import SCRIPT as SLOW_PAGES
 from tests.runs.test_survives_sigkill import Cairn, check_invariants, events, kill, requests, wait_for
 
 KILLED = "[killed: the run stopped while this command ran; it may have partly run"
@@ -166,34 +167,13 @@ def test_a_model_answer_that_was_logged_is_not_asked_for_again(tmp_path, sandbox
     assert [e["step"] for e in evs if e["type"] == "model_request"] == [1, 2]
 
 
-# A web server started in the sandbox itself (its network is on, and it reaches its own loopback): each
-# page takes a second, and every request is written down, so that a page asked twice shows.
-SLOW_SERVER = """\
-import http.server, time
-
-class Pages(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        with open("served.log", "a") as log:
-            log.write(self.path + "\\n")
-        time.sleep(1)
-        body = ("<p>page " + self.path + "</p>").encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-http.server.ThreadingHTTPServer(("127.0.0.1", 8778), Pages).serve_forever()
-"""
-
-
 @pytest.mark.docker
 def test_a_kill_in_the_middle_of_three_fetches_side_by_side_loses_none_and_repeats_none(tmp_path, sandbox_image):
     cairn = Cairn(tmp_path)
     fetches = [call("web_fetch", url=f"http://127.0.0.1:8778/{name}") for name in "abc"]
     proc, _ = cairn.start("run", "three pages", "--network", "bridge", "--approve", "never", "--model", cairn.script([
-        turn(call("file_write", path="pages.py", content=SLOW_SERVER)),
-        turn(call("shell_start", command="python3 pages.py", session="pages", wait=1)),
+        turn(call("file_write", path="pages.py", content=SLOW_PAGES)),  # a server in the sandbox itself
+        turn(call("shell_start", command="python3 pages.py 8778 1", session="pages", wait=1)),
         turn(*fetches)]))
     # Killed once all three reached the toolbox, while the pages are still on their way.
     wait_for(lambda: sum(r["state"] == "started" and r["op"] == "fetch" for r in journal_lines(cairn)) == 3, proc)
