@@ -48,18 +48,18 @@ class Journal:
             self._write(call, {"call": call, "state": "killed", "seconds": round(seconds, 3), "partial": partial})
 
     def forget(self, recorded: object) -> None:
-        """Drop the records of the calls the host has recorded (a request that starts no call of its own)."""
+        """Drop the records of the calls the host has recorded, told by a request that starts no call of
+        its own. The file loses them at its next write: until then they are records of logged calls, which
+        a resume never looks up (so a step's read of todo.md costs no write)."""
         with self.lock:
-            if self._drop(recorded):
-                self._rewrite()
+            self._drop(recorded)
 
-    def _drop(self, recorded: object) -> bool:
+    def _drop(self, recorded: object) -> None:
         if not isinstance(recorded, list) or not recorded:
-            return False
+            return
         kept = self._kept()
         gone = [key for key in recorded if isinstance(key, str) and kept.pop(key, None) is not None]
         self.dropped = self.dropped or bool(gone)
-        return bool(gone)
 
     def _kept(self) -> dict:
         if self.kept is None:  # what an earlier toolbox of this sandbox left: its calls may still be needed
@@ -102,8 +102,8 @@ class Journal:
         except OSError as exc:
             _complain(self.path, exc)
 
-    def _rewrite(self, extra: bytes = b"") -> None:
-        """The file as `kept` says (and `extra`): begun afresh when nothing is kept, else a whole new file
+    def _rewrite(self, extra: bytes) -> None:
+        """The file as `kept` says, and `extra`: begun afresh when nothing is kept, else a whole new file
         renamed over the old one, so that a crash leaves the old records or the new, never neither."""
         data = b"".join(line for lines in self._kept().values() for line in lines) + extra
         try:
