@@ -90,9 +90,15 @@ class Watch:
         return (INPUT, _READS_TTY_AND_MORE in reads, None) if reads else (BUSY, False, None)
 
     def activity(self) -> int:
-        """A count that moves whenever the session's processes run: their context switches and read calls."""
+        """A count that moves whenever the program in the terminal's foreground runs (every process of the
+        session, where the foreground cannot be asked): context switches and read calls. A job in the
+        background must not pass for the program taking the keys typed to it."""
+        try:
+            group: int | None = os.tcgetpgrp(self.fd)
+        except OSError:
+            group = None
         total = 0
-        for pid in self._processes(None):
+        for pid in self._processes(group):
             for name, keys in (("status", ("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")),
                                ("io", ("syscr:",))):
                 try:
