@@ -37,7 +37,7 @@ from typing import Any, Callable, Coroutine
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import SandboxError, ToolError
 from orchestrator.sandbox import carried, toolbox_files
-from orchestrator.sandbox.calls import op_result, with_defaults
+from orchestrator.sandbox.calls import Recorded, op_result, with_defaults
 from orchestrator.sandbox.carried import carried_python
 from orchestrator.sandbox.harbor.follow import WorkspaceCopy
 from orchestrator.sandbox.toolbox_files import CAIRN_DIR
@@ -77,6 +77,7 @@ class HarborSandbox:
         self._died: str | None = None
         self._pending: set[concurrent.futures.Future] = set()
         self._lock = threading.Lock()
+        self._one_at_a_time, self._recorded = threading.Lock(), Recorded()
         self._cancelled = False
         self.copy: WorkspaceCopy | None = None  # the run's workspace/, while it follows the work directory
         # Told once why the work directory stops being followed (the Harbor agent: a Notice in the run's log).
@@ -153,7 +154,16 @@ class HarborSandbox:
     # -- the ops ---------------------------------------------------------------------------------
 
     def call(self, op: str, journal_key: str | None = None, **args: Any) -> dict[str, Any]:  # noqa: ANN401
-        """One toolbox op; ToolError when it fails (as the Docker sandbox's)."""
+        """One toolbox op; ToolError when it fails (as the Docker sandbox's). The relay hands the toolbox
+        one request at a time, so calls from several threads (sub-agents side by side) take turns."""
+        with self._one_at_a_time:
+            return self._call(op, journal_key, args)
+
+    def recorded(self, journal_key: str) -> None:
+        """The run has logged this call's outcome: the next op tells the journal to drop its record."""
+        self._recorded.add(journal_key)
+
+    def _call(self, op: str, journal_key: str | None, args: dict[str, Any]) -> dict[str, Any]:
         if self._cancelled:
             raise ToolError("the trial was cancelled: cairn stops after this step")
         restarted = None
@@ -162,13 +172,16 @@ class HarborSandbox:
             self.start()
             restarted = reason and f"{reason}; the toolbox was started again (shell state was lost)"
         args, timeout = with_defaults(self.cfg, op, dict(args))
-        request = {"id": 1, "op": op, "args": args, **({"call": journal_key} if journal_key else {})}
+        recorded = self._recorded.take()
+        request = {"id": 1, "op": op, "args": args, **({"call": journal_key} if journal_key else {}),
+                   **({"recorded": recorded} if recorded else {})}
         line = json.dumps(request, ensure_ascii=False).encode("utf-8", "surrogateescape")
         client = [*self.python, f"{AGENT_DIR}/relay.py", "call", SOCKET]
         command = shlex.join([*client, *self._argument(line, timeout)])
         try:
             done = self._exec(command, timeout)
         except SandboxError as exc:
+            self._recorded.give_back(recorded)
             self._died = exc.message
             raise ToolError(f"the sandbox did not answer this call: {exc.message}; the next call starts the "
                             "toolbox again") from exc
