@@ -42,7 +42,7 @@ still covers all it changed.
 
 Depth: `limits.delegate_depth` (default 1) is how deep children nest; a child at that depth that calls
 agent_delegate gets an error result saying so (the tool stays in its list, so the prefix is the same).
-Ctrl-C during a child stops the child between actions, and then the parent after its step.
+Ctrl-C during a child stops the child now (its running command cut short), and then the parent.
 """
 
 from __future__ import annotations

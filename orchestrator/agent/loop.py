@@ -73,7 +73,7 @@ class Loop:
     # -- the loop ---------------------------------------------------------------------------------
 
     def run(self, message: str | None = None, source: str = "user") -> str:
-        """Steps until the run ends; returns its status. Ctrl-C or SIGTERM stops between actions. A
+        """Steps until the run ends; returns its status. Ctrl-C or SIGTERM stops it now. A
         person's `message` (an answer, a new instruction) reaches the model in the next request."""
         self.emit(ev.StatusChanged(step=self.state.step, status="running"))
         self.start_disk_limit()
