@@ -69,15 +69,30 @@ class ToolboxProcess:
         self.process.stdin.flush()
         self.ready = self.channel.ready(self._line())
         self.last = None  # the last request sent (sandbox.channel.Request)
+        self.sent: dict = {}  # id -> the requests sent whose answers have not been read
 
-    def send(self, op: str, call: str | None = None, **args: object) -> None:
-        """Send a request without waiting for its answer (`receive` reads it); `call`: its journal key."""
-        self.last = self.channel.request(op, args, call)
-        self.process.stdin.write(self.last.line)
+    def send(self, op: str, call: str | None = None, recorded: list[str] | None = None, **args: object) -> int:
+        """Send a request without waiting for its answer (`receive` reads it); `call`: its journal key;
+        `recorded`: the journal keys the host has logged. Returns its id."""
+        self.last = self.channel.request(op, args, call, recorded)
+        self.sent[self.last.id] = self.last
+        self.write(self.last.line)
+        return self.last.id
+
+    def interrupt(self, rid: int) -> None:
+        """The host's signed interrupt line for request `rid`."""
+        self.write(self.channel.interrupt_line(rid))
+
+    def write(self, line: bytes) -> None:
+        """Any bytes on the toolbox's stdin (a forged line, say)."""
+        self.process.stdin.write(line)
         self.process.stdin.flush()
 
     def receive(self) -> dict:
-        return self.channel.answer(self.last, self._line())
+        """The next answer, checked against the request in flight it names."""
+        answer = self.channel.answer_among(self.sent, self._line())
+        del self.sent[answer["id"]]
+        return answer
 
     def request(self, op: str, call: str | None = None, **args: object) -> dict:
         """The whole response: {"id", "ok", "result"} or {"id", "ok", "error"}."""
@@ -100,9 +115,11 @@ class ToolboxProcess:
         return line
 
     def close(self) -> None:
+        """End it (end of file on its stdin); what it wrote on stderr is kept in `stderr`."""
         self.process.stdin.close()
         self.process.wait(timeout=10)
         self.process.stdout.close()
+        self.stderr = self.process.stderr.read()
         self.process.stderr.close()
 
 

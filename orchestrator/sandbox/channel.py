@@ -11,21 +11,27 @@ dead (the call fails; it is never taken as the call's result).
     send(channel.key_line())                  # the first line, before any request
     ready = channel.ready(read_line())        # {"ready": true, "pid", "uid", "version", "dumpable"}
     request = channel.request("shell", {"command": "ls"})
-    send(request.line)
+    send(request.line)                        # signed too: the toolbox drops a line the agent wrote
     response = channel.answer(request, read_line())   # {"id", "ok", "result" | "error"}
+    send(channel.interrupt_line(request.id))  # a person's stop, signed like any request
+
+Several requests may be in flight at once (read-only ops): `answer_among` finds which one a line answers.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import re
 import secrets
 from dataclasses import dataclass
+from typing import Mapping
 
 from orchestrator.errors import SandboxError
-from orchestrator.sandbox_image.toolbox.channel import KEY_BYTES, MAC_FIELD, MAC_SUFFIX_LENGTH, mac
+from orchestrator.sandbox_image.toolbox.channel import (INTERRUPT, KEY_BYTES, MAC_FIELD, MAC_SUFFIX_LENGTH, REQUEST,
+                                                       host_signed, mac)
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 # The longest answer line the host reads. The toolbox's longest honest answer is a full screen's span of
 # a terminal session: 4 MiB, 5.3 MiB as base64; an inline output of 256 KiB is at most 1.5 MiB once
 # JSON escapes every byte. A bigger `inline_output_bytes` setting raises it (`answer_limit`).
@@ -74,18 +80,33 @@ class Channel:
                            f"{PROTOCOL_VERSION}")
         return result
 
-    def request(self, op: str, args: dict, call: str | None = None) -> Request:
-        """The next request's line: a new id and a nonce no earlier answer was signed over."""
+    def request(self, op: str, args: dict, call: str | None = None, recorded: list[str] | None = None) -> Request:
+        """The next request's line, signed: a new id and a nonce no earlier answer was signed over.
+        `recorded`: journal keys of calls whose outcomes the run has logged (PROTOCOL.md, "The journal")."""
         self._next_id += 1
         message = {"id": self._next_id, "nonce": secrets.token_hex(16), "op": op, "args": args,
-                   **({"call": call} if call else {})}
-        line = json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogateescape") + b"\n"
-        return Request(self._next_id, line)
+                   **({"call": call} if call else {}), **({"recorded": recorded} if recorded else {})}
+        body = json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogateescape")
+        return Request(self._next_id, host_signed(self.key, REQUEST, body))
+
+    def interrupt_line(self, rid: int) -> bytes:
+        """The signed line that asks the toolbox to cut request `rid` short (a person's stop)."""
+        body = json.dumps({"op": INTERRUPT, "id": rid}).encode("ascii")
+        return host_signed(self.key, INTERRUPT.encode("ascii"), body)
 
     def answer(self, request: Request, raw: bytes) -> dict:
         """The response to `request`, once `raw` (one line, without its newline) is shown to be the
         toolbox's answer to it; Tampered otherwise."""
         return self._opened(request.line, raw, request.id, "the answer")
+
+    def answer_among(self, requests: Mapping[int, Request], raw: bytes) -> dict:
+        """The response `raw` is, to one of `requests` (those in flight, by id); Tampered when it answers
+        none of them. The id it claims only says which request's MAC to check."""
+        claimed = _CLAIMED_ID.match(raw)
+        request = requests.get(int(claimed.group(1))) if claimed else None
+        if request is None:
+            raise Tampered(f"the answer names no request in flight ({shown(raw)})")
+        return self.answer(request, raw)
 
     def _opened(self, request: bytes, raw: bytes, rid: int, what: str) -> dict:
         raw = raw.rstrip(b"\r\n")
@@ -99,6 +120,9 @@ class Channel:
         if not isinstance(message, dict) or message.get("id") != rid or isinstance(message.get("id"), bool):
             raise Tampered(f"{what} answers another request ({shown(raw)})")
         return message
+
+
+_CLAIMED_ID = re.compile(rb'\{"id": (\d{1,18}),')  # the toolbox writes the id first
 
 
 def key_line(key: bytes) -> bytes:

@@ -194,15 +194,20 @@ def walk(root: Path, enter: Callable[[Entry], bool] | None = None, sort: bool = 
             os.close(fd)
 
 
-def copy_tree(source: Path, target: Path, links: bool = False) -> list[str]:
+def copy_tree(source: Path, target: Path, links: bool = False,
+              skip: Callable[[Entry], bool] | None = None) -> list[str]:
     """Copy the folders and regular files under `source` into `target` (made as needed), listed and read by
     descriptor; symbolic links are copied as links with `links`, else left out, and FIFOs, sockets and
-    devices are always left out. Returns what was left out, as "PATH (a symbolic link)" lines."""
+    devices are always left out, as is a folder `skip` names (with what it holds). Returns what was left
+    out, as "PATH (a symbolic link)" lines."""
     left_out = []
     target.mkdir(parents=True, exist_ok=True)
-    for entry in walk(source):
+    skipped: set[str] = set()  # walk asks whether to enter a folder after this loop has seen it
+    for entry in walk(source, lambda folder: folder.rel not in skipped):
         there = target / entry.rel
-        if entry.is_dir():
+        if entry.is_dir() and skip is not None and skip(entry):
+            skipped.add(entry.rel)
+        elif entry.is_dir():
             there.mkdir(exist_ok=True)
         elif entry.is_file():
             _copy_file(entry, there)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sandbox.channel import Channel, key_from_line
+from orchestrator.sandbox.channel import PROTOCOL_VERSION, Channel, key_from_line
 from orchestrator.sandbox.harbor.relay import GONE
 from tests.sandbox_fixtures import TOOLBOX
 
@@ -90,7 +90,7 @@ def relay(tmp_path: Path) -> Iterator[Relay]:
 
 def test_the_relay_reports_a_key_of_its_own_and_the_toolboxs_ready_line_signed_with_it(relay: Relay) -> None:
     # Relay() checked the ready line as the host does (sandbox/channel.py): signed over the key line.
-    assert relay.ready["ready"] is True and relay.ready["version"] == 2
+    assert relay.ready["ready"] is True and relay.ready["version"] == PROTOCOL_VERSION
     assert relay.result("ping") is not None
     assert relay.key_line.hex() not in relay.log.read_text() and b"key" not in Path(relay.socket + ".pid").read_bytes()
 

@@ -18,7 +18,7 @@ import pytest
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import ToolError
 from orchestrator.sandbox.calls import op_result
-from orchestrator.sandbox.channel import Channel, Lines, LineTooLong, Tampered, parse
+from orchestrator.sandbox.channel import PROTOCOL_VERSION, Channel, Lines, LineTooLong, Tampered, parse
 from orchestrator.sandbox_image.toolbox.channel import signed
 from orchestrator.tools.sessions.answer import observe
 from tests.sandbox_fixtures import ToolboxProcess, docker_client  # noqa: F401 - a fixture
@@ -84,7 +84,7 @@ def test_a_signed_answer_that_names_no_id_or_another_is_refused():
 
 def test_the_ready_line_must_be_signed_over_the_key_line():
     channel = Channel()
-    ready = {"id": 0, "ok": True, "result": {"ready": True, "version": 2, "pid": 7, "uid": 0, "dumpable": False}}
+    ready = {"id": 0, "ok": True, "result": {"ready": True, "version": PROTOCOL_VERSION, "pid": 7, "uid": 0, "dumpable": False}}
     assert channel.ready(signed(channel.key, channel.key_line(), ready))["pid"] == 7
     with pytest.raises(Tampered, match="carries no MAC"):
         channel.ready(json.dumps(ready).encode())
@@ -295,3 +295,54 @@ def test_a_line_written_between_requests_restarts_the_toolbox_before_the_next_ca
         after = box.call("shell", command="echo after", timeout=30)
         assert after["output"] == "after\n" and after["exit_code"] == 0
         assert "a line came between requests" in after["sandbox_restarted"]
+
+
+# -- what the host sends: requests and interrupts are signed too ------------------------------------
+
+def test_only_the_hosts_signed_interrupt_cuts_a_command_short(tmp_path):
+    """An interrupt line of issue 31's shape, one with a made-up MAC and one signed with another key all
+    name the running command; none stops it. The host's own, signed with the key, does."""
+    import time
+
+    from tests.sandbox_fixtures import ToolboxProcess
+
+    (tmp_path / "w").mkdir()
+    toolbox = ToolboxProcess(tmp_path / "w")
+    try:
+        rid = toolbox.send("shell", command="sleep 2; echo finished", timeout=30)
+        time.sleep(0.5)
+        toolbox.write(json.dumps({"op": "interrupt", "id": rid}).encode() + b"\n")
+        toolbox.write(json.dumps({"op": "interrupt", "id": rid, "mac": "0" * 64}).encode() + b"\n")
+        toolbox.write(Channel().interrupt_line(rid))
+        answer = toolbox.receive()
+        assert answer["ok"] and answer["result"]["output"] == "finished\n", answer
+        assert answer["result"]["exit_code"] == 0 and not answer["result"]["interrupted"]
+
+        rid = toolbox.send("shell", command="sleep 30; echo finished", timeout=60)
+        time.sleep(0.5)
+        began = time.monotonic()
+        toolbox.interrupt(rid)
+        answer = toolbox.receive()
+        assert answer["result"]["interrupted"] and answer["result"]["exit_code"] == 130, answer
+        assert time.monotonic() - began < 10 and "finished" not in answer["result"]["output"]
+    finally:
+        toolbox.close()
+
+
+def test_a_request_the_host_did_not_sign_or_sent_before_is_not_run(tmp_path):
+    from tests.sandbox_fixtures import ToolboxProcess
+
+    (tmp_path / "w").mkdir()
+    toolbox = ToolboxProcess(tmp_path / "w")
+    try:
+        toolbox.result("shell", command="echo once >> count.txt")
+        replayed = toolbox.last.line
+        toolbox.write(replayed)  # the same signed line again: its id was taken
+        toolbox.write(b'{"id": 50, "op": "shell", "args": {"command": "touch unsigned"}}\n')
+        toolbox.write(Channel().request("shell", {"command": "touch other-key"}).line)
+        # The next answer is the next real request's: none of those three was answered, or run.
+        assert toolbox.result("shell", command="ls")["output"].split() == ["count.txt"]
+        assert (tmp_path / "w" / "count.txt").read_text() == "once\n"
+    finally:
+        toolbox.close()
+    assert b"a line on stdin that the host did not sign was dropped" in toolbox.stderr

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.sandbox.channel import PROTOCOL_VERSION
 from tests.sandbox_fixtures import TOOLBOX, ToolboxProcess, locked_toolbox, toolbox  # noqa: F401 - fixtures
 
 
@@ -16,7 +17,7 @@ def root_of(toolbox: ToolboxProcess) -> Path:
 
 def test_ready_line_comes_first_signed_over_the_key_line(toolbox):
     # ToolboxProcess checks it as the host does (sandbox/channel.py): id 0, ok, the key line's MAC.
-    assert toolbox.ready["ready"] is True and toolbox.ready["version"] == 2
+    assert toolbox.ready["ready"] is True and toolbox.ready["version"] == PROTOCOL_VERSION
     assert isinstance(toolbox.ready["dumpable"], bool)
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import select
 import socket
 import struct
+import threading
 import time
 
 import docker
 
 from orchestrator.errors import SandboxError
-from orchestrator.sandbox.channel import ANSWER_LIMIT, Channel, Lines, Tampered
+from orchestrator.sandbox.channel import ANSWER_LIMIT, Channel, Lines, Request, Tampered
 
 HEADER = struct.Struct(">BxxxL")
 STDERR = 2
@@ -107,7 +108,9 @@ class ToolboxDied(SandboxError):
 
 
 class ToolboxClient:
-    """One toolbox process in one container, and the JSON-line conversation with it."""
+    """One toolbox process in one container, and the JSON-line conversation with it. Several threads may
+    each have a request in flight (read-only ops go together: sandbox/calls.py's OpGate says which may
+    be sent); whichever of them is reading the stream hands the others their answers, by id."""
 
     def __init__(self, api: docker.APIClient, container_id: str, argv: list[str],
                  answer_limit: int = ANSWER_LIMIT) -> None:
@@ -120,6 +123,12 @@ class ToolboxClient:
         self._demux = Demux()
         self._lines = Lines(answer_limit)  # stdout payload, cut into lines
         self._dead: str | None = None
+        self._sending = threading.Lock()  # requests, and an interrupt, come from several threads
+        self._arrived = threading.Condition()  # guards what follows
+        self._sent: dict[int, Request] = {}  # requests whose answers have not come: what a line may answer
+        self._answers: dict[int, dict] = {}  # answers read for requests that wait for them
+        self._waiting: set[int] = set()
+        self._reading = False  # a thread is reading the stream
 
     def start(self, timeout: float) -> dict:
         """Start the toolbox, give it its key, and wait for its ready line; return the ready result (pid,
@@ -135,42 +144,118 @@ class ToolboxClient:
             self._die(exc.message)
         return self.ready
 
-    def request(self, op: str, args: dict, timeout: float, call: str | None = None) -> dict:
+    def request(self, op: str, args: dict, timeout: float, call: str | None = None,
+                recorded: list[str] | None = None) -> dict:
         """Send one request and return its response ({"id", "ok", "result" | "error"}).
 
         `call`: the key of the tool call this request carries out; the toolbox then journals its start
-        and its outcome (PROTOCOL.md, "The journal"). Send one only after the outcomes of all earlier
-        calls are recorded: a call's start begins the journal afresh.
+        and its outcome (PROTOCOL.md, "The journal"). `recorded`: keys of calls whose outcomes the run
+        has logged; the toolbox drops their records.
 
         Raises ToolboxDied if the toolbox is gone, gives no answer within `timeout` seconds (then it is
         considered stuck: this client is done, and the caller starts a new toolbox), or a line comes that
         is not its signed answer to this request (then the channel was tampered with: never believed).
         """
-        if self._dead:
-            raise ToolboxDied(self._dead)
-        request = self.channel.request(op, args, call)
-        self._send(request.line)
-        line = self._read_line(time.monotonic() + timeout, f"the answer to {op}")
+        with self._sending:
+            if self._dead:
+                raise ToolboxDied(self._dead)
+            request = self.channel.request(op, args, call, recorded)
+            with self._arrived:
+                self._sent[request.id] = request
+                self._waiting.add(request.id)
+            self._send(request.line)
         try:
-            return self.channel.answer(request, line)
+            return self._answer(request.id, time.monotonic() + timeout, f"the answer to {op}")
+        finally:
+            with self._arrived:
+                self._waiting.discard(request.id)
+                self._answers.pop(request.id, None)
+
+    def _answer(self, rid: int, deadline: float, waiting_for: str) -> dict:
+        """The answer to request `rid`: read from the stream by this thread, or by another that is reading."""
+        while True:
+            with self._arrived:
+                while True:
+                    if rid in self._answers:
+                        return self._answers.pop(rid)
+                    if self._dead:
+                        raise ToolboxDied(self._dead)
+                    if not self._reading:
+                        self._reading = True
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        self._dead = f"{waiting_for} did not come from the toolbox in time"
+                        raise ToolboxDied(self._dead)
+                    self._arrived.wait(left)
+            try:
+                message = self._read_answer(deadline, waiting_for)
+            finally:
+                with self._arrived:
+                    self._reading = False
+                    self._arrived.notify_all()
+            found = message["id"]
+            if found == rid:
+                return message
+            with self._arrived:
+                if found in self._waiting:  # else: the answer to a request nobody waits for any more
+                    self._answers[found] = message
+                    self._arrived.notify_all()
+
+    def _read_answer(self, deadline: float, waiting_for: str) -> dict:
+        """The next line, checked to be the toolbox's signed answer to a request sent (sandbox/channel.py);
+        anything else means the channel was tampered with, and the toolbox counts as dead."""
+        line = self._read_line(deadline, waiting_for)
+        with self._arrived:
+            sent = dict(self._sent)
+        try:
+            message = self.channel.answer_among(sent, line)
         except Tampered as exc:
             self._die(f"the channel to the toolbox was tampered with: {exc.message}")
-            raise  # _die raised already
+        with self._arrived:
+            self._sent.pop(message["id"], None)
+        return message
+
+    def interrupt(self) -> bool:
+        """Ask the toolbox to cut the requests that wait for their answers short (PROTOCOL.md, "Framing": an
+        interrupt line, signed like a request); the one that can be (a command, a session's wait) answers at
+        once. Safe from any thread; False when no request waits."""
+        with self._arrived:
+            waiting = sorted(self._waiting)
+        if not waiting or self._dead:
+            return False
+        lines = b"".join(self.channel.interrupt_line(rid) for rid in waiting)
+        with self._sending:
+            try:
+                self._sock.sendall(lines)
+            except OSError:
+                return False  # the requests' own reads will find the stream broken
+        return True
 
     def alive(self) -> bool:
-        """Whether the toolbox is still there, without waiting: a closed stream shows as readable. Between
-        requests the toolbox is silent, so a line that came meanwhile is no answer of its: the channel was
+        """Whether the toolbox is still there, without waiting: a closed stream shows as readable. While
+        another thread reads the stream, it is there as far as anyone can tell now. When no request is in
+        flight the toolbox is silent, so a line that came meanwhile is no answer of its: the channel was
         tampered with, and the toolbox counts as dead before a request is sent to it."""
-        if self._dead:
-            return False
+        with self._arrived:
+            if self._dead:
+                return False
+            if self._reading:
+                return True
+            self._reading = True
         try:
             while select.select([self._sock], [], [], 0)[0]:
                 self._receive()
         except ToolboxDied:
             return False
-        if self._lines.pending():
-            self._dead = "the channel to the toolbox was tampered with: a line came between requests"
-            return False
+        finally:
+            with self._arrived:
+                self._reading = False
+                self._arrived.notify_all()
+        with self._arrived:
+            if self._lines.pending() and not self._sent:
+                self._dead = "the channel to the toolbox was tampered with: a line came between requests"
+                return False
         return True
 
     @property
