@@ -346,3 +346,36 @@ def test_a_request_the_host_did_not_sign_or_sent_before_is_not_run(tmp_path):
     finally:
         toolbox.close()
     assert b"a line on stdin that the host did not sign was dropped" in toolbox.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("runtime", ["runc", "runsc"])
+def test_the_agent_cannot_interrupt_a_call_but_a_persons_stop_still_can(docker_client, sandbox_image, tmp_path,
+                                                                        runtime):
+    """Under gVisor the agent can write into the toolbox's stdin: interrupt lines of its own, for every id
+    the running call may have, stop nothing. The host's own interrupt (a person's stop) still does."""
+    import threading
+    import time
+
+    from orchestrator.sandbox.docker.sandbox import DockerSandbox
+
+    if runtime == "runsc" and "runsc" not in (docker_client.info().get("Runtimes") or {}):
+        pytest.skip("the engine has no runsc runtime (scripts/test-tools.sh registers it)")
+    with DockerSandbox("test-interrupt", tmp_path / "ws", SandboxConfig(runtime=runtime), sandbox_image,
+                       docker_client) as box:
+        pid = box.toolbox.ready["pid"]
+        forged = "".join(json.dumps({"op": "interrupt", "id": n, **({"mac": "0" * 64} if n % 2 else {})}) + "\n"
+                         for n in range(1, 40))
+        command = (f"(sleep 0.5; printf '%s' '{forged}' > /proc/{pid}/fd/0 && echo WROTE) 2>/dev/null & "
+                   f"sleep 2; echo survived")
+        result = box.call("shell", command=command, timeout=30)
+        assert result["output"].endswith("survived\n") and result["exit_code"] == 0, result
+        assert not result.get("interrupted")
+        if runtime == "runsc":  # gVisor's /proc lets the lines through; the toolbox drops them
+            assert "WROTE" in result["output"]
+        threading.Timer(1.0, box.interrupt).start()
+        began = time.monotonic()
+        cut = box.call("shell", command="sleep 30; echo finished", timeout=60)
+        assert cut["interrupted"] and cut["exit_code"] == 130 and "finished" not in cut["output"], cut
+        assert time.monotonic() - began < 15
+        assert box.call("shell", command="echo after", timeout=30)["output"] == "after\n"
