@@ -5,6 +5,7 @@ as each op is one `exec` there, and the toolbox's shell lives across them."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import signal
 import subprocess
@@ -112,6 +113,24 @@ def test_a_request_too_long_for_an_argument_goes_as_a_file_and_the_file_is_remov
 def test_an_ops_error_comes_back_as_the_toolboxs_answer(relay: Relay) -> None:
     response = relay.answer(relay.call("read", path="no-such-file"))
     assert not response["ok"] and "no-such-file" in response["error"]
+
+
+def test_a_line_the_agent_sends_to_the_relays_socket_runs_nothing_and_holds_nothing_up(relay: Relay, tmp_path) -> None:
+    """The agent can reach the socket: a request it wrote, one signed with another key, a signed one sent
+    again and an interrupt line are each refused by the relay at once; the toolbox never sees them."""
+    relay.result("shell", command="true", timeout=30)
+    replayed = relay.last.line
+    forged = [b'{"id": 90, "op": "shell", "args": {"command": "touch forged"}}',
+              Channel().request("shell", {"command": "touch other-key"}).line,
+              replayed,
+              json.dumps({"op": "interrupt", "id": 91}).encode(),
+              Channel(relay.channel.key).interrupt_line(91)]
+    for line in forged:
+        done = subprocess.run([sys.executable, str(RELAY), "call", relay.socket, base64.b64encode(line).decode()],
+                              capture_output=True, timeout=30)
+        assert done.returncode == 0 and b"passes on only requests the host signed, each once" in done.stdout, done
+    assert not list((tmp_path / "work").iterdir())
+    assert relay.result("shell", command="echo after", timeout=30)["output"] == "after\n"
 
 
 def test_once_the_relay_is_gone_a_call_exits_with_its_own_code_and_says_why(relay: Relay) -> None:

@@ -17,10 +17,16 @@ Then it leaves a process of its own behind, in a session of its own, writing to 
 connection at a time and ends when the toolbox ends (and then so does every later `call`, exit code 3).
 `call` prints the response line on stdout and exits 0; it exits 3 when the relay is gone, with the
 reason on stderr. The relay only carries lines: whether an answer is the toolbox's is the host's to
-check (its MAC), so a socket or a relay the agent replaced can delay an answer, never forge one.
+check (its MAC), so a socket or a relay the agent replaced can delay an answer, never forge one. The
+agent can reach the socket too, so the relay passes on only a request the host signed with the key
+(PROTOCOL.md, "The channel"), each id once, and answers any other line at once with an error of its
+own: the toolbox, which would drop it unanswered, never sees it, and the relay does not wait for an
+answer that never comes.
 """
 
 import base64
+import hashlib
+import hmac
 import json
 import os
 import socket
@@ -32,7 +38,8 @@ GONE = 3  # exit code of `call` when no toolbox answers
 
 def serve(path: str, log: str, argv: list) -> int:
     not_dumpable()  # before the key exists: other processes cannot read this one's memory or pipes
-    key_line = b'{"key": "' + os.urandom(32).hex().encode() + b'"}\n'
+    key = os.urandom(32)
+    key_line = b'{"key": "' + key.hex().encode() + b'"}\n'
     report_r, report_w = os.pipe()
     if os.fork():  # the exec's own process: it prints what the relay reports, and is done
         os.close(report_w)
@@ -63,14 +70,20 @@ def serve(path: str, log: str, argv: list) -> int:
     server.listen(4)
     os.write(report_w, key_line + ready)
     os.close(report_w)
+    passed = set()  # the ids of the requests passed on
     while toolbox.poll() is None:
         connection, _ = server.accept()
         with connection:
             request = _read_line(connection)
             if not request:
                 continue
+            wanted = _id_of(request) if signed_by_host(key, request) else None
+            if wanted is None or wanted in passed:  # the toolbox runs an id once, and would never answer
+                connection.sendall(b'{"id": null, "ok": false, "error": "the relay passes on only requests the host '
+                                   b'signed, each once"}\n')
+                continue
+            passed.add(wanted)
             try:
-                wanted = json.loads(request).get("id")
                 toolbox.stdin.write(request)
                 toolbox.stdin.flush()
             except (ValueError, AttributeError, OSError):
@@ -96,6 +109,18 @@ def _id_of(line: bytes) -> object:
         return json.loads(line).get("id")
     except (ValueError, AttributeError, RecursionError):
         return None
+
+
+def signed_by_host(key: bytes, line: bytes) -> bool:
+    """Whether `line` is a request the host signed (the toolbox checks the same: toolbox/channel.py's
+    `opened`; this file stands alone in the sandbox, so it cannot import that)."""
+    line = line.rstrip(b"\r\n")
+    field = b', "mac": "'
+    if len(line) <= len(field) + 66 or line[-66 - len(field):-66] != field or not line.endswith(b'"}'):
+        return False
+    body = line[:-66 - len(field)] + b"}"
+    good = hmac.new(key, b"request\n" + body, hashlib.sha256).hexdigest().encode()
+    return hmac.compare_digest(line[-66:-2], good)
 
 
 def _detach(log: str) -> None:
