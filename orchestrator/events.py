@@ -81,6 +81,9 @@ class Compaction(_Event):
     kind: Literal["pointers", "digest", "summary"]
     replacements: dict[str, str] = Field(default_factory=dict)  # history message id -> new content
     span: list[str] = Field(default_factory=list)  # ids of the messages a summary replaces
+    # Of those, the person's (their messages, a denied call's reason): they stay, in order, just before the
+    # summary, as they are (None) or as the message this text (context/person.py: a reason, a long one's head).
+    kept: dict[str, str | None] = Field(default_factory=dict)
     summary: str | None = None
     summary_path: str | None = None
     tokens_before: int

@@ -268,7 +268,7 @@ def child_limits(parent: Parent, requested: int | None) -> LimitsConfig:
         if update["max_tokens"] <= 0:
             raise BadCall("the run's token budget is spent: there is none left for a sub-agent")
     if limits.max_wall_seconds is not None:
-        update["max_wall_seconds"] = limits.max_wall_seconds - (time.time() - totals.started)
+        update["max_wall_seconds"] = limits.max_wall_seconds - totals.elapsed()
         if update["max_wall_seconds"] <= 0:
             raise BadCall("the run's time budget is spent: there is none left for a sub-agent")
     return limits.model_copy(update=update)

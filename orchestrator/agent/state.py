@@ -11,6 +11,7 @@ from typing import Any
 from orchestrator.agent.approvals import Ledger
 from orchestrator.config import ContextConfig
 from orchestrator.context import History, TokenCounter, shape_assistant_message
+from orchestrator.context.person import PERSON_ANSWERS, PERSON_SOURCES
 from orchestrator.agent.guards import Totals, signature
 from orchestrator.llm.types import ToolCall
 from orchestrator import events as ev
@@ -38,8 +39,11 @@ class RunState:
         self.check_rounds = 0  # failed checks sent back to the agent since a person last spoke
         self.critic_note: ev.CriticNote | None = None  # the critic's last answer, until a request has shown it
         self.approvals = Ledger()  # the question a call waits on, its answer, the "always" answers
+        self.denials: dict[str, str] = {}  # call id -> the reason a person gave for denying it, until its result
         self.inbox_offset = 0  # where the `cairn say` lines not yet delivered start in the inbox
         self.n_events = 0
+        self.drives = 0  # `running` statuses seen: the drives of the run so far
+        self.last_ts = 0.0  # of the last event applied: where a drive cut off by a crash ended
 
     def apply(self, event: ev.Event) -> None:
         self.n_events += 1
@@ -47,6 +51,7 @@ class RunState:
         handler = getattr(self, "_on_" + event.type, None)
         if handler is not None:
             handler(event)
+        self.last_ts = event.ts
 
     def _id(self) -> str:
         return f"e{self.n_events}"
@@ -66,7 +71,9 @@ class RunState:
 
     def _on_user_message(self, e: ev.UserMessage) -> None:
         self.inbox_offset = max(self.inbox_offset, inbox.delivered_offset((e,)))  # `cairn say` lines taken
-        self.history.append(self._id(), {"role": "user", "content": e.text}, e.step, kind="user")
+        # The person's words are never compacted away (context/person.py); a check's feedback is not theirs.
+        said = e.text if e.source in PERSON_SOURCES else None
+        self.history.append(self._id(), {"role": "user", "content": e.text}, e.step, kind="user", said=said)
         if e.source != "check":  # a person's word gives the check its rounds again
             self.check_rounds = 0
 
@@ -114,9 +121,14 @@ class RunState:
             call_id=e.call_id,
             error=e.error,
             offloaded_to=e.offloaded_to,
+            said=self.denials.pop(e.call_id, None),
         )
         arguments = call.arguments if call else ""
         self.signatures.append(signature(e.name, arguments, e.output or e.content))
+
+    def _on_approval_answered(self, e: ev.ApprovalAnswered) -> None:
+        if not e.approved and e.by in PERSON_ANSWERS and e.reason:
+            self.denials[e.call_id] = e.reason
 
     def _on_compaction(self, e: ev.Compaction) -> None:
         self.history.apply(e)
@@ -132,6 +144,13 @@ class RunState:
             self.check_rounds += 1
 
     def _on_status(self, e: ev.StatusChanged) -> None:
+        # The time budget counts the drives, not the time between them: a drive runs from its `running`
+        # to its end, or, cut off by a crash, to its last event.
+        t = self.totals
+        if self.status == "running" and self.drives:
+            t.spent_seconds += max(0.0, (self.last_ts if e.status == "running" else e.ts) - t.started)
+        if e.status == "running":
+            t.started, self.drives = e.ts, self.drives + 1
         self.status = e.status
         if e.result is not None:
             self.result = e.result
