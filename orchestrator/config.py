@@ -165,6 +165,10 @@ class ContextConfig(Settings):
     digest_budget: float = Field(
         0.03, ge=0, lt=1, description="Once the digests pass this share of the window, they all fold into one "
         "line naming the file that holds them (0: never).")
+    vary_framing: bool = Field(
+        True, description="Vary, from one tool result to the next, how results are framed (a header, the exit "
+        "line, the sentence pointing at a saved output), so the model does not copy the pattern of near-identical "
+        "calls; the output itself never changes, and a resume sends the same bytes. False: one plain form.")
 
     @field_validator("low_water")
     @classmethod

@@ -32,6 +32,9 @@ class RunStarted(_Event):
     task: str
     system_prompt: str
     tools: list[dict[str, Any]]
+    # The run's seed (context/framing.py: how each tool result is framed). None in runs made before it:
+    # RunState derives one from the event's time.
+    seed: int | None = None
 
 
 class UserMessage(_Event):
@@ -188,6 +191,13 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 _adapter: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def new_seed() -> int:
+    """A run's seed (RunStarted.seed): random, recorded once, the same at every resume."""
+    import secrets
+
+    return secrets.randbits(31)
 
 
 def parse_event(line: str) -> Event:

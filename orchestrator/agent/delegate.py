@@ -114,7 +114,7 @@ def _new_child_run(parent: Parent, call_id: str, step: int, task: str, cfg: RunC
                     "config": cfg.model_dump(mode="json")})
     s = parent.state
     run.events.append(ev.RunStarted(task=task, system_prompt=s.system_prompt, tools=s.tools,
-                                    parent=parent.run_dir.top_run.id, call_id=call_id, depth=depth))
+                                    parent=parent.run_dir.top_run.id, call_id=call_id, depth=depth, seed=ev.new_seed()))
     return run
 
 

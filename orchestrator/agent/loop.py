@@ -13,11 +13,13 @@ from orchestrator import events as ev
 from orchestrator.agent import approvals, critic, recovery
 from orchestrator.agent.check import check_done
 from orchestrator.agent.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
+from orchestrator.agent.in_flight import in_flight_notices
 from orchestrator.agent.state import RunState
 from orchestrator.agent.stop_signals import stop_signals
 from orchestrator.config import RunConfig
 from orchestrator.context import CannotCompact, TokenCounter, build_request, compact, needs_compaction
 from orchestrator.context import TODO_MAX_BYTES, render_tail, shape_result, todo_cut_note
+from orchestrator.context.framing import frame_result, framing
 from orchestrator.context.offload import obs_path
 from orchestrator.errors import CairnError, ToolError
 from orchestrator.llm.types import ContextOverflow, Reply, ToolCall
@@ -158,7 +160,8 @@ class Loop:
                 raise Finished("failed", f"the context is still too long after compaction: {again}") from again
 
     def prepare(self, step: int, allow_compaction: bool = True) -> Any:
-        notices = [n for n in [budget_notice(self.cfg.limits, self.state.totals, step), *self.notices, *session_notices(self)] if n]
+        notices = [n for n in [budget_notice(self.cfg.limits, self.state.totals, step), *self.notices,
+                               *session_notices(self), *in_flight_notices(self.state)] if n]
         todo, cut = self.read_todo()
         note = self.state.critic_note  # made after the last step, or before a stop: shown once
         tail = render_tail(todo, notices, cut, critic.tail_text(note) if note else None)
@@ -251,9 +254,10 @@ class Loop:
 
     def finish(self, call: ToolCall, step: int, observation: Observation, duration_ms: float | None = None,
                label: str | None = None) -> None:
+        form = framing(self.state.seed, self.state.results, self.cfg.context.vary_framing)  # recorded in content
         shaped = shape_result(step, call.name, observation.text, cfg=self.cfg.context, count=self.counter.count_text,
-                              save=self.save_file, saved_path=observation.saved_path, call_id=label)
-        content = "\n".join(part for part in (shaped.content.rstrip("\n"), observation.footer) if part)
+                              save=self.save_file, saved_path=observation.saved_path, call_id=label, form=form)
+        content = frame_result(shaped.content, observation.footer, call.name, form, shaped.offloaded_to is not None)
         whole = "\n".join(part for part in (observation.text.rstrip("\n"), observation.footer) if part)
         self.emit(ev.ToolFinished(
             step=step, call_id=call.id, name=call.name, content=content, error=observation.error,

@@ -6,6 +6,8 @@ has the same history, the same counters and so the same request bytes as the run
 
 from __future__ import annotations
 
+import zlib
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.agent.approvals import Ledger
@@ -33,6 +35,8 @@ class RunState:
         self.open_calls: dict[str, ToolCall] = {}  # calls of the last answer that have no result yet
         self.started: set[str] = set()  # of those, the ones that began to run
         self.signatures: list[str] = []
+        self.seed = 0  # the run's seed (RunStarted.seed)
+        self.results = 0  # tool results recorded: the number of the next one, which picks its framing
         self.summaries = 0
         self.checks = 0  # checks run (--check), and the last one's verdict
         self.check: dict[str, Any] | None = None
@@ -40,6 +44,7 @@ class RunState:
         self.critic_note: ev.CriticNote | None = None  # the critic's last answer, until a request has shown it
         self.approvals = Ledger()  # the question a call waits on, its answer, the "always" answers
         self.denials: dict[str, str] = {}  # call id -> the reason a person gave for denying it, until its result
+        self.question: Question | None = None  # the agent's last ask_user (agent/in_flight.py names it)
         self.inbox_offset = 0  # where the `cairn say` lines not yet delivered start in the inbox
         self.n_events = 0
         self.drives = 0  # `running` statuses seen: the drives of the run so far
@@ -68,11 +73,16 @@ class RunState:
     def _on_run_started(self, e: ev.RunStarted) -> None:
         self.task, self.system_prompt, self.tools = e.task, e.system_prompt, e.tools
         self.totals.started = e.ts
+        # How results are framed (context/framing.py); a run made before the seed was recorded gets one from
+        # its first event's time, the same at every resume.
+        self.seed = e.seed if e.seed is not None else zlib.crc32(repr(e.ts).encode())
 
     def _on_user_message(self, e: ev.UserMessage) -> None:
         self.inbox_offset = max(self.inbox_offset, inbox.delivered_offset((e,)))  # `cairn say` lines taken
         # The person's words are never compacted away (context/person.py); a check's feedback is not theirs.
         said = e.text if e.source in PERSON_SOURCES else None
+        if said is not None and self.question is not None and self.question.answered is None:
+            self.question.answered = e.step
         self.history.append(self._id(), {"role": "user", "content": e.text}, e.step, kind="user", said=said)
         if e.source != "check":  # a person's word gives the check its rounds again
             self.check_rounds = 0
@@ -110,6 +120,7 @@ class RunState:
         self.started.add(e.call_id)
 
     def _on_tool_finished(self, e: ev.ToolFinished) -> None:
+        self.results += 1
         call = self.open_calls.pop(e.call_id, None)
         self.started.discard(e.call_id)
         self.history.append(
@@ -144,6 +155,8 @@ class RunState:
             self.check_rounds += 1
 
     def _on_status(self, e: ev.StatusChanged) -> None:
+        if e.status == "waiting" and e.reason == "ask_user":
+            self.question = Question(e.step, e.result or "")
         # The time budget counts the drives, not the time between them: a drive runs from its `running`
         # to its end, or, cut off by a crash, to its last event.
         t = self.totals
@@ -154,6 +167,15 @@ class RunState:
         self.status = e.status
         if e.result is not None:
             self.result = e.result
+
+
+@dataclass
+class Question:
+    """The agent's question to the person (ask_user), and the step at which their answer came."""
+
+    step: int
+    text: str
+    answered: int | None = None
 
 
 def check_verdict(e: ev.CheckFinished) -> dict[str, Any]:

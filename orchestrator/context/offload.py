@@ -81,23 +81,34 @@ def shape_result(
     save: Save,
     saved_path: str | None = None,
     call_id: str | None = None,
+    form: int = 0,
 ) -> Shaped:
     """The history form of one tool result: the text itself, or a preview pointing at a file.
 
     `saved_path` is where the toolbox already saved the whole output (output too big to send back
     whole); it is reused, never written again. `call_id`, when given, goes into the file name, so two
-    calls of one tool in one step do not write the same file.
+    calls of one tool in one step do not write the same file. `form`: how a preview says where the rest
+    is (context/framing.py).
     """
     if saved_path is None and not is_big(text, cfg.offload_tokens, count):
         return Shaped(text)
     path = saved_path or obs_path(step, tool, call_id)
     if saved_path is None:
         save(path, text)
-    return Shaped(preview(text, path, cfg), offloaded_to=path)
+    return Shaped(preview(text, path, cfg, form), offloaded_to=path)
 
 
-def preview(text: str, path: str, cfg: ContextConfig) -> str:
-    """Head and tail of `text`, framed by where the whole text is and how to read it."""
+# The sentence under a preview that says how to read the rest, in each of the forms of context/framing.py.
+READ_BACK = (
+    '[Read the whole output with file_read(path="{path}", offset=..., limit=...): a window of lines at a time.]',
+    '[All of it is in {path}: file_read(path="{path}", offset=N, limit=M) reads any window of its lines.]',
+    '[To see more, file_read "{path}" with an offset and a limit: a window of lines at a time.]',
+    '[The whole output, line by line: file_read(path="{path}", offset=..., limit=...).]',
+)
+
+
+def preview(text: str, path: str, cfg: ContextConfig, form: int = 0) -> str:
+    """Head and tail of `text`, framed by where the whole text is and how to read it (in `form`)."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # a final newline ends the last line; it does not start another
@@ -109,10 +120,7 @@ def preview(text: str, path: str, cfg: ContextConfig) -> str:
         parts.append(_cap_head("\n".join(lines[:keep]), cfg.preview_chars))
         parts.append(f"[... {len(lines) - 2 * keep} lines omitted ...]")
         parts.append(_cap_tail("\n".join(lines[-keep:]), cfg.preview_chars))
-    parts.append(
-        f'[Read the whole output with file_read(path="{path}", offset=..., limit=...): '
-        "a window of lines at a time.]"
-    )
+    parts.append(READ_BACK[form % len(READ_BACK)].format(path=path))
     return "\n".join(parts)
 
 

@@ -99,7 +99,8 @@ def start_log(run: RunDir, task: str, cfg: RunConfig, extra_tools: list[dict[str
     # AGENTS.md is read once, here: the prompt stays the same for the whole run, so the prefix cache holds.
     instructions = read_instructions(run.workspace, cfg.sandbox.workdir)
     prompt = system_prompt(cfg.system_prompt_extra, cfg.sandbox.workdir, cfg, instructions)
-    run.events.append(ev.RunStarted(task=task, system_prompt=prompt, tools=canonical(BUILTIN_TOOLS + list(extra_tools or []))))
+    run.events.append(ev.RunStarted(task=task, system_prompt=prompt, tools=canonical(BUILTIN_TOOLS + list(extra_tools or [])),
+                                    seed=ev.new_seed()))
     initial_checkpoint(run)
 
 

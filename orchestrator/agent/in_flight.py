@@ -1,0 +1,59 @@
+"""Work in flight, named in the tail of every request, so that no compaction makes the agent forget it.
+
+A digest folds away the turn that started a terminal session, asked the person a question or handed a
+task to a sub-agent; an agent that then forgets its server is running, or what the answer it got was
+about, starts it again or asks again (Codex #16580, Claude Code #29193: background processes lost after a
+compaction). So what is in flight is read from the run's state, rebuilt from its events, never from the
+history: the tail names it the same before and after every compaction. The terminal sessions are the
+toolbox's to list (tools/sessions/status.py); the rest is here:
+
+- the agent's last question to the person (ask_user), and whether and when they answered;
+- a call that waits for the person's approval, or was answered and has not run yet;
+- sub-agents (agent_delegate calls) that started and have not given their result.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from orchestrator.agent.state import RunState
+
+SHOWN_CHARS = 300  # of a question or a sub-agent's task: the tail is sent uncached with every request
+
+
+def in_flight_notices(state: RunState) -> list[str]:
+    """One notice for each thing in flight, from the run's state alone."""
+    notices = []
+    question = state.question
+    if question is not None:
+        asked = f"You asked the person at step {question.step} (ask_user): \"{_short(question.text)}\""
+        notices.append(f"{asked}. They answered at step {question.answered}; their words are kept in the "
+                       "conversation." if question.answered is not None else f"{asked}. No answer has come yet.")
+    ledger = state.approvals
+    if ledger.waiting is not None:
+        notices.append(f"Your {ledger.waiting.name} call of step {ledger.waiting.step} waits for the person's "
+                       "approval.")
+    elif ledger.answer is not None:
+        verdict = "approved" if ledger.answer.approved else "denied"
+        notices.append(f"The person {verdict} your {ledger.answer.name} call of step {ledger.answer.step}; it has "
+                       "not run yet.")
+    for call in state.open_calls.values():
+        if call.name == "agent_delegate" and call.id in state.started:
+            notices.append(f"A sub-agent (your agent_delegate call {call.id}, task \"{_short(_task(call.arguments))}\") "
+                           "is still running; its result will come as the call's result.")
+    return notices
+
+
+def _task(arguments: str) -> str:
+    try:
+        task = json.loads(arguments).get("task")
+    except (ValueError, AttributeError):
+        return arguments
+    return task if isinstance(task, str) else arguments
+
+
+def _short(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= SHOWN_CHARS else flat[: SHOWN_CHARS - 1] + "…"
