@@ -1029,7 +1029,8 @@ def check_pointers(history: History, files: dict[str, str], originals: dict[str,
     """Every pointer left in the history names a saved file holding what it replaced, byte for byte.
 
     `originals` maps a call id to its result as the tool returned it (as the context held it, framed, when
-    it was not offloaded), and `<call id>/text` to the assistant's text of that call's message. Raises AssertionError naming the first that does not resolve.
+    it was not offloaded), and `<call id>/text` to the assistant's text of that call's message. Raises
+    AssertionError naming the first that does not resolve.
     """
     for entry in history:
         if entry.kind in ("summary", "digest"):

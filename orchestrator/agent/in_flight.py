@@ -41,8 +41,9 @@ def in_flight_notices(state: RunState) -> list[str]:
                        "not run yet.")
     for call in state.open_calls.values():
         if call.name == "agent_delegate" and call.id in state.started:
-            notices.append(f"A sub-agent (your agent_delegate call {call.id}, task \"{_short(_task(call.arguments))}\") "
-                           "is still running; its result will come as the call's result.")
+            task = _short(_task(call.arguments))
+            notices.append(f"A sub-agent (your agent_delegate call {call.id}, task \"{task}\") is still running; its "
+                           "result will come as the call's result.")
     return notices
 
 

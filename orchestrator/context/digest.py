@@ -65,9 +65,10 @@ def make_digest(
 
     Unless the digests since the last summary, with the new one, pass `budget` raw tokens (0: no
     budget): then the earlier ones fold into one line before the new digest, naming its file, which
-    holds them whole. The person's messages in the span, and between the earlier digests, stay as they
-    are, before the new message (context/person.py). A line a step piles up to thousands of tokens read at every step of a long run,
-    and would in the end need a summary (a model call); the fold costs no call and loses nothing.
+    holds them whole. A line a step piles up to thousands of tokens read at every step of a long run,
+    and would in the end need a summary (a model call); the fold costs no call and loses nothing. The
+    person's messages in the span, and between the earlier digests, stay before the new message
+    (context/person.py).
     (Keeping the newest earlier digests whole beside the fold line, within part of the budget, was
     measured: at the default budget it never kept one, so the fold takes them all.)"""
     start = max((i + 1 for i, turn in enumerate(old) if turn[0].kind in ("summary", "digest")), default=0)
@@ -166,7 +167,8 @@ def digest_message(span: Sequence[Entry], messages: Sequence[dict[str, Any]], pa
             lines.append("  -> " + _result(entry, results.get(entry.id), errors.get(entry.id)))
         else:
             text = _cut(str(message.get("content") or "").strip().replace("\n", " "), MAX_ARGUMENT_CHARS)
-            lines.append(digest_line(entry, text) if entry.said is not None else f"{entry.step}: [{entry.kind} message] {text}")
+            said = entry.said is not None
+            lines.append(digest_line(entry, text) if said else f"{entry.step}: [{entry.kind} message] {text}")
     return "\n".join(lines)
 
 

@@ -56,7 +56,8 @@ def _head(text: str, path: str | None) -> str:
     if len(text) <= MAX_KEPT_CHARS or path is None:
         return text
     return (text[:MAX_KEPT_CHARS] + f"\n[cairn keeps the person's long message here as its first "
-            f"{MAX_KEPT_CHARS:,} characters; all {byte_size(text):,} bytes of it are in {path}; read it with file_read]")
+            f"{MAX_KEPT_CHARS:,} characters; all {byte_size(text):,} bytes of it are in {path}; read it with "
+            "file_read]")
 
 
 def digest_line(entry: Entry, text: str) -> str:

@@ -17,20 +17,12 @@ from typing import Any
 
 import pytest
 
+from tests.agent.test_what_compaction_never_loses import ANSWER, BIG, QUESTION, SAID, SAME
 from tests.loop_helpers import call, done, turn
 
 CAIRN = [sys.executable, "-m", "orchestrator.cli"]
 WINDOW = 16_384
 MEDIUM = 'for i in $(seq 120); do echo "build step $i compiled module $((i * 7)) with no warnings"; done'
-BIG = 'for i in $(seq 600); do echo "trace line $i ' + "x" * 60 + '"; done'
-SAME = "echo same-output-every-time  # {n}"
-SAID = ["First: the tests live in tests/, never touch vendor/.",
-        "Second: prefer the standard library over new dependencies.",
-        "Third: the CHANGELOG entry goes under 'Unreleased'.",
-        "Fourth: keep functions under fifty lines.",
-        "Fifth: when in doubt, ask before deleting anything."]
-QUESTION = "Which theme should the report use, blue or green?"
-ANSWER = "Use the blue theme, and keep the footer as it is."
 
 
 def _env(tmp_path: Path, log: Path) -> dict[str, str]:
