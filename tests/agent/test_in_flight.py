@@ -69,9 +69,9 @@ def test_a_running_sub_agent_is_named_with_its_task_until_its_result_comes():
 
 def test_an_open_terminal_session_is_named_after_every_compaction_as_before_it(tmp_path):
     turns = [turn(call("shell_start", command="sleep 300", session="server", wait=0))]
-    turns += [turn(call("shell_exec", command=f"{BIG}  # {n}")) for n in range(24)]
+    turns += [turn(call("shell_exec", command=f"{BIG}  # {n}")) for n in range(12)]
     turns += [turn(call("shell_stop", session="server")), done()]
-    out = play(tmp_path, turns, settings={"model": {"context_window": 16_384}})
+    out = play(tmp_path, turns, settings={"model": {"context_window": 10_000}})
     assert out.status == "done"
     compactions = [e.step for e in out.events("compaction")]
     assert len(compactions) >= 2
