@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from orchestrator.context.person import PERSON_ANSWERS
+
 if TYPE_CHECKING:
     from orchestrator.agent.state import RunState
 
@@ -36,9 +38,10 @@ def in_flight_notices(state: RunState) -> list[str]:
         notices.append(f"Your {ledger.waiting.name} call of step {ledger.waiting.step} waits for the person's "
                        "approval.")
     elif ledger.answer is not None:
-        verdict = "approved" if ledger.answer.approved else "denied"
-        notices.append(f"The person {verdict} your {ledger.answer.name} call of step {ledger.answer.step}; it has "
-                       "not run yet.")
+        answer = ledger.answer
+        verdict = "approved" if answer.approved else "denied"
+        by = "by the person" if answer.by in PERSON_ANSWERS else f"by {answer.rule or 'an earlier answer'}"
+        notices.append(f"Your {answer.name} call of step {answer.step} was {verdict} {by}; it has not run yet.")
     for call in state.open_calls.values():
         if call.name == "agent_delegate" and call.id in state.started:
             task = _short(_task(call.arguments))

@@ -30,6 +30,20 @@ def exit_line(code: int, seconds: float) -> str:
     return f"[exit code {code}, {seconds:.1f} s]"
 
 
+# The sentence under a preview that says how to read the rest of a big output (context/offload.py), a form each.
+READ_BACK = (
+    '[Read the whole output with file_read(path="{path}", offset=..., limit=...): a window of lines at a time.]',
+    '[All of it is in {path}: file_read(path="{path}", offset=N, limit=M) reads any window of its lines.]',
+    '[To see more, file_read "{path}" with an offset and a limit: a window of lines at a time.]',
+    '[The whole output, line by line: file_read(path="{path}", offset=..., limit=...).]',
+)
+
+
+def read_back(path: str, form: int) -> str:
+    """The preview's last line in `form`: where the whole output is, and how to read it a window at a time."""
+    return READ_BACK[form % len(READ_BACK)].format(path=path)
+
+
 def framing(seed: int, number: int, vary: bool = True) -> int:
     """The form (0 to FRAMINGS - 1) of the run's `number`-th tool result (from 0), for the run's `seed`."""
     if not vary:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.config import ContextConfig
+from orchestrator.context.framing import read_back
 
 Save = Callable[[str, str], None]
 """`save(path, text)` writes text to a path of the sandbox (absolute, or relative to the work directory)."""
@@ -98,15 +99,6 @@ def shape_result(
     return Shaped(preview(text, path, cfg, form), offloaded_to=path)
 
 
-# The sentence under a preview that says how to read the rest, in each of the forms of context/framing.py.
-READ_BACK = (
-    '[Read the whole output with file_read(path="{path}", offset=..., limit=...): a window of lines at a time.]',
-    '[All of it is in {path}: file_read(path="{path}", offset=N, limit=M) reads any window of its lines.]',
-    '[To see more, file_read "{path}" with an offset and a limit: a window of lines at a time.]',
-    '[The whole output, line by line: file_read(path="{path}", offset=..., limit=...).]',
-)
-
-
 def preview(text: str, path: str, cfg: ContextConfig, form: int = 0) -> str:
     """Head and tail of `text`, framed by where the whole text is and how to read it (in `form`)."""
     lines = text.split("\n")
@@ -120,7 +112,7 @@ def preview(text: str, path: str, cfg: ContextConfig, form: int = 0) -> str:
         parts.append(_cap_head("\n".join(lines[:keep]), cfg.preview_chars))
         parts.append(f"[... {len(lines) - 2 * keep} lines omitted ...]")
         parts.append(_cap_tail("\n".join(lines[-keep:]), cfg.preview_chars))
-    parts.append(READ_BACK[form % len(READ_BACK)].format(path=path))
+    parts.append(read_back(path, form))
     return "\n".join(parts)
 
 

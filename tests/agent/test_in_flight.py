@@ -52,7 +52,7 @@ def test_a_call_waiting_for_approval_and_then_answered_but_not_run_is_named():
     assert in_flight_notices(state) == ["Your web_fetch call of step 3 waits for the person's approval."]
     state.apply(ev.ApprovalAnswered(step=3, call_id="c1", name="web_fetch", approved=False, by="cairn approve",
                                     reason="not that site"))
-    assert in_flight_notices(state) == ["The person denied your web_fetch call of step 3; it has not run yet."]
+    assert in_flight_notices(state) == ["Your web_fetch call of step 3 was denied by the person; it has not run yet."]
     state.apply(ev.ToolStarted(step=3, call_id="c1", name="web_fetch", arguments="{}"))
     assert in_flight_notices(state) == []
 

@@ -6,7 +6,8 @@ import pytest
 
 from orchestrator.config import ContextConfig
 from orchestrator.context.framing import FRAMINGS, exit_line, frame_result, framing
-from orchestrator.context.offload import READ_BACK, preview, stats_from_preview
+from orchestrator.context.framing import READ_BACK
+from orchestrator.context.offload import preview, stats_from_preview
 
 OUTPUT = "collected 3 items\n\ntests/test_a.py ...\n"
 FOOTER = exit_line(0, 0.25) + "\n[a note after the exit line]"
