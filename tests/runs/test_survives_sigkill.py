@@ -364,7 +364,7 @@ def test_export_import_into_a_fresh_runs_dir_and_resume_to_done(tmp_path, sandbo
     assert result.returncode == 0, result.stderr
     assert moved.read_meta()["status"] == "done"
     evs = events(fresh.runs_dir)
-    assert [e["content"] for e in evs if e["type"] == "tool_finished"][-2].startswith("hi")
+    assert [e.get("output") or e["content"] for e in evs if e["type"] == "tool_finished"][-2].startswith("hi")
     check_invariants(evs)
 
 

@@ -361,7 +361,7 @@ def test_cairn_approve_echoes_the_call_and_resume_goes_on_at_once(tmp_path, runs
     assert approved.returncode == 0, approved.stderr
     assert approved.stdout.startswith(f"run {run.id}: approved:\n  $ echo deployed\n")  # the call it approved
     assert f"run {run.id}: done: shipped" in approved.stderr
-    results = [e.content for e in run.events.read()[0] if e.type == "tool_finished"]
+    results = [e.output or e.content for e in run.events.read()[0] if e.type == "tool_finished"]  # as given, unframed
     assert results[0].startswith("deployed")
 
 
