@@ -342,7 +342,8 @@ def summary_request(
     has cached."""
     instruction = (
         f"[cairn is compacting your context: the messages of steps {span[0].step} to {span[-1].step} above "
-        "will be replaced by a summary you write now, and saved whole to a file you can read. Summarize those "
+        "will be replaced by a summary you write now (the person's messages among them stay as they are), and "
+        "saved whole to a file you can read. Summarize those "
         "steps for yourself: decisions, facts learned, files written, errors met and their state, and every "
         "file path mentioned. Answer with the summary only, in plain text; call no tool.]"
     )
