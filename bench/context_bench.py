@@ -997,8 +997,8 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
             form = framing(seed, results, cfg.vary_framing)
             results += 1
             shaped = shape_result(turn.step, call.name, call.result, cfg=cfg, count=counter.count_text,
-                                  save=files.__setitem__, call_id=label, form=form)
-            content = frame_result(shaped.content, "", call.name, form, shaped.offloaded_to is not None)
+                                  save=files.__setitem__, call_id=label)
+            content = frame_result(shaped.content, "", call.name, form, shaped.offloaded_to)
             ids += 1
             history.append(f"e{ids}", {"role": "tool", "tool_call_id": call.id, "content": content},
                            turn.step, kind="tool", tool=call.name, call_id=call.id, error=call.error,

@@ -15,14 +15,26 @@ toolbox's to list (tools/sessions/status.py); the rest is here:
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from orchestrator.context.person import PERSON_ANSWERS
+from orchestrator.tools.sessions.status import WithSessions, session_notices
 
 if TYPE_CHECKING:
     from orchestrator.agent.state import RunState
 
 SHOWN_CHARS = 300  # of a question or a sub-agent's task: the tail is sent uncached with every request
+
+
+class WithWork(WithSessions, Protocol):
+    """The agent whose work in flight is named: its sessions (through its sandbox) and its run's state."""
+
+    state: RunState
+
+
+def work_in_flight(agent: WithWork) -> list[str]:
+    """Every notice of work in flight for the tail: the terminal sessions, then the rest."""
+    return [*session_notices(agent), *in_flight_notices(agent.state)]
 
 
 def in_flight_notices(state: RunState) -> list[str]:

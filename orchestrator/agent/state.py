@@ -12,7 +12,8 @@ from typing import Any
 
 from orchestrator.agent.approvals import Ledger
 from orchestrator.config import ContextConfig
-from orchestrator.context import History, TokenCounter, shape_assistant_message
+from orchestrator.context import History, Shaped, TokenCounter, shape_assistant_message
+from orchestrator.context.framing import frame_result, framing
 from orchestrator.context.person import PERSON_ANSWERS, PERSON_SOURCES
 from orchestrator.agent.guards import Totals, signature
 from orchestrator.llm.types import ToolCall
@@ -140,6 +141,12 @@ class RunState:
     def _on_approval_answered(self, e: ev.ApprovalAnswered) -> None:
         if not e.approved and e.by in PERSON_ANSWERS and e.reason:
             self.denials[e.call_id] = e.reason
+
+    def framed(self, shaped: Shaped, footer: str, tool: str, vary: bool = True) -> str:
+        """The next tool result as the history keeps it, framed in the form its number in the run and the
+        run's seed choose (context/framing.py; `vary` false: the plain form). Recorded in ToolFinished.content,
+        so a resume sends the same bytes."""
+        return frame_result(shaped.content, footer, tool, framing(self.seed, self.results, vary), shaped.offloaded_to)
 
     def _on_compaction(self, e: ev.Compaction) -> None:
         self.history.apply(e)

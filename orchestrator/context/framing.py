@@ -39,7 +39,7 @@ READ_BACK = (
 )
 
 
-def read_back(path: str, form: int) -> str:
+def read_back(path: str, form: int = 0) -> str:
     """The preview's last line in `form`: where the whole output is, and how to read it a window at a time."""
     return READ_BACK[form % len(READ_BACK)].format(path=path)
 
@@ -54,10 +54,14 @@ def framing(seed: int, number: int, vary: bool = True) -> int:
     return order[place]
 
 
-def frame_result(body: str, footer: str, tool: str, form: int, offloaded: bool = False) -> str:
-    """One result as the history keeps it: `body` (the output, or an offloaded output's preview) and the
-    tool's `footer` (facts about it: the exit line first when there is one), in `form`. A preview has a
-    header of its own, so it gets none."""
+def frame_result(body: str, footer: str, tool: str, form: int, offloaded_to: str | None = None) -> str:
+    """One result as the history keeps it: `body` (the output, or the preview of an output saved whole to
+    `offloaded_to`) and the tool's `footer` (facts about it: the exit line first when there is one), in
+    `form`. A preview has a header of its own, so it gets none; its last sentence, how to read the rest
+    (context/offload.py writes it in form 0), is said in the form."""
+    offloaded = offloaded_to is not None
+    if offloaded and body.endswith(read_back(offloaded_to)):
+        body = body[: -len(read_back(offloaded_to))] + read_back(offloaded_to, form)
     if form == 0:
         return "\n".join(part for part in (body.rstrip("\n"), footer) if part)
     first, _, rest = footer.partition("\n")

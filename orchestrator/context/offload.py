@@ -82,25 +82,24 @@ def shape_result(
     save: Save,
     saved_path: str | None = None,
     call_id: str | None = None,
-    form: int = 0,
 ) -> Shaped:
     """The history form of one tool result: the text itself, or a preview pointing at a file.
 
     `saved_path` is where the toolbox already saved the whole output (output too big to send back
     whole); it is reused, never written again. `call_id`, when given, goes into the file name, so two
-    calls of one tool in one step do not write the same file. `form`: how a preview says where the rest
-    is (context/framing.py).
+    calls of one tool in one step do not write the same file.
     """
     if saved_path is None and not is_big(text, cfg.offload_tokens, count):
         return Shaped(text)
     path = saved_path or obs_path(step, tool, call_id)
     if saved_path is None:
         save(path, text)
-    return Shaped(preview(text, path, cfg, form), offloaded_to=path)
+    return Shaped(preview(text, path, cfg), offloaded_to=path)
 
 
-def preview(text: str, path: str, cfg: ContextConfig, form: int = 0) -> str:
-    """Head and tail of `text`, framed by where the whole text is and how to read it (in `form`)."""
+def preview(text: str, path: str, cfg: ContextConfig) -> str:
+    """Head and tail of `text`, framed by where the whole text is and how to read it (context/framing.py
+    words that last sentence in the result's form)."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # a final newline ends the last line; it does not start another
@@ -112,7 +111,7 @@ def preview(text: str, path: str, cfg: ContextConfig, form: int = 0) -> str:
         parts.append(_cap_head("\n".join(lines[:keep]), cfg.preview_chars))
         parts.append(f"[... {len(lines) - 2 * keep} lines omitted ...]")
         parts.append(_cap_tail("\n".join(lines[-keep:]), cfg.preview_chars))
-    parts.append(read_back(path, form))
+    parts.append(read_back(path))
     return "\n".join(parts)
 
 

@@ -50,7 +50,6 @@ def test_the_forms_differ_from_each_other():
 def test_a_preview_keeps_its_header_first_in_every_form_and_says_how_to_read_the_rest(form):
     text = "".join(f"line {i}\n" for i in range(1000))
     path = "/cairn/obs/3-shell_exec.txt"
-    shown = frame_result(preview(text, path, ContextConfig(), form), exit_line(0, 1.0), "shell_exec", form,
-                         offloaded=True)
+    shown = frame_result(preview(text, path, ContextConfig()), exit_line(0, 1.0), "shell_exec", form, path)
     assert stats_from_preview(shown) == (1000, len(text))
     assert shown.splitlines()[-2] == READ_BACK[form].format(path=path)  # then the exit line, in its form
