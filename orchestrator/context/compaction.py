@@ -48,7 +48,7 @@ from orchestrator.config import ContextConfig
 from orchestrator.context.digest import make_digest
 from orchestrator.context.history import Entry, History, replaced_message
 from orchestrator.context.offload import CAIRN_DIR, Save, call_arguments, is_big, obs_path, with_arguments
-from orchestrator.context.person import keep
+from orchestrator.context.person import KEPT, keep
 from orchestrator.context.pointers import argument_pointer, pointer_text, text_pointer
 from orchestrator.context.span_files import summary_file
 from orchestrator.context.tokens import TokenCounter, canonical_json
@@ -151,7 +151,7 @@ def compact(
         kind, span_ids, summary, summary_path, kept = "digest", digest.ids, digest.message, digest.path, digest.kept
         after = "after turning old results into pointers and folding old turns"
     elif span:
-        kept, kept_files, kept_tokens = keep(span, counter)
+        kept, kept_tokens = keep(span, counter, save)  # (a long message's whole text goes to a file first)
         total += kept_tokens - sum(tokens[entry.id] for entry in span)
         # Hopeless even if the summary were empty: say so before paying for the summary.
         _fail_if_over(estimate(total), window, "even with every older turn summarized away")
@@ -165,8 +165,6 @@ def compact(
         text = summarize(summary_request(prefix, history.messages() if cached else replaced, span)).strip()
         # A sub-agent shares the workspace: its prefix keeps its summaries from overwriting the parent's.
         summary_path = f"{SUMMARY_DIR}/{summary_prefix}{next_summary_number:03d}.md"
-        for path, whole in kept_files:
-            save(path, whole)
         save(summary_path, summary_file(next_summary_number, step, text, span, replaced))
         summary = summary_message(next_summary_number, summary_path, span, text, bool(kept))
         total += counter.message({"role": "user", "content": summary})
@@ -341,11 +339,10 @@ def summary_request(
     the history as the last request sent it, every byte but that message's is a prefix the provider
     has cached."""
     instruction = (
-        f"[cairn is compacting your context: the messages of steps {span[0].step} to {span[-1].step} above "
-        "will be replaced by a summary you write now (the person's messages among them stay as they are), and "
-        "saved whole to a file you can read. Summarize those "
-        "steps for yourself: decisions, facts learned, files written, errors met and their state, and every "
-        "file path mentioned. Answer with the summary only, in plain text; call no tool.]"
+        f"[cairn is compacting your context: the messages of steps {span[0].step} to {span[-1].step} above, "
+        "but the person's, will be replaced by a summary you write now, and saved whole to a file you can read. "
+        "Summarize those steps for yourself: decisions, facts learned, files written, errors met and their state, "
+        "and every file path mentioned. Answer with the summary only, in plain text; call no tool.]"
     )
     return [*prefix, *messages, {"role": "user", "content": instruction}]
 
@@ -354,11 +351,10 @@ def summary_message(number: int, path: str, span: list[Entry], text: str, kept: 
     """The history message that stands for a summarized span (`kept`: the person's messages of those steps
     stay above it)."""
     first, last = span[0].step, span[-1].step
-    person = " The person's messages of those steps are kept word for word above." if kept else ""
     return (
         f"[Summary {number:03d} of the earlier work (steps {first} to {last}), written by cairn when the "
         f"context filled up. The file {path} holds this summary, the path of every saved output of "
-        f"those steps, and the replaced messages whole; read it with file_read when you need a detail.{person}]\n\n"
+        f"those steps, and the replaced messages whole; read it with file_read when you need a detail.{KEPT * kept}]\n\n"
         + text
     )
 

@@ -97,17 +97,15 @@ def make_digest(
     message = digest_message(span, messages, path, results, errors)
     digest_tokens = counter.message({"role": "user", "content": message})
     first = span[0].step
-    digests = [e for e in earlier if e.kind == "digest"]
-    if budget and digests and sum(tokens[e.id] for e in digests) + digest_tokens > budget:
-        first, last = _steps(digests)
+    if budget and earlier and sum(tokens[e.id] for e in earlier if e.kind == "digest") + digest_tokens > budget:
+        first, last = _steps([e for e in earlier if e.kind == "digest"])
         message = fold_line(first, last, path) + "\n\n" + message
         span, messages = [*earlier, *span], [*(e.message for e in earlier), *messages]
         digest_tokens = counter.message({"role": "user", "content": message})
-    kept, kept_files, kept_tokens = keep(span, counter)
+    kept, kept_tokens = keep(span, counter, lambda path, text: files.append((path, text)))
     removed = sum(tokens[entry.id] for entry in span) - kept_tokens
     if digest_tokens >= removed:
         return None
-    files += kept_files
     files.append((path, digest_file(step, span, messages, message, first)))
     return Digest([e.id for e in span], message, path, files, digest_tokens, removed, kept)
 
@@ -118,13 +116,11 @@ def _earlier_digests(before: list[list[Entry]]) -> list[Entry]:
     the person's messages each kept before its digest among them (from the first digest on)."""
     earlier: list[Entry] = []
     for turn in reversed(before):
-        entry = turn[0]
-        if len(turn) > 1 or not (entry.kind == "digest" or (entry.kind == "user" and entry.said is not None)):
+        if len(turn) > 1 or not (turn[0].kind == "digest" or turn[0].said is not None):
             break
-        earlier.insert(0, entry)
-    while earlier and earlier[0].kind != "digest":
-        earlier.pop(0)  # kept before the first digest: already where a fold would put them
-    return earlier
+        earlier.insert(0, turn[0])
+    # It ends with a digest when there is one. Those kept before the first are where a fold would put them.
+    return earlier[[e.kind for e in earlier].index("digest"):] if earlier else []
 
 
 def _steps(digests: Sequence[Entry]) -> tuple[int, int]:
@@ -167,8 +163,7 @@ def digest_message(span: Sequence[Entry], messages: Sequence[dict[str, Any]], pa
             lines.append("  -> " + _result(entry, results.get(entry.id), errors.get(entry.id)))
         else:
             text = _cut(str(message.get("content") or "").strip().replace("\n", " "), MAX_ARGUMENT_CHARS)
-            said = entry.said is not None
-            lines.append(digest_line(entry, text) if said else f"{entry.step}: [{entry.kind} message] {text}")
+            lines.append(digest_line(entry, text))
     return "\n".join(lines)
 
 

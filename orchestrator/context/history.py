@@ -42,8 +42,8 @@ class Entry:
     call_id: str | None = None
     error: bool = False
     offloaded_to: str | None = None  # where the whole result text is, if not in the message
-    pointer: bool = False  # a compaction replaced the content with a pointer
     said: str | None = None  # the person's words it carries (their message; a denied call's reason): kept
+    pointer: bool = False  # a compaction replaced the content with a pointer
 
     @property
     def content(self) -> str:
@@ -90,8 +90,7 @@ class History:
         if kind == "tool":
             call_id = call_id or message.get("tool_call_id")
             tool = tool or message.get("name")
-        entry = Entry(id, message, step, kind, self.counter.message(message), tool, call_id, error, offloaded_to,
-                      said=said)
+        entry = Entry(id, message, step, kind, self.counter.message(message), tool, call_id, error, offloaded_to, said)
         self._index[id] = len(self._entries)
         self._entries.append(entry)
         self._tokens += entry.tokens
@@ -156,9 +155,9 @@ class History:
     def _replace_span(self, event: Compaction) -> None:
         if not event.span or event.summary is None or event.summary_path is None:
             raise ValueError(f"a {event.kind} compaction needs a span, a summary and a summary_path")
-        gone = [id for id in event.span if id not in event.kept]  # the person's words stay in place
-        if summary_id(event.summary_path) in self._index and not any(id in self._index for id in gone):
-            return  # applied already
+        # Applied already: its message is in, and the span's messages are gone, but for the person's.
+        if summary_id(event.summary_path) in self._index and not (set(event.span) - set(event.kept)) & self._index.keys():
+            return
         start = self._position(event.span[0])
         if [entry.id for entry in self._entries[start : start + len(event.span)]] != event.span:
             raise ValueError(f"compaction span {event.span[0]}..{event.span[-1]} is not a run of the history")
@@ -215,11 +214,9 @@ def kept_entry(entry: Entry, text: str | None, counter: TokenCounter) -> Entry:
     """What stays in the history of `entry`, one of the person's, when a digest or summary replaces its span:
     the entry itself (`text` None), or a message of the person's words with the `text` the compaction recorded
     (context/person.py: a denied call's reason, as the call goes into the digest; a very long message's head)."""
-    if text is None:
-        return entry
     message = {"role": "user", "content": text}
-    id = entry.id if entry.kind == "user" else f"said-{entry.id}"
-    return Entry(id, message, entry.step, "user", counter.message(message), pointer=True, said=entry.said)
+    return entry if text is None else Entry(entry.id if entry.kind == "user" else f"said-{entry.id}", message,
+                                            entry.step, "user", counter.message(message), pointer=True, said=entry.said)
 
 
 def summary_id(summary_path: str) -> str:

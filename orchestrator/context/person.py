@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from orchestrator.context.history import Entry
-from orchestrator.context.offload import CAIRN_DIR, byte_size, obs_path
+from orchestrator.context.offload import CAIRN_DIR, Save, byte_size, obs_path
 from orchestrator.context.tokens import TokenCounter
 
 # The sources of a UserMessage that are the person's words (events.UserMessage.source): not "check", nor
@@ -30,6 +30,7 @@ PERSON_ANSWERS = frozenset({"terminal", "cairn approve"})
 # About 4,000 tokens of prose: a message longer than this is kept as its head once compaction moves it.
 MAX_KEPT_CHARS = 16_000
 SAID_DIR = f"{CAIRN_DIR}/inbox"  # the person's long messages, whole
+KEPT = " The person's messages of those steps are kept word for word above."  # said by a summary that kept some
 
 
 def kept_text(entry: Entry) -> tuple[str | None, list[tuple[str, str]]]:
@@ -61,21 +62,25 @@ def _head(text: str, path: str | None) -> str:
 
 
 def digest_line(entry: Entry, text: str) -> str:
-    """A digest's line for one of the person's messages: where it is, and its start as a reminder."""
+    """A digest's line for a message (not a call or a result): for one of the person's, that it is kept above,
+    and its start as a reminder."""
+    if entry.said is None:
+        return f"{entry.step}: [{entry.kind} message] {text}"
     return f"{entry.step}: [the person's message, kept word for word above] {text}"
 
 
-def keep(span: Sequence[Entry], counter: TokenCounter) -> tuple[dict[str, str | None], list[tuple[str, str]], int]:
+def keep(span: Sequence[Entry], counter: TokenCounter, save: Save) -> tuple[dict[str, str | None], int]:
     """The person's words in a `span` a digest or summary replaces: `Compaction.kept` (by id, in the span's
-    order), the files to save before the event exists, and the raw tokens the kept messages will take."""
+    order), and the raw tokens the kept messages will take. The files a long one needs go to `save(path,
+    text)`, before the event exists."""
     kept: dict[str, str | None] = {}
-    files: list[tuple[str, str]] = []
     tokens = 0
     for entry in span:
         if entry.said is None:
             continue
         text, needed = kept_text(entry)
         kept[entry.id] = text
-        files += needed
+        for path, whole in needed:
+            save(path, whole)
         tokens += entry.tokens if text is None else counter.message({"role": "user", "content": text})
-    return kept, files, tokens
+    return kept, tokens
