@@ -53,9 +53,9 @@ formats in bench/trajectories.py) against the same raw agent, with the same brea
 `--say N` has the person speak N times in each run (`with_person`: short instructions at evenly spaced
 steps, the same for every policy, the raw agent included), and cairn keeps their words word for word
 through every compaction (context/person.py); `--keep-said off` compacts them like any message, as cairn
-did before. `--vary-framing off` frames every result in the plain form (context/framing.py). In the
-trajectories mode `--compare` runs cairn twice on the same set, the second time with both off, and
-prints both beside the raw agent.
+did before. `--vary-framing off` frames every result in the plain form (context/framing.py). `--compare`
+runs cairn a second time in the same run with both off, and prints it beside (a column of its own on the
+scripted workloads, a line `before: ...` on real runs).
 
 A fourth run is cairn again with `--critic-every 10` (orchestrator/agent/critic.py: after every tenth step, a
 critic request of the task, the plan and the last ten steps, answered in ~270 tokens, whose note enters
@@ -1295,7 +1295,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--vary-framing", choices=["on", "off"], default="on" if defaults.vary_framing else "off",
                         help="cairn varies how results are framed (context.vary_framing)")
     parser.add_argument("--compare", action="store_true",
-                        help="with --trajectories: also run cairn with --vary-framing off --keep-said off, beside")
+                        help="also run cairn with --vary-framing off --keep-said off (as before issue 32), beside")
     parser.add_argument("--sweep", action="store_true",
                         help="instead of one run: cairn's marks and preview size over seeds and windows, as a table")
     args = parser.parse_args(argv)
@@ -1329,10 +1329,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
           f"{len(references)} steps need an earlier observation again")
 
     cairn, runs = measure_cairn(turns, window, max(1, args.repeats), cfg, references, keep_said=args.keep_said == "on")
+    before = None
+    if args.compare:  # cairn as before issue 32, in the same run: results in the plain form, the person's words compacted
+        before = measure_cairn(turns, window, 1, cfg.model_copy(update={"vary_framing": False}), references,
+                               keep_said=False)[0]
+        before.name = "cairn, before"
     fresh = run_summarize(turns, window, False, references) if args.summary_request != "appended" else None
     appended = run_summarize(turns, window, True, references) if args.summary_request != "fresh" else None
     raw = run_drop_oldest(turns, 10**12, None, "raw, no limit") if args.workload == "real-shaped" else None
-    ledgers = [cairn, run_drop_oldest(turns, window, references), *(x for x in (fresh, appended, raw) if x)]
+    ledgers = [cairn, *(x for x in (before,) if x), run_drop_oldest(turns, window, references),
+               *(x for x in (fresh, appended, raw) if x)]
 
     rows: list[tuple[str, Callable[[Ledger], str]]] = [
         ("requests (incl. summarize)", lambda led: _fmt_int(led.requests)),
@@ -1415,6 +1421,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         result |= {"compactions": float(cairn.compactions), "summaries": float(cairn.summaries),
                    "cost_vs_raw": cairn.cost / raw.cost, "floor_vs_raw": cost_floor(turns, raw, cfg)[0] / raw.cost}
         line += f" compactions={cairn.compactions} summaries={cairn.summaries} cost_vs_raw={result['cost_vs_raw']:.3f}"
+    if before is not None:
+        result |= {"before_cache_hit": before.cache_hit, "before_cost_vs_summarize": _ratio(before.cost, fresh),
+                   **({"before_cost_vs_raw": before.cost / raw.cost} if raw is not None else {})}
+        print(f"\nbefore (the plain form, the person's words compacted): cache_hit={before.cache_hit:.3f} "
+              f"cost_vs_summarize={_fmt_ratio(result['before_cost_vs_summarize'])}"
+              + (f" cost_vs_raw={result['before_cost_vs_raw']:.3f}" if raw is not None else ""))
     critic = Ledger(f"cairn, critic every {CRITIC_EVERY}")
     run_cairn(turns, window, lambda step, messages, tools, output, reread: critic.account(
         prompt_tokens_of(messages, tools), output, reread), critic, cfg, references, critic_every=CRITIC_EVERY)
