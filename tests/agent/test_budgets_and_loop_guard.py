@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from orchestrator import events as ev
 from orchestrator.agent.state import RunState
 from orchestrator.config import ContextConfig, LimitsConfig
 from orchestrator.context import TokenCounter
+from orchestrator.errors import UsageError
+from orchestrator.runs.settings import resolve_config, settings_file
 from orchestrator.agent.guards import (Finished, LoopGuard, Totals, budget_notice, check_budget, is_last_step,
                                       repeating_pattern, signature)
 from tests.fake_loop import call, done, play, turn
@@ -112,6 +116,18 @@ def test_a_time_limit_reads_a_duration_as_people_write_it():
     assert LimitsConfig(max_wall_seconds="90").max_wall_seconds == 90
     with pytest.raises(ValueError, match="is not a duration"):
         LimitsConfig(max_wall_seconds="soon")
+
+
+def test_a_settings_file_or_a_templates_cairn_json_sets_the_time_as_a_duration_and_a_bad_one_is_one_line(tmp_path):
+    path = tmp_path / "cairn.json"  # a template's cairn.json is read as a settings file is, one layer below
+    path.write_text(json.dumps({"limits": {"max_wall_seconds": "2h"}}))
+    assert resolve_config({}, layers=[settings_file(path)]).limits.max_wall_seconds == 7200
+    path.write_text(json.dumps({"limits": {"max_wall_seconds": "two hours"}}))
+    with pytest.raises(UsageError) as caught:
+        settings_file(path)
+    assert caught.value.message == (f"--settings {path}: invalid setting limits.max_wall_seconds: Value error, 'two hours' "
+                                    "is not a duration; give a number of seconds or one with units s, m, h, d (e.g. 90m, "
+                                    "1h30m, 45s)")
 
 
 def test_a_run_whose_time_runs_out_ends_budget(tmp_path):
