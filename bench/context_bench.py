@@ -1423,9 +1423,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         line += f" compactions={cairn.compactions} summaries={cairn.summaries} cost_vs_raw={result['cost_vs_raw']:.3f}"
     if before is not None:
         result |= {"before_cache_hit": before.cache_hit, "before_cost_vs_summarize": _ratio(before.cost, fresh),
+                   "before_cost_vs_appended": _ratio(before.cost, appended),
                    **({"before_cost_vs_raw": before.cost / raw.cost} if raw is not None else {})}
         print(f"\nbefore (the plain form, the person's words compacted): cache_hit={before.cache_hit:.3f} "
-              f"cost_vs_summarize={_fmt_ratio(result['before_cost_vs_summarize'])}"
+              f"cost_vs_summarize={_fmt_ratio(result['before_cost_vs_summarize'])} "
+              f"cost_vs_appended={_fmt_ratio(result['before_cost_vs_appended'])}"
               + (f" cost_vs_raw={result['before_cost_vs_raw']:.3f}" if raw is not None else ""))
     critic = Ledger(f"cairn, critic every {CRITIC_EVERY}")
     run_cairn(turns, window, lambda step, messages, tools, output, reread: critic.account(
