@@ -60,7 +60,7 @@ def frame_result(body: str, footer: str, tool: str, form: int, offloaded_to: str
     `form`. A preview has a header of its own, so it gets none; its last sentence, how to read the rest
     (context/offload.py writes it in form 0), is said in the form."""
     offloaded = offloaded_to is not None
-    if offloaded and body.endswith(read_back(offloaded_to)):
+    if offloaded_to is not None and body.endswith(read_back(offloaded_to)):
         body = body[: -len(read_back(offloaded_to))] + read_back(offloaded_to, form)
     if form == 0:
         return "\n".join(part for part in (body.rstrip("\n"), footer) if part)
