@@ -144,11 +144,13 @@ class Agent:
 
     def _go(self, cfg: Any, message: str | None, resumed: bool) -> RunResult:
         from orchestrator.agent.loop import Loop
+        from orchestrator.runs.first_checkpoint import Checkpointing
 
         attach = getattr(self.sandbox, "attach", None)
         if attach is not None:  # a LocalSandbox keeps cairn's files (journal, saved outputs) in the run's cairn/
             attach(self.run_dir.workspace, self.run_dir.cairn_dir)
         self.run_dir.hold()  # this process drives the run until it returns (store/liveness.py)
+        checkpointing = Checkpointing(self.run_dir)  # the first checkpoint, and the change list after it
         try:
             if resumed:
                 self.run_dir.events.set_aside_torn_line()
@@ -159,7 +161,10 @@ class Agent:
                 agent.recover()
             status = agent.run(message, source="answer" if resumed and message else "user")
         finally:
-            self.run_dir.release()
+            try:
+                checkpointing.close()
+            finally:
+                self.run_dir.release()
         return result_of(self.run_dir, status, agent.error)
 
 

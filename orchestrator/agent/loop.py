@@ -59,8 +59,12 @@ class Loop:
         self.summary_usage: dict[str, Any] = {}  # the last summary request's, until its compaction is recorded
         self.cut_off: tuple[ToolCall, Callable[[int], Observation]] | None = None  # a call to finish (see recover)
         self.approval_step = False  # the last step stopped for an approval: its calls go on (see recover)
+        self.step_zero_pending = self.state.step == 0
 
     def emit(self, event: ev._Event) -> None:
+        if event.step > 0 and self.step_zero_pending:  # step 0's checkpoint is in the log before step 1
+            self.step_zero_pending = False
+            self.record_first_checkpoint()
         self.run_dir.events.append(event)
         self.state.apply(event)
         self.display.event(event, self.state)
@@ -299,6 +303,17 @@ class Loop:
             return
         if done.commit or done.skipped:
             self.emit(ev.Checkpoint(step=step, commit=done.commit, skipped=done.skipped))
+
+    def record_first_checkpoint(self) -> None:
+        """Step 0, the workspace as the run starts, is taken while the first request goes out; the first
+        event of step 1 (the model's answer) waits for it, so no call can change the workspace before it."""
+        try:
+            done = self.run_dir.first_checkpoint()
+        except Exception as exc:  # noqa: BLE001 - as a failed checkpoint of any step: a notice
+            self.emit(ev.Notice(step=0, text=f"checkpoint of step 0 failed: {exc}"))
+            return
+        if done is not None:
+            self.emit(ev.Checkpoint(step=0, commit=done.commit, skipped=done.skipped))
 
     def recover(self) -> None:
         """After a stop or a crash: the calls a crash cut off are closed, never run again (agent/recovery.py)."""

@@ -4,22 +4,31 @@ The git dir lives in `state/`, so the sandbox never sees it; the work tree is th
 workspace's own `.git`, if the agent made one, is never read or written (git never tracks a path named
 `.git`), and a nested repository elsewhere in the workspace is skipped, not descended into.
 
-How a step is committed, with git plumbing so that cairn, not the workspace, decides what is kept:
+How a step is committed. With a change list (store/change_list.py: the paths the host kernel saw change
+since the last checkpoint), only those paths are read and only the trees above them are rewritten
+(store/tree_update.py): a step costs what it changed. Without one, or when it is incomplete (the first
+checkpoint of a process, an overflow of events, a watch that could not start), the step is a full scan,
+with git plumbing, so that cairn, not the workspace, decides what is kept:
 
-1. `git ls-files -t -o -m -d --exclude-from=<ours>` names what changed since the last checkpoint:
-   untracked, modified and deleted files. The index holds every tracked file's stat data, so an
-   unchanged file costs one `lstat` and no read. Only cairn's own exclude list applies; the
-   workspace's `.gitignore` files do not hide anything from a checkpoint.
+1. `git ls-files -t -o -m -d --exclude-from=<ours>` names what changed since the index was last brought
+   up to the workspace: untracked, modified and deleted files. The index holds every tracked file's stat
+   data, so an unchanged file costs one `lstat` and no read (steps made from a change list leave the
+   index behind; it is a cache of stat data, and what it misses costs a read, never a wrong tree).
+   Only cairn's own exclude list applies; the workspace's `.gitignore` files do not hide anything.
 2. `git ls-files -o -i --directory` names the generated trees that were skipped (`node_modules/`, ...).
 3. Of the changed paths only, files over 10 MiB and special files (FIFOs, sockets, devices, which git
    cannot store) are skipped (and dropped from the index if they were tracked before). Nothing else in
    the workspace is stat'ed from Python.
-4. `git update-index` takes the changed paths, `git write-tree` makes the tree (the cache tree makes it
-   cheap), and when that tree equals the last checkpoint's, no commit is made.
-5. The commit (fixed identity, message `cairn step N`) and its refs are written in process through
-   gitpython's object database and reference code, which saves two git processes a step: the branch
-   `refs/heads/checkpoints` moves, and `refs/cairn/step-N` is set. The commit of step N is that ref; a
-   step without a ref changed nothing (its workspace is the nearest earlier step's).
+4. `git update-index` takes the changed paths (the first scan of a workspace writes its blobs into one
+   pack, not a loose file each), `git write-tree` makes the tree (the cache tree makes it cheap).
+
+Either way, when the tree equals the last checkpoint's, no commit is made. The commit (fixed identity,
+message `cairn step N`) and its refs are written in process through gitpython's object database and
+reference code, which saves two git processes a step: the branch `refs/heads/checkpoints` moves, and
+`refs/cairn/step-N` is set. The commit of step N is that ref; a step without a ref changed nothing (its
+workspace is the nearest earlier step's). Once more than LOOSE_OBJECTS objects are loose, they are
+packed (`git repack --geometric=2`: the new pack is rolled up with the small ones, so there are few
+packs and each object is packed a few times at most) and the refs too.
 
 git is never configured by a run. Every git process gets a fixed identity, no global or system config,
 and command-line settings (GIT_CONFIG_COUNT, which outrank any config file) that switch off everything
@@ -42,6 +51,7 @@ import re
 import shutil
 import stat
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,14 +59,18 @@ from pathlib import Path
 import git
 from gitdb.base import IStream
 
+from orchestrator.store.change_list import Subscription
+from orchestrator.store.tree_update import NeedsFullScan, TreeUpdate, special
+
 BRANCH = "refs/heads/checkpoints"
 STEP_REF = "refs/cairn/step-"
 MAX_FILE_BYTES = 10 * 1024 * 1024
 SKIPPED_DIRS = ("node_modules", ".venv", "venv", "__pycache__", ".cache", ".pytest_cache", ".mypy_cache", ".tox")
 IDENTITY = {"name": "cairn", "email": "cairn@localhost"}
+LOOSE_OBJECTS = 256  # more loose objects than this are packed (counted every PACK_CHECK_EVERY commits)
+PACK_CHECK_EVERY = 16
+BULK_FROM = 1000  # a full scan that adds more files than this writes them into one pack
 _MESSAGE = re.compile(r"^cairn step (\d+)$")
-_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-            (stat.S_ISBLK, "a block device"))
 
 
 @dataclass
@@ -180,12 +194,6 @@ def make_git(git_dir: Path, work_tree: Path | None = None) -> git.Git:
     return g
 
 
-def _special(mode: int) -> str | None:
-    """Why a path cannot be checkpointed as it is (git stores files and symlinks only), or None."""
-    kind = next((name for test, name in _SPECIAL if test(mode)), None)
-    return f"{kind}, not a file" if kind else None
-
-
 def _run_with_input(g: git.Git, command: str, args: list[str], data: bytes) -> str:
     with tempfile.TemporaryFile() as f:
         f.write(data)
@@ -216,16 +224,24 @@ def tree_changes(g: git.Git, before: str | None, after: str) -> list[tuple[str, 
 
 
 class Checkpoints:
-    def __init__(self, git_dir: Path, workspace: Path, index: Path | None = None) -> None:
-        """`index`: stage into this scratch index instead of the checkpoints' own (a sub-agent's diff)."""
-        self.git_dir, self.workspace, self.index = git_dir, workspace, index
+    def __init__(self, git_dir: Path, workspace: Path, index: Path | None = None,
+                 changes: Subscription | None = None) -> None:
+        """`index`: stage into this scratch index instead of the checkpoints' own (a sub-agent's diff).
+        `changes`: the change list of the workspace (store/change_list.py); without it every step is a
+        full scan."""
+        self.git_dir, self.workspace, self.index, self.changes = git_dir, workspace, index, changes
         self.exclude = git_dir / "cairn-exclude"
         self.skipped_file = git_dir / "cairn-skipped.json"
+        self.lock = threading.Lock()  # the first checkpoint may be taken in a thread (runs/compose.py)
         self._git: git.Git | None = None
         self._skipped: dict[str, str] | None = None
         self._head: str | None = None
         self._head_tree: str | None = None
+        self._tree: str | None = None  # the workspace's tree as this process last knew it
+        self._update: TreeUpdate | None = None
         self._repo: git.Repo | None = None
+        self._commits = 0
+        self.full_scans = 0  # steps that were full scans (for tests and benches)
 
     @classmethod
     def of(cls, run) -> "Checkpoints":  # noqa: ANN001 - RunDir
@@ -241,6 +257,11 @@ class Checkpoints:
 
     def exists(self) -> bool:
         return (self.git_dir / "HEAD").is_file()
+
+    def close(self) -> None:
+        """Ends the git processes kept for this run (the object reader of the change-list steps)."""
+        if self._git is not None:
+            self._git.clear_cache()
 
     def init(self) -> None:
         if self.exists():
@@ -258,19 +279,46 @@ class Checkpoints:
 
     def commit(self, step: int) -> Result:
         """Commits the workspace as the state after `step`, unless nothing changed since the last one."""
-        self.init()
-        changed, skipped = self.stage()
-        new_skips = self._remember_skipped(skipped)
-        if self._head is None:
-            self._head = self.head()
-        if self._head is not None and not changed:
-            return Result(step, None, new_skips)
-        tree = self.git.write_tree()
-        if self._head is not None and tree == self._tree_of(self._head):
-            return Result(step, None, new_skips)
-        commit = self._write_commit(tree, self._head, step)
-        self._head, self._head_tree = commit, tree
-        return Result(step, commit, new_skips)
+        with self.lock:
+            self.init()
+            if self._head is None:
+                self._head = self.head()
+            tree, skipped = self._tree_now()
+            new_skips = self._remember_skipped(skipped)
+            if self._head is not None and tree == self._tree_of(self._head):
+                return Result(step, None, new_skips)
+            commit = self._write_commit(tree, self._head, step)
+            self._head, self._head_tree = commit, tree
+            self._pack_when_loose()
+            return Result(step, commit, new_skips)
+
+    def prepare(self) -> None:
+        """Brings what this process knows of the workspace up to it, without a commit: a resumed run's
+        full scan, taken while its first request goes out, so that its first step is not one."""
+        with self.lock:
+            if self._tree is None:
+                self.init()
+                self._remember_skipped(self._tree_now()[1])
+
+    def _tree_now(self) -> tuple[str, dict[str, str]]:
+        """The workspace's tree now, and what is skipped: from the change list when it is complete, else
+        from a full scan."""
+        changes = self.changes.take() if self.changes is not None else None
+        if changes is not None and changes.complete and self._tree is not None:
+            try:
+                self._tree, skipped = self._updater().update(self._tree, changes.under(self.workspace), self.skipped())
+                return self._tree, skipped
+            except NeedsFullScan:
+                pass
+        self.full_scans += 1
+        _changed, skipped = self.stage()
+        self._tree = self.git.write_tree()
+        return self._tree, skipped
+
+    def _updater(self) -> TreeUpdate:
+        if self._update is None:
+            self._update = TreeUpdate(self.git_dir, self.workspace, self.git, SKIPPED_DIRS, MAX_FILE_BYTES)
+        return self._update
 
     def stage(self) -> tuple[bool, dict[str, str]]:
         """Brings the index up to the workspace; returns whether it changed, and what is skipped (why)."""
@@ -294,7 +342,7 @@ class Checkpoints:
                 except OSError:
                     update.add(path)  # gone meanwhile: --remove drops it
                     continue
-                why = _special(st.st_mode)
+                why = special(st.st_mode)
                 if why is None and st.st_size > MAX_FILE_BYTES and stat.S_ISREG(st.st_mode):
                     why = f"over 10 MiB ({st.st_size / 2**20:.1f} MiB)"
                 if why is not None:
@@ -304,7 +352,10 @@ class Checkpoints:
                     continue
             update.add(path)
         if update:
-            _run_with_input(g, "update_index", ["--add", "--remove", "--replace", "-z", "--stdin"], _paths(update))
+            # Many new files (a workspace's first scan) go into one pack: a loose file each would cost more
+            # to write, and to pack later, than to hash (git's bulk check-in, for blobs over the threshold).
+            runner = g(c="core.bigFileThreshold=1") if len(update) > BULK_FROM else g
+            _run_with_input(runner, "update_index", ["--add", "--remove", "--replace", "-z", "--stdin"], _paths(update))
         if drop:
             _run_with_input(g, "update_index", ["--force-remove", "-z", "--stdin"], _paths(drop))
         return bool(update or drop), skipped
@@ -324,6 +375,14 @@ class Checkpoints:
         for ref in (BRANCH, f"{STEP_REF}{step}"):
             git.SymbolicReference(self._repo, ref).set_reference(commit)
         return commit.hexsha
+
+    def _pack_when_loose(self) -> None:
+        """Packs the loose objects once there are more than LOOSE_OBJECTS (looked at every few commits)."""
+        self._commits += 1
+        if self._commits % PACK_CHECK_EVERY != 1 or loose_objects(self.git_dir) <= LOOSE_OBJECTS:
+            return
+        self.git.repack("--geometric=2", "-d", "-q", "-n")  # -n: no info/ files for dumb transports
+        self.git.pack_refs("--all", "--prune")
 
     def _tree_of(self, commit: str) -> str:
         if self._head_tree is None:
@@ -374,6 +433,19 @@ class Checkpoints:
         steps = self.steps() if steps is None else steps
         earlier = [n for n in steps if n <= step]
         return steps[max(earlier)] if earlier else None
+
+
+def loose_objects(git_dir: Path) -> int:
+    """How many objects of `git_dir` are loose files (objects/xx/...), not in a pack."""
+    count = 0
+    try:
+        with os.scandir(git_dir / "objects") as folders:
+            for folder in folders:
+                if len(folder.name) == 2 and folder.is_dir():
+                    count += len(os.listdir(folder.path))
+    except OSError:
+        pass
+    return count
 
 
 def step_of_message(message: str) -> int | None:

@@ -1,0 +1,135 @@
+"""A drive's first checkpoint, taken in a thread while the first request goes out.
+
+The first model request does not need the workspace's checkpoint; the first call that can change the
+workspace does (step 0 is the workspace as the run starts, the base of step 1's diff). On a big
+workspace that checkpoint is the longest part of a start (every file hashed: tens of seconds for
+100,000 files), so it is taken beside the container's start and the first request:
+
+- the change watch (store/change_list.py) starts first, so that whatever changes from then on is in the
+  change list, and what changed before is seen by the scan that follows;
+- a new run (no checkpoint yet) then commits step 0; the loop's first event of step 1 (the model's
+  first answer, logged once it came) waits for it and puts step 0's event into the log before itself,
+  so steps never go back in the log and no call can change the workspace before step 0 is taken;
+- a resumed run scans its workspace (what the person changed between drives) without a commit, so that
+  its first step's checkpoint starts from the change list, not from another full scan; nothing waits
+  for it but that checkpoint.
+
+What cairn does is said on screen when it takes long (SAY_AFTER seconds): that the checkpoint is being
+taken, that step 1 waits for it, and how long it took.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from orchestrator import events as ev
+from orchestrator.errors import first_line
+from orchestrator.runs.new_run import progress
+from orchestrator.store.change_list import ChangeWatch
+from orchestrator.store.run_dir import RunDir
+
+SAY_AFTER = 2.0  # seconds: a first checkpoint that takes longer is said on screen
+
+
+class Checkpointing:
+    """A drive's checkpoints: the change watch of the run's folders (its workspace, and cairn/, whose files
+    are given back to their owner too) and the first checkpoint, started together; `close()` at the
+    drive's end. The Docker sandbox gives files back from the same `watch`."""
+
+    def __init__(self, run: RunDir) -> None:
+        self.run = run
+        self.watch = ChangeWatch([run.workspace, run.cairn_dir])
+        run.changes = self.watch.subscribe()
+        self.first = FirstCheckpoint(run, self.watch)
+        if self.first.baseline:
+            run.pending_first_checkpoint = self.first
+
+    def close(self) -> None:
+        """The first checkpoint finished (a new run's step 0 in its log), the watch closed: the next drive,
+        in this process or another, starts both again."""
+        self.run.pending_first_checkpoint = None
+        try:
+            self.first.wait()
+            self.first.record()  # a run that ended before its first step: step 0 goes into its log now
+        finally:
+            self.watch.close()
+            self.run.changes = None
+            self.run.forget_checkpoints()
+
+
+class FirstCheckpoint:
+    """Started at once, in a thread. `baseline`: a new run's step 0 (else a resumed run's scan)."""
+
+    def __init__(self, run: RunDir, watch: ChangeWatch) -> None:
+        self.run, self.watch = run, watch
+        self.started = time.monotonic()
+        checkpoints = run.checkpoints()
+        self.baseline = not checkpoints.exists() or checkpoints.head() is None
+        self.taken: Any = None  # the step-0 checkpoint (store/checkpoints.Result)
+        self.error: str | None = None
+        self.given = not self.baseline  # handed to the loop (or into the log) already
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._take, name="cairn-first-checkpoint", daemon=True)
+        self.thread.start()
+        self.timer = threading.Timer(SAY_AFTER, self._say_slow)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _take(self) -> None:
+        try:
+            self.watch.start()  # first: what changes from now on is in the change list
+            checkpoints = self.run.checkpoints()
+            if self.baseline:
+                self.taken = checkpoints.commit(0)
+            else:
+                checkpoints.prepare()
+        except Exception as exc:  # noqa: BLE001 - a failed checkpoint is a notice, never the end of the run
+            self.error = first_line(exc)
+        finally:
+            self.done.set()
+            self.timer.cancel()
+            if time.monotonic() - self.started >= SAY_AFTER:
+                progress(f"{self._what()} taken in {time.monotonic() - self.started:.1f} s")
+
+    def _what(self) -> str:
+        return "the workspace's first checkpoint" if self.baseline else "the scan of the workspace"
+
+    def _say_slow(self) -> None:
+        if self.done.is_set():
+            return
+        progress("taking the workspace's first checkpoint (every file hashed once) while the model is asked"
+                 if self.baseline else "scanning the workspace for what changed since the run's last drive")
+
+    def wait(self) -> None:
+        """Wait until it is taken, saying so when that is long."""
+        if not self.done.is_set():
+            progress(f"step 1 waits for {self._what()} ({time.monotonic() - self.started:.0f} s so far)")
+        self.done.wait()
+        self.thread.join()
+
+    def result(self) -> Any:
+        """A new run's step-0 checkpoint, once taken; the first time only (None after), raising what made it
+        fail. The loop asks for it before its first event of step 1 and puts it into the log."""
+        self.wait()
+        if self.given:
+            return None
+        self.given = True
+        if self.error is not None:
+            raise CheckpointFailed(self.error)
+        return self.taken
+
+    def record(self) -> None:
+        """Into the log, when the loop never asked for it (the run ended before its first step)."""
+        if self.given:
+            return
+        self.given = True
+        if self.taken is not None:
+            self.run.events.append(ev.Checkpoint(step=0, commit=self.taken.commit, skipped=self.taken.skipped))
+        else:
+            self.run.events.append(ev.Notice(step=0, text=f"checkpoint of step 0 failed: {self.error}"))
+
+
+class CheckpointFailed(Exception):
+    """The first checkpoint could not be taken (git's error, in one line)."""
