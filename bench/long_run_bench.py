@@ -69,10 +69,9 @@ def make_run(runs: Path, steps: int) -> str:
     path = runs / f"script-{steps}.json"
     path.write_text(json.dumps(script(steps)))
     started = time.perf_counter()
-    cairn("run", "A long run for the bench.", "--model", f"scripted:{path}", "--max-steps", str(steps + 5),
-          "--runs-dir", str(runs), "--json")
-    ids = sorted((p for p in runs.iterdir() if (p / "state" / "run.json").is_file()), key=lambda p: p.stat().st_mtime)
-    run_id = ids[-1].name
+    done = cairn("run", "A long run for the bench.", "--model", f"scripted:{path}", "--max-steps", str(steps + 5),
+                 "--runs-dir", str(runs), "--json")
+    run_id = json.loads(done.stdout)["id"]
     marker.write_text(run_id)
     print(f"made a run of {steps} steps in {time.perf_counter() - started:.0f} s: {run_id}", flush=True)
     return run_id

@@ -30,13 +30,7 @@ workspace is the nearest earlier step's). Once more than LOOSE_OBJECTS objects a
 packed (`git repack --geometric=2`: the new pack is rolled up with the small ones, so there are few
 packs and each object is packed a few times at most) and the refs too.
 
-git is never configured by a run. Every git process gets a fixed identity, no global or system config,
-and command-line settings (GIT_CONFIG_COUNT, which outrank any config file) that switch off everything
-in git that can start a program: fsmonitor, hooks, pager, editor, external diff, signature checks,
-diff drivers and filters. `safe.directory=*` too: the workspace may belong to
-the sandbox's uid while cairn runs as root. Before the first git call on a git dir in a process,
-`own_git_dir` makes its `config` cairn's own text and removes what git would follow out of it (hooks,
-info/attributes, alternates, commondir): a git dir copied from elsewhere cannot act on this machine.
+git is never configured by a run (store/git_safety.py).
 
 What is currently skipped is kept in `checkpoints.git/cairn-skipped.json` (path -> reason), for
 `cairn files` and so that a Checkpoint event names a skipped path once, not at every step.
@@ -48,7 +42,6 @@ import io
 import json
 import os
 import re
-import shutil
 import stat
 import tempfile
 import threading
@@ -60,16 +53,18 @@ import git
 from gitdb.base import IStream
 
 from orchestrator.store.change_list import Subscription
-from orchestrator.store.tree_update import NeedsFullScan, TreeUpdate, special
+# make_git and own_git_dir (and the settings) are imported from here by the readers of checkpoints too
+from orchestrator.store.git_safety import IDENTITY, OWN_CONFIG, SAFE_SETTINGS, _env, _owned, make_git, own_git_dir  # noqa: F401
+from orchestrator.store.tree_update import TreeUpdate, special
 
 BRANCH = "refs/heads/checkpoints"
 STEP_REF = "refs/cairn/step-"
 MAX_FILE_BYTES = 10 * 1024 * 1024
 SKIPPED_DIRS = ("node_modules", ".venv", "venv", "__pycache__", ".cache", ".pytest_cache", ".mypy_cache", ".tox")
-IDENTITY = {"name": "cairn", "email": "cairn@localhost"}
 LOOSE_OBJECTS = 256  # more loose objects than this are packed (counted every PACK_CHECK_EVERY commits)
 PACK_CHECK_EVERY = 16
 BULK_FROM = 1000  # a full scan that adds more files than this writes them into one pack
+FULL_SCAN_EVERY = 100  # even with a complete change list, every so many steps are full scans
 _MESSAGE = re.compile(r"^cairn step (\d+)$")
 
 
@@ -78,120 +73,6 @@ class Result:
     step: int
     commit: str | None  # None: the step changed nothing
     skipped: list[str] = field(default_factory=list)  # newly skipped paths (directories end with "/")
-
-
-# Settings given on git's command line (as GIT_CONFIG_COUNT) outrank every config file, so even a hostile
-# `config` that slipped past `own_git_dir` cannot make git start a program.
-SAFE_SETTINGS = (
-    ("core.fsmonitor", "false"),
-    ("core.hooksPath", os.devnull),  # no hook is ever found there
-    ("core.pager", "cat"),
-    ("core.editor", "true"),
-    ("core.sshCommand", "false"),
-    ("core.askPass", ""),
-    ("core.attributesFile", os.devnull),
-    ("core.quotepath", "off"),
-    ("credential.helper", ""),
-    ("diff.external", ""),
-    ("log.showSignature", "false"),
-    ("submodule.recurse", "false"),
-    ("protocol.allow", "never"),
-    ("gc.auto", "0"),
-    ("maintenance.auto", "false"),
-    ("safe.directory", "*"),  # the workspace may belong to the sandbox's uid while cairn runs as root
-)
-# A git dir's `config` is exactly this: what `init` writes, and what `own_git_dir` puts back.
-OWN_CONFIG = f"""[core]
-\trepositoryformatversion = 0
-\tfilemode = true
-\tbare = true
-\tautocrlf = false
-\tsymlinks = true
-[gc]
-\tauto = 0
-[user]
-\tname = {IDENTITY["name"]}
-\temail = {IDENTITY["email"]}
-"""
-# What git would follow out of a git dir, or run: none of it is ever part of cairn's checkpoints.
-_FOREIGN = ("hooks", "info", "commondir", "gitdir", "worktrees", "modules", "logs", "shallow",
-            "objects/info/alternates", "objects/info/http-alternates")
-_owned: set[Path] = set()  # git dirs made safe in this process
-
-
-def own_git_dir(git_dir: Path) -> None:
-    """Makes `git_dir` safe to run git on: its config is cairn's own text, and nothing git would follow
-    or run (hooks, info/attributes, alternates, commondir, ...) is left in it. Once per process."""
-    key = Path(os.path.abspath(git_dir))
-    if key in _owned or not (git_dir / "HEAD").exists():
-        return
-    config = git_dir / "config"
-    try:
-        same = not config.is_symlink() and config.read_text() == OWN_CONFIG
-    except (OSError, UnicodeDecodeError):
-        same = False
-    if not same:
-        tmp = git_dir / "config.cairn-tmp"
-        tmp.unlink(missing_ok=True)
-        tmp.write_text(OWN_CONFIG)
-        os.replace(tmp, config)  # replaces a symlink itself, never what it points to
-    for name in _FOREIGN:
-        path = git_dir / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif os.path.lexists(path):
-            path.unlink()
-    _owned.add(key)
-
-
-def _env(git_dir: Path, work_tree: Path | None) -> dict[str, str]:
-    env = {
-        "GIT_DIR": str(git_dir),
-        # Only cairn's settings: a user's global or system git config must not change what is kept.
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_ATTR_NOSYSTEM": "1",
-        "GIT_NO_REPLACE_OBJECTS": "1",
-        "GIT_AUTHOR_NAME": IDENTITY["name"], "GIT_AUTHOR_EMAIL": IDENTITY["email"],
-        "GIT_COMMITTER_NAME": IDENTITY["name"], "GIT_COMMITTER_EMAIL": IDENTITY["email"],
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_PAGER": "cat", "GIT_EDITOR": "true",
-        "LC_ALL": "C",
-    }
-    settings = list(SAFE_SETTINGS)
-    # A filter a config file defines runs for any path a .gitattributes (the workspace's) names it for:
-    # give each an empty command, which git takes as none. (Diff drivers and textconv never run: every
-    # diff cairn makes says --no-ext-diff --no-textconv.)
-    for name in sorted(_filters(git_dir / "config")):
-        settings += [(f"filter.{name}.{key}", "") for key in ("clean", "smudge", "process")]
-    if work_tree is not None:
-        env["GIT_WORK_TREE"] = str(work_tree)
-    env["GIT_CONFIG_COUNT"] = str(len(settings))
-    for i, (key, value) in enumerate(settings):
-        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
-    return env
-
-
-_FILTER_SECTION = re.compile(r'^\s*\[\s*(filter)(?:\s+"((?:[^"\\\\]|\\\\.)*)"|\.([^\]\s]+))\s*\]', re.I | re.M)
-
-
-def _filters(config: Path) -> set[str]:
-    """The names of the filters a config file defines."""
-    try:
-        text = config.read_text(errors="replace")
-    except OSError:
-        return set()
-    return {(m.group(2) if m.group(2) is not None else m.group(3)).replace('\\"', '"')
-            for m in _FILTER_SECTION.finditer(text)}
-
-
-def make_git(git_dir: Path, work_tree: Path | None = None) -> git.Git:
-    """A gitpython command runner on this git dir and work tree (the git command line underneath),
-    with cairn's own settings only (see the module's docstring)."""
-    own_git_dir(git_dir)
-    g = git.Git(str(work_tree if work_tree is not None else git_dir))
-    g.update_environment(**_env(git_dir, work_tree))
-    return g
 
 
 def _run_with_input(g: git.Git, command: str, args: list[str], data: bytes) -> str:
@@ -241,6 +122,7 @@ class Checkpoints:
         self._update: TreeUpdate | None = None
         self._repo: git.Repo | None = None
         self._commits = 0
+        self._steps = 0
         self.full_scans = 0  # steps that were full scans (for tests and benches)
 
     @classmethod
@@ -302,18 +184,31 @@ class Checkpoints:
 
     def _tree_now(self) -> tuple[str, dict[str, str]]:
         """The workspace's tree now, and what is skipped: from the change list when it is complete, else
-        from a full scan."""
+        (and every FULL_SCAN_EVERY steps, for what inotify cannot see) from a full scan."""
         changes = self.changes.take() if self.changes is not None else None
-        if changes is not None and changes.complete and self._tree is not None:
+        self._steps += 1
+        known, self._tree = self._tree, None  # unknown until this step is done: after a failure, a full scan
+        if changes is not None and changes.complete and known is not None and self._steps % FULL_SCAN_EVERY:
             try:
-                self._tree, skipped = self._updater().update(self._tree, changes.under(self.workspace), self.skipped())
-                return self._tree, skipped
-            except NeedsFullScan:
+                tree, skipped = self._updater().update(known, changes.under(self.workspace), self.skipped())
+                self._tree = tree
+                return tree, skipped
+            except Exception:  # noqa: BLE001 - a hard link, an unreadable object, ...: a full scan is right
                 pass
         self.full_scans += 1
-        _changed, skipped = self.stage()
-        self._tree = self.git.write_tree()
-        return self._tree, skipped
+        try:
+            _changed, skipped = self.stage()
+        except git.GitCommandError:
+            # git maps big files into memory: one rewritten as it reads it kills git (SIGBUS) or makes it
+            # refuse ("unstable object source data"), and leaves the index's lock behind. Once more.
+            self._index_file().with_name(self._index_file().name + ".lock").unlink(missing_ok=True)
+            _changed, skipped = self.stage()
+        tree = self.git.write_tree()
+        self._tree = tree
+        return tree, skipped
+
+    def _index_file(self) -> Path:
+        return self.index if self.index is not None else self.git_dir / "index"
 
     def _updater(self) -> TreeUpdate:
         if self._update is None:
