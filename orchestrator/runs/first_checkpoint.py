@@ -78,9 +78,9 @@ class FirstCheckpoint:
         self.timer.start()
 
     def _take(self) -> None:
+        checkpoints = self.run.checkpoints()
         try:
             self.watch.start()  # first: what changes from now on is in the change list
-            checkpoints = self.run.checkpoints()
             if self.baseline:
                 self.taken = checkpoints.commit(0)
             else:
@@ -92,6 +92,10 @@ class FirstCheckpoint:
             self.timer.cancel()
             if time.monotonic() - self.started >= SAY_AFTER:
                 progress(f"{self._what()} taken in {time.monotonic() - self.started:.1f} s")
+        try:
+            checkpoints.refresh_index()  # beside the steps: for the full scans to come
+        except Exception:  # noqa: BLE001 - only a cache: a full scan without it reads more
+            pass
 
     def _what(self) -> str:
         return "the workspace's first checkpoint" if self.baseline else "the scan of the workspace"

@@ -156,10 +156,12 @@ class ChangeWatch:
             wd = _libc().inotify_add_watch(self.fd, os.fsencode(folder), MASK)
             if wd < 0:
                 error = ctypes.get_errno()
-                if error in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+                if error in (errno.ENOENT, errno.ENOTDIR) and folder not in self.roots:
                     continue  # gone (or replaced) meanwhile: its parent's events say so
                 self.broken = (f"cannot watch {folder}: {os.strerror(error)}"
                                + (" (fs.inotify.max_user_watches)" if error == errno.ENOSPC else ""))
+                # A folder cairn may not read (the agent's, mode 700) is readable once given back: try again
+                self.reopen = error == errno.EACCES
                 return
             self.dirs[wd] = folder
             try:

@@ -6,21 +6,25 @@ workspace's own `.git`, if the agent made one, is never read or written (git nev
 
 How a step is committed. With a change list (store/change_list.py: the paths the host kernel saw change
 since the last checkpoint), only those paths are read and only the trees above them are rewritten
-(store/tree_update.py): a step costs what it changed. Without one, or when it is incomplete (the first
-checkpoint of a process, an overflow of events, a watch that could not start), the step is a full scan,
-with git plumbing, so that cairn, not the workspace, decides what is kept:
+(store/tree_update.py): a step costs what it changed. The repository's first commit is the whole
+workspace, read once and written by one `git fast-import` into one pack (`_first_tree`). Otherwise
+(no change list, an incomplete one: the first step of a process, an overflow of events, a watch that
+could not start; a failed step before; and every FULL_SCAN_EVERY steps, for what inotify cannot see)
+the step is a full scan, with git plumbing, so that cairn, not the workspace, decides what is kept:
 
 1. `git ls-files -t -o -m -d --exclude-from=<ours>` names what changed since the index was last brought
    up to the workspace: untracked, modified and deleted files. The index holds every tracked file's stat
    data, so an unchanged file costs one `lstat` and no read (steps made from a change list leave the
-   index behind; it is a cache of stat data, and what it misses costs a read, never a wrong tree).
-   Only cairn's own exclude list applies; the workspace's `.gitignore` files do not hide anything.
+   index behind; it is a cache of stat data, and what it misses costs a read, never a wrong tree; after
+   the first commit, `refresh_index` fills it beside the steps). Only cairn's own exclude list applies;
+   the workspace's `.gitignore` files do not hide anything.
 2. `git ls-files -o -i --directory` names the generated trees that were skipped (`node_modules/`, ...).
 3. Of the changed paths only, files over 10 MiB and special files (FIFOs, sockets, devices, which git
    cannot store) are skipped (and dropped from the index if they were tracked before). Nothing else in
    the workspace is stat'ed from Python.
-4. `git update-index` takes the changed paths (the first scan of a workspace writes its blobs into one
-   pack, not a loose file each), `git write-tree` makes the tree (the cache tree makes it cheap).
+4. `git update-index` takes the changed paths, `git write-tree` makes the tree (the cache tree makes it
+   cheap). git reads big files through a memory map: one rewritten meanwhile kills it (SIGBUS) or makes
+   it refuse; the scan is then tried once more, after the index's lock that git left is removed.
 
 Either way, when the tree equals the last checkpoint's, no commit is made. The commit (fixed identity,
 message `cairn step N`) and its refs are written in process through gitpython's object database and
@@ -43,6 +47,7 @@ import json
 import os
 import re
 import stat
+import subprocess
 import tempfile
 import threading
 import time
@@ -63,7 +68,7 @@ MAX_FILE_BYTES = 10 * 1024 * 1024
 SKIPPED_DIRS = ("node_modules", ".venv", "venv", "__pycache__", ".cache", ".pytest_cache", ".mypy_cache", ".tox")
 LOOSE_OBJECTS = 256  # more loose objects than this are packed (counted every PACK_CHECK_EVERY commits)
 PACK_CHECK_EVERY = 16
-BULK_FROM = 1000  # a full scan that adds more files than this writes them into one pack
+FIRST_SCAN = "refs/cairn/first-scan"  # where `git fast-import` leaves the first commit, for an instant
 FULL_SCAN_EVERY = 100  # even with a complete change list, every so many steps are full scans
 _MESSAGE = re.compile(r"^cairn step (\d+)$")
 
@@ -113,7 +118,8 @@ class Checkpoints:
         self.git_dir, self.workspace, self.index, self.changes = git_dir, workspace, index, changes
         self.exclude = git_dir / "cairn-exclude"
         self.skipped_file = git_dir / "cairn-skipped.json"
-        self.lock = threading.Lock()  # the first checkpoint may be taken in a thread (runs/compose.py)
+        self.lock = threading.Lock()  # the first checkpoint may be taken in a thread (runs/first_checkpoint.py)
+        self.index_lock = threading.Lock()  # the index: full scans, and its refresh beside the steps
         self._git: git.Git | None = None
         self._skipped: dict[str, str] | None = None
         self._head: str | None = None
@@ -165,7 +171,13 @@ class Checkpoints:
             self.init()
             if self._head is None:
                 self._head = self.head()
-            tree, skipped = self._tree_now()
+            if self._head is None and self._tree is None:
+                if self.changes is not None:
+                    self.changes.take()  # what changed before: in this scan
+                tree, skipped = self._first_tree()
+                self._tree = tree
+            else:
+                tree, skipped = self._tree_now()
             new_skips = self._remember_skipped(skipped)
             if self._head is not None and tree == self._tree_of(self._head):
                 return Result(step, None, new_skips)
@@ -196,14 +208,15 @@ class Checkpoints:
             except Exception:  # noqa: BLE001 - a hard link, an unreadable object, ...: a full scan is right
                 pass
         self.full_scans += 1
-        try:
-            _changed, skipped = self.stage()
-        except git.GitCommandError:
-            # git maps big files into memory: one rewritten as it reads it kills git (SIGBUS) or makes it
-            # refuse ("unstable object source data"), and leaves the index's lock behind. Once more.
-            self._index_file().with_name(self._index_file().name + ".lock").unlink(missing_ok=True)
-            _changed, skipped = self.stage()
-        tree = self.git.write_tree()
+        with self.index_lock:
+            try:
+                _changed, skipped = self.stage()
+            except git.GitCommandError:
+                # git maps big files into memory: one rewritten as it reads it kills git (SIGBUS) or makes it
+                # refuse ("unstable object source data"), and leaves the index's lock behind. Once more.
+                self._index_file().with_name(self._index_file().name + ".lock").unlink(missing_ok=True)
+                _changed, skipped = self.stage()
+            tree = self.git.write_tree()
         self._tree = tree
         return tree, skipped
 
@@ -218,12 +231,23 @@ class Checkpoints:
     def stage(self) -> tuple[bool, dict[str, str]]:
         """Brings the index up to the workspace; returns whether it changed, and what is skipped (why)."""
         g = self.git
+        update, drop, skipped = self._listing(g)
+        if update:
+            _run_with_input(g, "update_index", ["--add", "--remove", "--replace", "-z", "--stdin"], _paths(update))
+        if drop:
+            _run_with_input(g, "update_index", ["--force-remove", "-z", "--stdin"], _paths(drop))
+        return bool(update or drop), skipped
+
+    def _listing(self, g: git.Git) -> tuple[set[str], set[str], dict[str, str]]:
+        """What differs between the index and the workspace: paths to update (or remove), tracked paths to
+        drop (they became too big, or special files), and what is skipped (path -> why)."""
         exclude = f"--exclude-from={self.exclude}"
         # The two scans are independent: run them side by side.
         listing = g.ls_files("-z", "-o", "-i", "--directory", exclude, as_process=True)
         changes = _split_z(g.ls_files("-z", "-t", "-o", "-m", "-d", exclude))
         ignored = _split_z(_output(listing))
-        skipped = {path: "generated tree" for path in ignored}
+        # `--directory` also names the folders above a generated tree that hold nothing else: not skipped
+        skipped = {path: "generated tree" for path in ignored if path.rstrip("/").rsplit("/", 1)[-1] in SKIPPED_DIRS}
         update: set[str] = set()
         drop: set[str] = set()
         for entry in changes:
@@ -246,14 +270,48 @@ class Checkpoints:
                         drop.add(path)
                     continue
             update.add(path)
-        if update:
-            # Many new files (a workspace's first scan) go into one pack: a loose file each would cost more
-            # to write, and to pack later, than to hash (git's bulk check-in, for blobs over the threshold).
-            runner = g(c="core.bigFileThreshold=1") if len(update) > BULK_FROM else g
-            _run_with_input(runner, "update_index", ["--add", "--remove", "--replace", "-z", "--stdin"], _paths(update))
-        if drop:
-            _run_with_input(g, "update_index", ["--force-remove", "-z", "--stdin"], _paths(drop))
-        return bool(update or drop), skipped
+        return update, drop, skipped
+
+    def _first_tree(self) -> tuple[str, dict[str, str]]:
+        """The tree of a repository's first commit: every file of the workspace read once and written by
+        one `git fast-import` into one pack (not a loose file each: 100,000 of them cost far more to
+        write, and then to pack, than to hash), with what a full scan would keep. The index is left
+        empty: `refresh_index` fills it later, for the full scans to come."""
+        empty = self.git_dir / "index.first-scan"  # no such file: an empty index, so every file is new
+        empty.unlink(missing_ok=True)
+        lister = make_git(self.git_dir, self.workspace)
+        lister.update_environment(GIT_INDEX_FILE=str(empty))
+        paths, _drop, skipped = self._listing(lister)
+        self._index_file().unlink(missing_ok=True)  # whatever was there is not this workspace's
+        importer = self.git.execute(["git", "fast-import", "--quiet", "--done", "--date-format=raw"],
+                                    as_process=True, istream=subprocess.PIPE)
+        out = importer.proc.stdin
+        who = f"{IDENTITY['name']} <{IDENTITY['email']}> {int(time.time())} +0000"
+        out.write(f"commit {FIRST_SCAN}\nauthor {who}\ncommitter {who}\ndata 0\n".encode())
+        for path in sorted(paths):
+            entry = _file_entry(self.workspace / path)
+            if entry is not None:
+                mode, data = entry
+                out.write(b"M %s inline %s\ndata %d\n" % (mode, _fast_import_path(path), len(data)) + data + b"\n")
+        out.write(b"done\n")
+        out.close()
+        importer.wait()  # raises git's error
+        tree = self.git.rev_parse(f"{FIRST_SCAN}^{{tree}}")
+        self.git.update_ref("-d", FIRST_SCAN)
+        return tree, skipped
+
+    def refresh_index(self) -> None:
+        """Fills the index with the last tree's files and their stat data (hashing each once), so that a
+        full scan to come costs an `lstat` a file, not a read. Safe beside steps made from the change list."""
+        with self.index_lock:
+            tree = self._tree
+            if tree is None or (self._index_file().exists() and self._index_file().stat().st_size > 0):
+                return
+            g = make_git(self.git_dir, self.workspace)
+            if self.index is not None:
+                g.update_environment(GIT_INDEX_FILE=str(self.index))
+            g.read_tree(tree)
+            g.update_index("-q", "--refresh", with_exceptions=False)  # files changed since: found by the scan
 
     def _write_commit(self, tree: str, parent: str | None, step: int) -> str:
         """The commit object and its two refs, written in process by gitpython's object database and
@@ -328,6 +386,30 @@ class Checkpoints:
         steps = self.steps() if steps is None else steps
         earlier = [n for n in steps if n <= step]
         return steps[max(earlier)] if earlier else None
+
+
+def _file_entry(path: Path) -> tuple[bytes, bytes] | None:
+    """A file's mode and content as git keeps them (a symlink's content is its target); None when it is
+    gone, or is no longer a file or a symlink."""
+    try:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            return b"120000", os.fsencode(os.readlink(path))
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return (b"100755" if st.st_mode & stat.S_IXUSR else b"100644"), data
+
+
+def _fast_import_path(path: str) -> bytes:
+    """A path as `git fast-import` reads it: C-quoted when it holds a newline or starts with a quote."""
+    raw = path.encode("utf-8", "surrogateescape")
+    if b"\n" not in raw and not raw.startswith(b'"'):
+        return raw
+    return b'"' + raw.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n") + b'"'
 
 
 def loose_objects(git_dir: Path) -> int:

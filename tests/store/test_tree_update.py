@@ -48,7 +48,8 @@ def watched(tmp_path):
     watch = ChangeWatch([ws])
     cp = Checkpoints(tmp_path / "checkpoints.git", ws, changes=watch.subscribe())
     assert watch.start() is None
-    cp.commit(0)  # the first checkpoint of a process: a full scan
+    cp.commit(0)  # the first checkpoint: the whole workspace, through git fast-import
+    assert (cp._tree, cp.skipped()) == _full_scan(cp, tmp_path)
     yield cp, ws, tmp_path, watch
     watch.close()
     cp.close()
@@ -79,6 +80,7 @@ STEPS = {
         (ws / "web" / "node_modules" / "left-pad").mkdir(parents=True),
         (ws / "web" / "node_modules" / "left-pad" / "index.js").write_text("1\n"),
         (ws / "web" / "app.js").write_text("app\n"), (ws / "src" / "__pycache__").mkdir(),
+        (ws / "only" / "deeper" / ".venv" / "bin").mkdir(parents=True), (ws / "only" / "deeper" / ".venv" / "bin" / "py").write_text("#\n"),
         (ws / "src" / "__pycache__" / "m.pyc").write_bytes(b"\0"),
         os.truncate(ws / "big.bin", 0) if (ws / "big.bin").exists() else open(ws / "big.bin", "wb").truncate(11 * 2**20),
         os.mkfifo(ws / "pipe")),
@@ -123,7 +125,31 @@ def test_each_step_from_the_change_list_is_the_tree_a_full_scan_makes(watched):
         assert cp.skipped() == skipped, what
         assert (done.commit is None) == (tree == previous), what
         previous = tree
-    assert cp.full_scans == 1  # the first checkpoint only: every step above came from the change list
+    assert cp.full_scans == 0  # every step above came from the change list
+
+
+def test_the_first_checkpoint_keeps_what_a_full_scan_keeps_and_fills_the_index_later(tmp_path):
+    ws = tmp_path / "workspace"
+    (ws / "sub" / "node_modules" / "x").mkdir(parents=True)
+    (ws / "sub" / "node_modules" / "x" / "i.js").write_text("1\n")
+    (ws / '"quoted" name').write_text("q\n")
+    (ws / "new\nline").write_text("n\n")
+    (ws / "run.sh").write_text("#!/bin/sh\n")
+    os.chmod(ws / "run.sh", 0o755)
+    os.symlink("run.sh", ws / "link")
+    os.mkfifo(ws / "pipe")
+    open(ws / "big.bin", "wb").truncate(11 * 2**20)
+    (ws / "repo").mkdir()
+    _git_init(ws / "repo")
+    cp = Checkpoints(tmp_path / "checkpoints.git", ws)
+    cp.commit(0)
+    assert (cp._tree, cp.skipped()) == _full_scan(cp, tmp_path)
+    assert set(cp.skipped()) == {"sub/node_modules/", "big.bin", "repo/"}
+    assert not (cp.git_dir / "index").exists() and cp.full_scans == 0
+    cp.refresh_index()
+    assert cp.git.ls_files("-z").split("\0")[:-1] == sorted(_files(cp, cp._tree))
+    (ws / "run.sh").write_text("#!/bin/sh\necho changed\n")
+    assert cp.commit(1).commit is not None and cp.full_scans == 1  # no change list: a full scan, from the index
 
 
 def test_a_file_with_other_names_makes_the_step_a_full_scan(watched):
@@ -132,7 +158,7 @@ def test_a_file_with_other_names_makes_the_step_a_full_scan(watched):
     cp.commit(1)
     (ws / "README").write_text("changed through one name: the other changed too\n")
     cp.commit(2)
-    assert cp.full_scans == 3
+    assert cp.full_scans == 2
     assert cp._tree == _full_scan(cp, tmp)[0]
     assert _files(cp, cp._tree)["also-readme"] == _files(cp, cp._tree)["README"]
 
@@ -148,12 +174,12 @@ def test_an_overflow_of_events_loses_the_change_list_and_the_full_scan_catches_w
         (ws / "lost.txt").write_text("its events were dropped\n")
         a.write_text("x = 'changed after the overflow'\n")
     done = cp.commit(1)
-    assert cp.full_scans == 2  # the list was incomplete: this step was a full scan
+    assert cp.full_scans == 1  # the list was incomplete: this step was a full scan
     files = _files(cp, done.commit)
     assert "lost.txt" in files and cp._tree == _full_scan(cp, tmp)[0]
     (ws / "after.txt").write_text("seen again\n")  # the watch was set up again: the next step is a list's
     cp.commit(2)
-    assert cp.full_scans == 2 and "after.txt" in _files(cp, cp._tree)
+    assert cp.full_scans == 1 and "after.txt" in _files(cp, cp._tree)
 
 
 def test_a_watch_that_cannot_start_means_full_scans(tmp_path, monkeypatch):
@@ -166,7 +192,7 @@ def test_a_watch_that_cannot_start_means_full_scans(tmp_path, monkeypatch):
     cp.commit(0)
     (ws / "a.txt").write_text("a\n")
     assert "a.txt" in _files(cp, cp.commit(1).commit)
-    assert cp.full_scans == 2
+    assert cp.full_scans == 1
 
 
 def test_a_new_process_scans_first_what_changed_while_nobody_watched(watched):
