@@ -38,22 +38,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-from orchestrator.llm.scripted import ScriptedServer  # noqa: E402
+from startup_bench import StampedServer, _remove_containers  # noqa: E402 - the scripted model's server
 
 TASK = "Append lines to log.txt."
-
-
-class StampedServer(ScriptedServer):
-    """The scripted model's server, noting when each request arrives (on this process's clock)."""
-
-    def __init__(self, script: dict) -> None:
-        super().__init__(script)
-        self.arrivals: list[float] = []
-
-    def respond(self, body: dict):  # noqa: ANN201 - scripted.Response
-        self.arrivals.append(time.monotonic())
-        return super().respond(body)
 
 
 def make_workspace(folder: Path, files: int, owner: tuple[int, int]) -> None:
@@ -147,12 +136,6 @@ def main() -> None:
     finally:
         if scratch is not None:
             scratch.cleanup()
-
-
-def _remove_containers(runs: Path) -> None:
-    names = [f"cairn-{path.name}" for path in runs.iterdir() if path.is_dir()]
-    if names:
-        subprocess.run(["docker", "rm", "-f", *names], capture_output=True)
 
 
 if __name__ == "__main__":

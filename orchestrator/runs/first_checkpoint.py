@@ -54,9 +54,10 @@ class Checkpointing:
             self.first.wait()
             self.first.record()  # a run that ended before its first step: step 0 goes into its log now
         finally:
+            self.run.forget_checkpoints()  # ends an index refresh still going: nobody waits for a cache
+            self.first.thread.join()
             self.watch.close()
             self.run.changes = None
-            self.run.forget_checkpoints()
 
 
 class FirstCheckpoint:
@@ -111,7 +112,6 @@ class FirstCheckpoint:
         if not self.done.is_set():
             progress(f"step 1 waits for {self._what()} ({time.monotonic() - self.started:.0f} s so far)")
         self.done.wait()
-        self.thread.join()
 
     def result(self) -> Any:
         """A new run's step-0 checkpoint, once taken; the first time only (None after), raising what made it

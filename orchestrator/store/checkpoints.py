@@ -126,6 +126,8 @@ class Checkpoints:
         self._head_tree: str | None = None
         self._tree: str | None = None  # the workspace's tree as this process last knew it
         self._update: TreeUpdate | None = None
+        self._refreshing: git.cmd.Git.AutoInterrupt | None = None  # refresh_index's git, while it runs
+        self._closed = False
         self._repo: git.Repo | None = None
         self._commits = 0
         self._steps = 0
@@ -147,7 +149,12 @@ class Checkpoints:
         return (self.git_dir / "HEAD").is_file()
 
     def close(self) -> None:
-        """Ends the git processes kept for this run (the object reader of the change-list steps)."""
+        """Ends the git processes kept for this run (the object reader of the change-list steps, and an
+        index refresh still going: it leaves the index as it was, and its lock, which a full scan clears)."""
+        self._closed = True
+        refreshing = self._refreshing
+        if refreshing is not None:
+            refreshing.proc.terminate()
         if self._git is not None:
             self._git.clear_cache()
 
@@ -305,13 +312,21 @@ class Checkpoints:
         full scan to come costs an `lstat` a file, not a read. Safe beside steps made from the change list."""
         with self.index_lock:
             tree = self._tree
-            if tree is None or (self._index_file().exists() and self._index_file().stat().st_size > 0):
+            if self._closed or tree is None or (self._index_file().exists() and self._index_file().stat().st_size > 0):
                 return
             g = make_git(self.git_dir, self.workspace)
             if self.index is not None:
                 g.update_environment(GIT_INDEX_FILE=str(self.index))
             g.read_tree(tree)
-            g.update_index("-q", "--refresh", with_exceptions=False)  # files changed since: found by the scan
+            self._refreshing = g.update_index("-q", "--refresh", as_process=True)
+            if self._closed:
+                self._refreshing.proc.terminate()
+            try:
+                self._refreshing.wait()
+            except git.GitCommandError:
+                pass  # files changed since, or `close()` ended it: a full scan finds what it left out
+            finally:
+                self._refreshing = None
 
     def _write_commit(self, tree: str, parent: str | None, step: int) -> str:
         """The commit object and its two refs, written in process by gitpython's object database and

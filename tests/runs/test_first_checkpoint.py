@@ -1,0 +1,57 @@
+"""The first checkpoint off the critical path (runs/first_checkpoint.py): the first model request goes out
+while step 0 is being taken; no tool call runs before it is; step 0 is in the log before step 1; a long
+one is said on screen. On the in-memory ports: no engine needed."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from orchestrator.api import Agent
+from orchestrator.runs import first_checkpoint
+from orchestrator.store.checkpoints import Checkpoints, make_git
+from orchestrator.store.run_dir import RunDir
+from orchestrator.testing import LocalSandbox, ScriptedModel
+from tests.loop_helpers import call, done, turn
+
+SLOW = 1.5  # seconds the first checkpoint is made to take
+
+
+def test_the_first_request_goes_out_while_step_0_is_taken_and_no_call_runs_before_it(tmp_path, monkeypatch):
+    taken: list[float] = []
+    first_tree = Checkpoints._first_tree
+
+    def slow_first_tree(self):  # noqa: ANN001, ANN202
+        time.sleep(SLOW)  # a big workspace
+        out = first_tree(self)
+        taken.append(time.monotonic())
+        return out
+
+    said: list[str] = []
+    monkeypatch.setattr(Checkpoints, "_first_tree", slow_first_tree)
+    monkeypatch.setattr(first_checkpoint, "SAY_AFTER", 0.5)
+    monkeypatch.setattr(first_checkpoint, "progress", said.append)
+    model = ScriptedModel({"turns": [turn(call("file_write", path="made.txt", content="step 1\n")), done()]})
+    asked: list[float] = []
+    complete = model.complete
+    model.complete = lambda *a, **k: asked.append(time.monotonic()) or complete(*a, **k)
+    sandbox = LocalSandbox()
+    try:
+        result = Agent(model, sandbox, runs_dir=tmp_path / "runs").run("make a file")
+    finally:
+        sandbox.stop()
+    assert result.status == "done"
+    assert asked[0] < taken[0]  # the first request did not wait for step 0
+
+    run = RunDir(result.run_dir)
+    events = [json.loads(line) for line in run.events.path.read_text().splitlines()]
+    steps = [e["step"] for e in events]
+    assert steps == sorted(steps)  # step 0's checkpoint is in the log before anything of step 1
+    first = next(i for i, e in enumerate(events) if e["type"] == "checkpoint")
+    assert events[first]["step"] == 0 and events[first]["commit"]
+    started = next(e for e in events if e["type"] == "tool_started")
+    assert started["ts"] >= events[first]["ts"]  # the call that changed the workspace came after it
+    files = make_git(run.state / "checkpoints.git").ls_tree("-r", "--name-only", "refs/cairn/step-0").split()
+    assert "made.txt" not in files  # step 0 is the workspace as the run started
+    assert any("first checkpoint" in line and "while the model is asked" in line for line in said), said
+    assert any(line.startswith("step 1 waits for the workspace's first checkpoint") for line in said), said
