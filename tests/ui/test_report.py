@@ -234,3 +234,9 @@ def test_the_report_reads_a_long_run_with_as_many_git_processes_as_a_short_one(t
         processes.append(len(counted))
     assert processes[0] == processes[1] <= 6, counted
     assert "+version 13" in pages[1] and "step 12" in pages[1]  # the last step's diff; the todo it read before
+    from orchestrator.ui.inspect.report_data import rebuilt_requests
+    from orchestrator.ui.inspect.timeline import walk
+
+    requests = rebuilt_requests(long, walk(long)["events"])["requests"]
+    assert len(requests) == 15 and all(len(r["ranges"]) <= 2 for r in requests)  # a request costs two ranges
+    assert requests[-1]["count"] == requests[-1]["recorded"]  # whatever the history's length
