@@ -126,6 +126,30 @@ def test_each_step_from_the_change_list_is_the_tree_a_full_scan_makes(watched):
         assert (done.commit is None) == (tree == previous), what
         previous = tree
     assert cp.full_scans == 0  # every step above came from the change list
+    _restores_byte_for_byte(cp, tmp)
+
+
+def _restores_byte_for_byte(cp: Checkpoints, tmp: Path) -> None:
+    """The last commit, checked out into an empty folder (as `cairn resume --from-step` does), is the
+    workspace: the same files, bytes, modes and symlinks, less what is skipped."""
+    restored, index = tmp / "restored", tmp / "restore-index"
+    restored.mkdir()
+    g = make_git(cp.git_dir, restored)
+    g.update_environment(GIT_INDEX_FILE=str(index))
+    g.read_tree("--reset", "-u", cp.head())
+
+    def listing(root: Path) -> dict[str, tuple[int, bytes]]:
+        out = {}
+        for path in sorted(root.rglob("*")):
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                out[rel] = (0o120000, os.readlink(path).encode())
+            elif path.is_file() and not path.is_fifo():
+                out[rel] = (path.stat().st_mode & 0o100, path.read_bytes())
+        return out
+
+    kept = set(_files(cp, cp._tree))
+    assert listing(restored) == {rel: entry for rel, entry in listing(cp.workspace).items() if rel in kept}
 
 
 def test_the_first_checkpoint_keeps_what_a_full_scan_keeps_and_fills_the_index_later(tmp_path):
