@@ -46,8 +46,10 @@ import io
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -68,7 +70,6 @@ MAX_FILE_BYTES = 10 * 1024 * 1024
 SKIPPED_DIRS = ("node_modules", ".venv", "venv", "__pycache__", ".cache", ".pytest_cache", ".mypy_cache", ".tox")
 LOOSE_OBJECTS = 256  # more loose objects than this are packed (counted every PACK_CHECK_EVERY commits)
 PACK_CHECK_EVERY = 16
-FIRST_SCAN = "refs/cairn/first-scan"  # where `git fast-import` leaves the first commit, for an instant
 FULL_SCAN_EVERY = 100  # even with a complete change list, every so many steps are full scans
 _MESSAGE = re.compile(r"^cairn step (\d+)$")
 
@@ -280,32 +281,18 @@ class Checkpoints:
         return update, drop, skipped
 
     def _first_tree(self) -> tuple[str, dict[str, str]]:
-        """The tree of a repository's first commit: every file of the workspace read once and written by
-        one `git fast-import` into one pack (not a loose file each: 100,000 of them cost far more to
-        write, and then to pack, than to hash), with what a full scan would keep. The index is left
-        empty: `refresh_index` fills it later, for the full scans to come."""
-        empty = self.git_dir / "index.first-scan"  # no such file: an empty index, so every file is new
-        empty.unlink(missing_ok=True)
-        lister = make_git(self.git_dir, self.workspace)
-        lister.update_environment(GIT_INDEX_FILE=str(empty))
-        paths, _drop, skipped = self._listing(lister)
+        """The tree of a repository's first commit, and what is skipped: the whole workspace, written by
+        store/first_scan.py into one pack, in a process of its own (reading every file is seconds of
+        Python on a big workspace, which would take the interpreter from the start's own work: the
+        model library's import). The index is left empty: `refresh_index` fills it later."""
         self._index_file().unlink(missing_ok=True)  # whatever was there is not this workspace's
-        importer = self.git.execute(["git", "fast-import", "--quiet", "--done", "--date-format=raw"],
-                                    as_process=True, istream=subprocess.PIPE)
-        out = importer.proc.stdin
-        who = f"{IDENTITY['name']} <{IDENTITY['email']}> {int(time.time())} +0000"
-        out.write(f"commit {FIRST_SCAN}\nauthor {who}\ncommitter {who}\ndata 0\n".encode())
-        for path in sorted(paths):
-            entry = _file_entry(self.workspace / path)
-            if entry is not None:
-                mode, data = entry
-                out.write(b"M %s inline %s\ndata %d\n" % (mode, _fast_import_path(path), len(data)) + data + b"\n")
-        out.write(b"done\n")
-        out.close()
-        importer.wait()  # raises git's error
-        tree = self.git.rev_parse(f"{FIRST_SCAN}^{{tree}}")
-        self.git.update_ref("-d", FIRST_SCAN)
-        return tree, skipped
+        done = subprocess.run([sys.executable, "-m", "orchestrator.store.first_scan", str(self.git_dir),
+                               str(self.workspace)], capture_output=True, text=True)
+        if done.returncode != 0:
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            raise RuntimeError(f"the first scan of the workspace failed: {lines[-1] if lines else done.returncode}")
+        out = json.loads(done.stdout)
+        return out["tree"], out["skipped"]
 
     def refresh_index(self) -> None:
         """Fills the index with the last tree's files and their stat data (hashing each once), so that a
@@ -318,7 +305,9 @@ class Checkpoints:
             if self.index is not None:
                 g.update_environment(GIT_INDEX_FILE=str(self.index))
             g.read_tree(tree)
-            self._refreshing = g.update_index("-q", "--refresh", as_process=True)
+            # At the lowest CPU priority: it must not slow the steps it runs beside
+            low = ["nice", "-n", "19"] if shutil.which("nice") else []
+            self._refreshing = g.execute([*low, "git", "update-index", "-q", "--refresh"], as_process=True)
             if self._closed:
                 self._refreshing.proc.terminate()
             try:
@@ -401,30 +390,6 @@ class Checkpoints:
         steps = self.steps() if steps is None else steps
         earlier = [n for n in steps if n <= step]
         return steps[max(earlier)] if earlier else None
-
-
-def _file_entry(path: Path) -> tuple[bytes, bytes] | None:
-    """A file's mode and content as git keeps them (a symlink's content is its target); None when it is
-    gone, or is no longer a file or a symlink."""
-    try:
-        st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode):
-            return b"120000", os.fsencode(os.readlink(path))
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return (b"100755" if st.st_mode & stat.S_IXUSR else b"100644"), data
-
-
-def _fast_import_path(path: str) -> bytes:
-    """A path as `git fast-import` reads it: C-quoted when it holds a newline or starts with a quote."""
-    raw = path.encode("utf-8", "surrogateescape")
-    if b"\n" not in raw and not raw.startswith(b'"'):
-        return raw
-    return b'"' + raw.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n") + b'"'
 
 
 def loose_objects(git_dir: Path) -> int:
