@@ -141,8 +141,9 @@ class TreeUpdate:
         try:
             with open(full, "rb") as f:
                 data = f.read()
-        except OSError:
-            return None  # gone (or unreadable) meanwhile: the next change list names it again
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # gone meanwhile: the next change list names it again
+        # (a file cairn may not read raises: the full scan then says so, rather than leave it out unseen)
         return (EXEC_MODE if st.st_mode & stat.S_IXUSR else FILE_MODE), self._write(b"blob", data)
 
     def _dir(self, rel: str, old: tuple[bytes, str] | None, node: _Node) -> tuple[bytes, str] | None:
