@@ -66,7 +66,8 @@ ARGV_BYTES = 100_000  # of paths in one `chown` (well under the kernel's limit o
 
 def chown_paths(container: Container, destination: str, paths: list[str], owner: tuple[int, int]) -> None:
     """In the container: give these paths (relative to `destination`) to `owner` (uid, gid), one `chown -h`
-    for every ARGV_BYTES of names. A path that went away meanwhile is no error."""
+    for every ARGV_BYTES of names (no shell: a name is an argument, whatever it holds). A path that went
+    away meanwhile is no error."""
     uid, gid = owner
     batch: list[str] = []
     size = 0
@@ -76,13 +77,16 @@ def chown_paths(container: Container, destination: str, paths: list[str], owner:
             batch.append(full)
             size += len(full) + 1
         if batch and (rel is None or size >= ARGV_BYTES):
-            # `|| true`: a path removed since it was seen; the next change list names what is left
-            script = 'chown -h "$0" -- "$@" 2>/dev/null || true'
             try:
-                container.exec_run(["sh", "-c", script, f"{uid}:{gid}", *batch], user="0:0")
+                code, output = container.exec_run(["chown", "-h", f"{uid}:{gid}", "--", *batch], user="0:0")
             except docker.errors.APIError as exc:
                 raise SandboxError(f"cannot give the files under {destination} back to {uid}:{gid}: "
                                    f"{first_line(exc.explanation or exc, 200)}") from exc
+            # A path removed since it was seen is no error: the next change list names what is left.
+            errors = [line for line in output.decode(errors="replace").splitlines()
+                      if line.strip() and "No such file or directory" not in line]
+            if code != 0 and errors:
+                raise SandboxError(f"cannot give the files under {destination} back to {uid}:{gid}: {errors[-1][:200]}")
             batch, size = [], 0
 
 
