@@ -19,13 +19,10 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.errors import UsageError
 from orchestrator.ports import Unseen
-
-if TYPE_CHECKING:
-    from orchestrator.agent.loop import Loop
 
 EventCallback = Callable[[Any], None]  # called with each orchestrator.events event, in order, as it is logged
 
@@ -74,24 +71,15 @@ def run(task: str, *, model: str | None = None, workspace: str | Path | None = N
 def resume(run_id: str, *, message: str | None = None, runs_dir: str | Path | None = None,
            model: str | None = None, max_steps: int | None = None, on_event: EventCallback | None = None) -> RunResult:
     """Continue a run that stopped, waits for an answer (`message` is the answer), was interrupted or
-    crashed, as `cairn resume` does. `run_id` is an id, a unique prefix of one, or `@last`."""
-    from orchestrator.runs.settings import load_config
+    crashed, as `cairn resume` does (the same decisions: orchestrator/runs/resume.py; no person is there
+    to ask, so a waiting approval needs `cairn approve` first). `run_id` is an id, a unique prefix of
+    one, or `@last`."""
+    from orchestrator.runs.resume import Resumption, prepare
     from orchestrator.store.run_dir import RunDir
 
     run_dir = RunDir.find(_runs_dir(runs_dir), run_id)
-    run_dir.hold()  # RunIsLive when another process drives it: nothing below touches it then
-    try:
-        cfg = load_config(run_dir)
-        if model is not None:
-            cfg.model.model = model
-        if max_steps is not None:
-            cfg.limits.max_steps = max_steps
-        _preflight(cfg)
-    except BaseException:
-        run_dir.release()  # the program goes on: a later resume (a good model this time) may take the run
-        raise
-    run_dir.update_meta(config=cfg.model_dump(mode="json"))
-    return _drive(run_dir, cfg, on_event, message=message, resumed=True)
+    ready = prepare(run_dir, Resumption(message=message, model=model, max_steps=max_steps))
+    return _drive(run_dir, ready.cfg, on_event, message=ready.message, resumed=True, source=ready.source)
 
 
 class Agent:
@@ -129,9 +117,8 @@ class Agent:
                            max_steps=max_steps)
         cfg = _config(resolve_config, options, None)
         folder = getattr(self.sandbox, "folder", None)
-        self.run_dir = create_run(self.runs_dir, task, cfg, workspace=Path(folder) if folder else None)
-        if self.tools is not None:
-            _offer_only(self.run_dir, self.tools)
+        self.run_dir = create_run(self.runs_dir, task, cfg, workspace=Path(folder) if folder else None,
+                                  offered=self.tools)
         return self._go(cfg, message=None, resumed=False)
 
     def resume(self, message: str | None = None) -> RunResult:
@@ -143,49 +130,34 @@ class Agent:
         return self._go(load_config(self.run_dir), message=message, resumed=True)
 
     def _go(self, cfg: Any, message: str | None, resumed: bool) -> RunResult:
-        from orchestrator.agent.loop import Loop
-        from orchestrator.runs.first_checkpoint import Checkpointing
+        """The one drive sequence (orchestrator/runs/drive.py), on this Agent's model and sandbox."""
+        from orchestrator.runs.drive import drive
 
         attach = getattr(self.sandbox, "attach", None)
         if attach is not None:  # a LocalSandbox keeps cairn's files (journal, saved outputs) in the run's cairn/
             attach(self.run_dir.workspace, self.run_dir.cairn_dir)
-        self.run_dir.hold()  # this process drives the run until it returns (store/liveness.py)
-        checkpointing = Checkpointing(self.run_dir)  # the first checkpoint, and the change list after it
-        try:
-            if resumed:
-                self.run_dir.events.set_aside_torn_line()
-            agent = Loop(self.run_dir, cfg, self.sandbox, self.model, Unseen(self.on_event))
-            if self.tools is not None:
-                agent.execute = _only(agent, self.tools)
-            if resumed:
-                agent.recover()
-            status = agent.run(message, source="answer" if resumed and message else "user")
-        finally:
-            try:
-                checkpointing.close()
-            finally:
-                self.run_dir.release()
-        return result_of(self.run_dir, status, agent.error)
+        driven = drive(self.run_dir, cfg, Unseen(self.on_event), resumed=resumed, message=message,
+                       source="answer" if resumed and message else "user", sandbox=self.sandbox, model=self.model)
+        return result_of(self.run_dir, driven.status, driven.error)
 
 
 def result_of(run_dir: Any, status: str, error: Any = None) -> RunResult:
-    """The result of a run that has ended, from its run.json and log (as `cairn show --json` reads them)."""
-    from orchestrator.ui.inspect.timeline import timeline
-    from orchestrator.runs.compose import exit_code
+    """The result of a run whose drive has ended: its view (orchestrator/view/), as every face shows it."""
+    from orchestrator.runs.outcome import outcome_of
 
-    doc = timeline(run_dir)
-    check = doc.get("check")
-    return RunResult(id=run_dir.id, status=status, reason=(doc.get("error") or {}).get("reason"),
-                     result=doc.get("result"), usage=doc.get("usage") or {}, check=check,
-                     exit_code=exit_code(status, error, check if status == "done" else None), run_dir=run_dir.root)
+    outcome = outcome_of(run_dir, status, error)
+    view = outcome.view
+    return RunResult(id=view.id, status=view.status, reason=view.reason, result=view.result, usage=view.usage,
+                     check=view.check, exit_code=outcome.exit_code, run_dir=run_dir.root)
 
 
 # -- the pieces -------------------------------------------------------------------------------------
 
-def _drive(run_dir: Any, cfg: Any, on_event: EventCallback | None, message: str | None, resumed: bool) -> RunResult:
+def _drive(run_dir: Any, cfg: Any, on_event: EventCallback | None, message: str | None, resumed: bool,
+           source: str | None = None) -> RunResult:
     from orchestrator.runs.drive import drive
 
-    driven = drive(run_dir, cfg, Unseen(on_event), resumed=resumed, message=message)  # lets go of the run's lock
+    driven = drive(run_dir, cfg, Unseen(on_event), resumed=resumed, message=message, source=source)  # lets go of the lock
     return result_of(run_dir, driven.status, driven.error)
 
 
@@ -230,31 +202,3 @@ def _runs_dir(runs_dir: str | Path | None) -> Path:
     return Path(os.environ.get("CAIRN_RUNS_DIR") or "~/.cairn/runs").expanduser()
 
 
-def _only(agent: Loop, names: Sequence[str]) -> Callable[..., Any]:
-    """The agent's `execute`, refusing (as a result the model sees) a built-in tool it was not offered."""
-    from orchestrator import events as ev
-    from orchestrator.tools.outcome import Observation
-
-    execute = agent.execute
-
-    def only(call: Any, step: int, label: str | None = None) -> Any:
-        if call.name in names:
-            return execute(call, step, label)
-        agent.emit(ev.ToolStarted(step=step, call_id=call.id, name=call.name, arguments=call.arguments))
-        agent.finish(call, step, Observation(f"error: unknown tool {call.name!r}; the tools are: {', '.join(names)}",
-                                             error=True))
-        return None
-
-    return only
-
-
-def _offer_only(run_dir: Any, names: Sequence[str]) -> None:
-    """The run's tool list (its first event, which fixes the prompt's prefix) holds only `names`."""
-    from orchestrator import events as ev
-
-    events, _torn = run_dir.events.read()
-    started = next(e for e in events if isinstance(e, ev.RunStarted))
-    kept = [tool for tool in started.tools if tool["function"]["name"] in names]
-    lines = run_dir.events.path.read_text().splitlines(keepends=True)
-    lines[0] = started.model_copy(update={"tools": kept}).model_dump_json() + "\n"
-    run_dir.events.path.write_text("".join(lines))

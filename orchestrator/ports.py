@@ -34,8 +34,9 @@ class Model(Protocol):
 
 
 class ToolSandbox(Protocol):
-    """What a tool's handler uses: one toolbox op (PROTOCOL.md) at a time. A journal's replay of a
-    finished call (agent/recovery.py) is one too."""
+    """What a tool's handler uses: toolbox ops (PROTOCOL.md), from several threads at once when calls run
+    side by side (read-only ops then go together, others one at a time). A journal's replay of a finished
+    call (agent/recovery.py) is one too."""
 
     network_enabled: bool
 
@@ -95,6 +96,15 @@ class Sandbox(ToolSandbox, Protocol):
 
     def has_command(self, name: str) -> bool | None:
         """Whether `name` is a command in the sandbox; None when it cannot be asked."""
+
+    def interrupt(self) -> bool:
+        """Cut the op that runs now short (a person's stop): a command's processes are killed, a session's
+        wait ends, and the op answers at once, saying so. Safe from any thread; False when nothing runs
+        or the backend cannot."""
+
+    def recorded(self, journal_key: str) -> None:
+        """The run has logged the outcome of the call journaled under `journal_key`: the toolbox may drop
+        its record (a later request tells it; PROTOCOL.md, "The journal")."""
 
 
 class Caller(Protocol):
@@ -255,6 +265,10 @@ class Store(Protocol):
 
     def stop_asked(self) -> bool:
         """After a step: the top run takes a stop request; a sub-agent's run only sees its top run's."""
+
+    def stop_request(self) -> str | None:
+        """The stop a person asked for, without taking it: "now" (`cairn stop`, the page's Stop: the running
+        command is cut short), "after-step" (`cairn stop --after-step`), or None."""
 
     def messages_after(self, offset: int) -> list[tuple[str, int]]:
         """The person's messages (`cairn say`) past `offset`: (text, the offset just past it)."""

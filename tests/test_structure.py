@@ -111,6 +111,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("pure parts", ("orchestrator.llm", "orchestrator.context")),
     ("ports", ("orchestrator.ports",)),
     ("parts with I/O", ("orchestrator.store", "orchestrator.sandbox", "orchestrator.tools")),
+    ("the run's view", ("orchestrator.view",)),
     ("agent", ("orchestrator.agent",)),
     ("runs", ("orchestrator.runs", "orchestrator.testing")),
     ("ui", ("orchestrator.ui",)),

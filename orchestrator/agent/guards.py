@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -67,13 +68,18 @@ def budget_notice(limits: LimitsConfig, totals: Totals, step: int) -> str:
     return text
 
 
+# How long a command took (its footer, `[exit code 1, 0.3 s]`) is no part of what it gave: the same
+# failing command is the same call whether the machine was busy or not.
+_TIMING = re.compile(r"\[exit code (-?\d+), [0-9.]+ s\]")
+
+
 def signature(name: str, arguments: str, result: str) -> str:
     """Same tool, same arguments (normalized) and same result give the same signature."""
     try:
         args = json.dumps(json.loads(arguments), sort_keys=True)
     except (json.JSONDecodeError, TypeError):
         args = " ".join(str(arguments).split())
-    digest = hashlib.sha256(result.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(_TIMING.sub(r"[exit code \1]", result).encode()).hexdigest()[:16]
     return f"{name}|{args}|{digest}"
 
 

@@ -28,7 +28,7 @@ uses the toolbox journal (store/journal.py): a call that started is never run ag
 
 A small actor on the driver's node (`Hub`, batch/ray_hub.py) collects each run's node, status, step, tokens
 and cost for the live table, and hands a node the run it takes up (local storage) and takes the run
-back. A Ctrl-C is told to the nodes' runners (each run stops after its current action).
+back. A Ctrl-C is told to the nodes' runners (each run stops now, its running command cut short).
 """
 
 from __future__ import annotations
@@ -308,8 +308,8 @@ class RayBatch(Batch):
         fill(row, RunDir(self.runs_dir / row.id), row.action)
         self.on_end(row)
 
-    def _stop_after_action(self, name: str) -> bool:
-        """The nodes stop every run after its current action."""
+    def _stop_now(self, name: str) -> bool:
+        """The nodes stop every run now."""
         if self.placements is None:
             return False
         self.placements.stop(name)

@@ -167,7 +167,7 @@ class NodeRunner:
 
     @ray.method(concurrency_group="control")
     def stop(self, by: str) -> None:
-        """The driver's Ctrl-C (`by`): every run of this runner stops after its current action."""
+        """The driver's Ctrl-C (`by`): every run of this runner stops now."""
         self.stopped_by.append(by)
 
     def run(self, spec: dict[str, Any], hub: Any, node_id: str) -> dict[str, Any]:
@@ -271,7 +271,7 @@ def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any
               stopped_by: list[str], reporter: Reporter | None = None) -> dict[str, Any]:
     """Attempt `taken["number"]` of the run, here, as `cairn run`/`cairn resume` would carry it out; its
     tool calls fenced (FencedLog), so that it runs none once another attempt holds the run. It stops
-    after its current action once `stopped_by` names the driver's Ctrl-C."""
+    now once `stopped_by` names the driver's Ctrl-C."""
     from orchestrator.errors import CairnError
     from orchestrator.runs.compose import mark_failed
     from orchestrator.runs.drive import drive
@@ -311,8 +311,7 @@ def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any
         thread.join(STOP_POLL_S)  # returns as soon as the run ends; meanwhile, a Ctrl-C of the driver?
         if not stopped and opened.get("run") is not None and stopped_by:
             agent = opened["run"].agent
-            agent.stop_requested, agent.stopped_by = True, stopped_by[0]
-            agent.model.cancel()
+            agent.stop_now(stopped_by[0])
             stopped = True
     if not shared:
         display.bring_back()  # the run as it ended (pid file gone, run.json final)

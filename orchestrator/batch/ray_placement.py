@@ -74,7 +74,7 @@ class Placements:
             self.runners[node] = start_runner(node, self.default_image, count)
 
     def stop(self, by: str) -> None:
-        """Every run stops after its current action."""
+        """Every run stops now."""
         self.stopped_by = by
         for runner in self.runners.values():
             runner.stop.remote(by)

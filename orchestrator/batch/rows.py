@@ -10,6 +10,7 @@ from orchestrator.status import Status
 from orchestrator import events as ev
 from orchestrator.ports import Progress
 from orchestrator.store.run_dir import RunDir
+from orchestrator.view.read import read_view
 
 
 @dataclass
@@ -72,28 +73,16 @@ class RowDisplay:
 
 
 def fill(row: Row, run: RunDir, action: str) -> None:
-    """The row from the run's own record (run.json), as `cairn ls` reads it."""
-    meta = run.read_meta()
-    usage = meta.get("usage") or {}
+    """The row from the run's view (orchestrator/view/), as `cairn ls` gives it: what its last drive left
+    (the batch, or on Ray its driver, may still hold the run's lock as it reads this)."""
+    view = read_view(run, holding=True)
     row.action, row.id = action, run.id
-    row.status = meta.get("status", "running")
-    row.step = meta.get("steps", row.step)
-    row.prompt_tokens = usage.get("prompt_tokens", row.prompt_tokens)
-    row.completion_tokens = usage.get("completion_tokens", row.completion_tokens)
-    row.cost_usd = usage.get("cost_usd", row.cost_usd) if usage else row.cost_usd
-    row.result = meta.get("result")
-    row.check = meta.get("check")
+    row.status = view.status
+    row.step = view.steps or row.step
+    row.prompt_tokens = view.usage.get("prompt_tokens", row.prompt_tokens)
+    row.completion_tokens = view.usage.get("completion_tokens", row.completion_tokens)
+    row.cost_usd = view.usage.get("cost_usd", row.cost_usd)
+    row.result = view.result
+    row.check = view.check if view.check and view.check.get("passed") is not None else None
     if row.status not in (Status.DONE, Status.RUNNING) and not row.error:  # every end but done says why
-        row.error = _end_reason(run, row.status, row.result)
-
-
-def _end_reason(run: RunDir, status: str, result: str | None) -> str | None:
-    """The one-line reason `cairn show` gives for the run's end (inspect/timeline.end_error)."""
-    from orchestrator.ui.inspect.timeline import end_error
-
-    for event in reversed(run.events.read()[0]):
-        if isinstance(event, ev.StatusChanged):
-            error = end_error(status, result, {"reason": event.reason, "index": None, "type": event.type,
-                                               "step": event.step})
-            return error["reason"] if error else None
-    return None
+        row.error = view.reason

@@ -11,7 +11,7 @@ Running the same file again:
   failed) is left as it is and reported: it needs a person (`cairn resume RUN ...`);
 - a line that is new or changed gets a new run.
 
-Ctrl-C (or SIGTERM) stops every run between actions (each becomes `interrupted`, resumable by running
+Ctrl-C (or SIGTERM) stops every run now, its running command cut short (each becomes `interrupted`, resumable by running
 the batch again) and starts no new ones; a second one stops at once (runs are left crashed, also
 resumable). The exit code is then 130 either way.
 
@@ -39,7 +39,7 @@ from orchestrator.status import Status
 from orchestrator.store.run_dir import RunDir
 
 RESUMABLE = ("interrupted",)  # and `running` runs whose process is gone (crashed)
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # both stop every run between actions
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # both stop every run now
 
 
 class Batch:
@@ -189,25 +189,23 @@ class Batch:
         self.on_end(row)
 
     def _on_stop_signal(self, signum: int, frame: Any) -> None:
-        """Ctrl-C or SIGTERM: every run stops after its current action; the second one stops at once (the
+        """Ctrl-C or SIGTERM: every run stops now (its running command cut short); the second one stops at once (the
         runs are left crashed, resumable)."""
         name = self.stopped_by = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
         self._sigints += 1
         self.interrupted = True
         self.stopping.set()
-        if self._sigints == 1 and self._stop_after_action(name):
-            sys.stderr.write(f"cairn: {name}: stopping every run after its current action "
+        if self._sigints == 1 and self._stop_now(name):
+            sys.stderr.write(f"cairn: {name}: stopping every run now "
                              f"({name} again to stop at once)\n")
             return
         self._stop_at_once()
         raise KeyboardInterrupt
 
-    def _stop_after_action(self, name: str) -> bool:
-        """Asks every run to stop after its current action; False where none can be asked."""
+    def _stop_now(self, name: str) -> bool:
+        """Asks every run to stop now (its running command cut short); False where none can be asked."""
         for live in list(self.live_runs.values()):
-            live.agent.stop_requested = True  # the loop checks it after the current action
-            live.agent.stopped_by = name
-            live.agent.model.cancel()  # a model request is not worth finishing: it stops now
+            live.agent.stop_now(name)
         return True
 
     def _stop_at_once(self) -> None:

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
-from pydantic import ValidationError
 
 from orchestrator.cli.shared import RUN_HELP, JsonOut, RunsDir, _find, _print_json, _runs_dir, _status_colour, app
 from orchestrator.errors import UsageError
@@ -60,7 +59,7 @@ def show(
 ) -> None:
     """The timeline of a run (with the messages it got, and why it ended), or one step whole; with --atif,
     the run as one ATIF trajectory (docs/atif.md)."""
-    from orchestrator.ui.inspect.timeline import check_line, critic_line, one_line, step_lines, step_text, timeline, walk
+    from orchestrator.ui.inspect.timeline import step_text, timeline, walk
     from orchestrator.ui.terminal import page
 
     run_dir = _find(runs_dir, run_ref)
@@ -85,10 +84,19 @@ def show(
     if json_output:
         _print_json(doc)
         return
+    print_timeline(run_dir, doc)
+
+
+def print_timeline(run_dir: Any, doc: dict[str, Any]) -> None:  # noqa: ANN401 - RunDir, imported lazily
+    """`cairn show RUN` as text: the run's state now, its steps, its usage, and how it ended."""
+    from orchestrator.ui.inspect.timeline import check_line, critic_line, one_line, step_lines
+
     u = doc["usage"]
     cost = f"${u['cost_usd']:.4f}" if u["cost_usd"] is not None else "cost unknown"
     # The run's own text (task, model, result; step_lines cleans the steps) is cleaned for the terminal.
     typer.echo(f"run {doc['id']}  [{doc['status']}]  model {clean(doc['model'])}")
+    if doc.get("forked_from"):
+        typer.echo(f"forked from run {doc['forked_from']['run']} at step {doc['forked_from']['step']}")
     typer.echo(f"task: {' '.join(clean(doc['task']).split())}")
     typer.echo("\n".join(step_lines(doc)) or "(no steps yet)")
     typer.echo(f"tokens: {u['prompt_tokens']:,} prompt ({u['cache_hit_ratio']:.0%} cached), "
@@ -124,11 +132,7 @@ def _readable(run_dir, read: Any) -> Any:  # noqa: ANN001 - RunDir, imported laz
     from orchestrator.ui.inspect.listing import check_readable
 
     check_readable(run_dir)
-    try:
-        return read()
-    except ValidationError:  # an event line that is not an event: name it
-        check_readable(run_dir, events_too=True)
-        raise
+    return read()
 
 
 @app.command()

@@ -53,9 +53,12 @@ def rm(
 
 
 @app.command()
-def stop(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_dir: Optional[Path] = RunsDir) -> None:
-    """Stop a live run between actions, as Ctrl-C does: it ends `interrupted`, and `cairn resume` continues it.
-    Works for a run of a batch too."""
+def stop(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP),
+         after_step: bool = typer.Option(False, "--after-step", help="Let the running call finish first (a build "
+                                         "that should not be cut short), then stop."),
+         runs_dir: Optional[Path] = RunsDir) -> None:
+    """Stop a live run now, as Ctrl-C does: its running command is cut short (recorded so: it may have partly
+    run), the run ends `interrupted`, and `cairn resume` continues it. Works for a run of a batch too."""
     from orchestrator.store.liveness import run_is_live
 
     run_dir = _find(runs_dir, run_ref)
@@ -63,8 +66,9 @@ def stop(run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP), runs_
         status = run_dir.read_meta().get("status", "running")
         raise CairnError(f"run {run_dir.id} is not running (its status: "
                          f"{'interrupted, by a crash' if status == 'running' else status})")
-    run_dir.request_stop()
-    typer.echo(f"run {run_dir.id} stops after its current action; then `cairn resume {run_dir.id}` continues it")
+    run_dir.request_stop(now=not after_step)
+    when = "after its running call" if after_step else "now (its running command is cut short)"
+    typer.echo(f"run {run_dir.id} stops {when}; then `cairn resume {run_dir.id}` continues it")
 
 
 @app.command("export")

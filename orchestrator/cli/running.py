@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -106,9 +104,10 @@ def run(
 @app.command()
 def demo(runs_dir: Optional[Path] = RunsDir) -> None:
     """Run the built-in scripted demo offline (no model service needed), then show its timeline."""
-    from orchestrator.cli.inspecting import show  # here: importing it first would list its commands before run's
+    from orchestrator.cli.inspecting import print_timeline  # here: importing it first would list its commands first
     from orchestrator.llm.scripted import load_script
     from orchestrator.runs.new_run import create_run
+    from orchestrator.ui.inspect.timeline import timeline
 
     cfg = RunConfig.model_validate({"model": {"model": "scripted:demo"}})
     run_dir = create_run(_runs_dir(runs_dir), load_script("demo")["task"], cfg)
@@ -116,7 +115,7 @@ def demo(runs_dir: Optional[Path] = RunsDir) -> None:
         _drive(run_dir, cfg, json_output=False)
     finally:
         typer.echo("")
-        show(run_dir.id, step=None, runs_dir=runs_dir, json_output=False)
+        print_timeline(run_dir, timeline(run_dir))
 
 
 @app.command()
@@ -142,114 +141,30 @@ def resume(
 ) -> None:
     """Continue a stopped, interrupted or crashed run (or, with --from-step, a fork of it). An imported run
     is untrusted: its settings that reach this machine need --trust, --safe-defaults or your own values."""
-    from orchestrator.agent.critic import preflight_critic
-    from orchestrator.llm import warmup
-    from orchestrator.llm.preflight import preflight
-    from orchestrator.store.trust import settle
+    from orchestrator.runs.resume import Resumption, fork, prepare
 
-    if network is not None and network not in ("none", "bridge"):
-        raise UsageError(f"--network is none or bridge, not {network!r}")
-    if trust and safe_defaults:
-        raise UsageError("--trust and --safe-defaults do not go together")
     run_dir = _find(runs_dir, run_ref)
     if from_step is not None:
-        run_dir = _fork(run_dir, from_step, message, runs_dir, json_output)
-    run_dir.hold()  # this process drives the run from here, or another one does and it is refused
-    status = run_dir.read_meta().get("status")
-    source = "answer" if message else "user"
-    mode = _approve_mode(approve)
-    stopped_for_approval = _check_approval_wait(run_dir, json_output, mode)
-    if stopped_for_approval and message:
-        # The step it stopped in goes on first, and may stop for another approval before the model is asked
-        # again: the message waits in the inbox, as `cairn say` does, and reaches the model at its next step.
-        from orchestrator.store.inbox import say
+        source, run_dir = run_dir, fork(run_dir, from_step, message, _runs_dir(runs_dir))
+        typer.echo(f"run {run_dir.id}: forked from run {source.id} at step {from_step}", err=True)
+        typer.echo(run_dir.id, err=json_output)  # the new run's id alone, for a script (stderr with --json)
+    wanted = Resumption(message=message, model=model, api_base=api_base, network=network, max_steps=max_steps,
+                        max_cost=max_cost, critic_every=critic_every, critic_model=critic_model, approve=approve,
+                        trust=trust, safe_defaults=safe_defaults)
+    terminal = _can_ask(json_output)
 
-        say(run_dir.state, message)
-        message = None
-    elif stopped_for_approval:
-        pass  # answered (or asked again on this terminal): the step it stopped in goes on
-    elif not message and _has_said(run_dir):
-        pass  # a `cairn say` message is waiting to be delivered: that is the instruction
-    elif status == "waiting" and not message and _can_ask(json_output):
-        typer.echo(f"run {run_dir.id}: the agent asks: {clean(run_dir.read_meta().get('result') or '')}", err=True)
-        message, source = _ask("answer> ", allow_eof=True), "answer"
-        if message is None:
-            raise UsageError(f"run {run_dir.id} still waits for an answer",
-                             hint=f'cairn resume {run_dir.id} --message "ANSWER"')
-    elif status == "waiting" and not message:
-        raise UsageError(f"run {run_dir.id} waits for an answer: {run_dir.read_meta().get('result')}",
-                         hint=f'cairn resume {run_dir.id} --message "ANSWER"')
-    elif status == "done" and not message:
-        from orchestrator.agent.check import feedback, last_failed
-        from orchestrator.runs.settings import load_config
+    def ask(question: str) -> str | None:  # the agent's question, put to the person at this terminal
+        typer.echo(f"run {run_dir.id}: the agent asks: {clean(question)}", err=True)
+        return _ask("answer> ", allow_eof=True)
 
-        failed = last_failed(run_dir.events.read()[0])
-        if failed is None:
-            raise UsageError(f"run {run_dir.id} is done; to go on, give it a new instruction with --message")
-        # Its check failed: the agent goes on from the check's output, as a round of --check-rounds would.
-        message, source = feedback(failed, load_config(run_dir).sandbox.workdir), "resume"
-    if model:
-        from orchestrator.llm.scripted import check_model
-
-        check_model(model)  # before run.json takes it
-    cfg, meta = settle(run_dir.read_meta(), model=model or None, api_base=api_base, network=network,
-                       trust=trust, safe_defaults=safe_defaults, run_id=run_dir.id)
-    if max_steps:
-        cfg.limits.max_steps = max_steps
-    if max_cost is not None:
-        cfg.limits.max_cost = max_cost
-    if critic_every is not None:
-        cfg.critic.every = critic_every or None
-    if critic_model is not None:
-        cfg.critic.model = critic_model
-    if mode is not None:
-        cfg.approvals.mode = mode
-    if not cfg.mcp.api_key_in_file:  # else the key read at the start may send it without litellm
-        warmup.begin(cfg.model)  # the model library loads from now on (llm/warmup.py)
-    preflight(cfg.model, key_elsewhere=cfg.mcp.api_key_in_file)  # before the sandbox starts
-    preflight_critic(cfg)
-    meta["config"] = cfg.model_dump(mode="json")
-    run_dir.write_meta({**meta, "updated": time.time()})
-    _drive(run_dir, cfg, json_output, message=message, resumed=True, source=source)
-
-
-def _fork(source, step: int, message: Optional[str], runs_dir: Optional[Path], json_output: bool):  # noqa: ANN001,ANN202
-    """`resume --from-step`: the new run's id goes to stdout (to stderr with --json)."""
-    from orchestrator.store.fork import fork_run, plan_fork
-
-    plan = plan_fork(source, step)
-    if plan.status == "waiting" and not message:
-        raise UsageError(f"at step {step}, run {source.id} waits for an answer: {plan.result}",
-                         hint=f'cairn resume {source.id} --from-step {step} --message "ANSWER"')
-    fork = fork_run(plan, _runs_dir(runs_dir))
-    typer.echo(fork.id, err=json_output)
-    return fork
+    ready = prepare(run_dir, wanted, ask=ask if terminal else None, approvals_on_terminal=terminal)
+    _drive(run_dir, ready.cfg, json_output, message=ready.message, resumed=True, source=ready.source)
 
 
 def _approve_mode(value: Optional[str]) -> Optional[str]:
     if value is not None and value not in ("never", "outside", "always"):
         raise UsageError(f"--approve is never, outside or always, not {value!r}")
     return value
-
-
-def _check_approval_wait(run_dir, json_output: bool, mode: Optional[str]) -> bool:  # noqa: ANN001 - RunDir
-    """True when the run stopped for an approval that is answered now, or that this terminal can answer,
-    or that a new --approve mode decides again; a UsageError when no one can answer it here."""
-    from orchestrator.agent.approval_answers import approval_wait
-    from orchestrator.agent.approvals import subject
-
-    asked, answered = approval_wait(run_dir)
-    if asked is None:
-        return False
-    if not answered and mode is None and (json_output or not sys.stdin.isatty() or not sys.stderr.isatty()):
-        try:
-            what = subject(asked.name, json.loads(asked.arguments or "{}"))
-        except (ValueError, AttributeError):
-            what = asked.arguments
-        raise UsageError(f"run {run_dir.id} waits for approval of {asked.name} {' '.join(what.split())}",
-                         hint=f"cairn approve {run_dir.id} --resume (or --deny REASON, --always); or resume it "
-                              "on a terminal, which asks")
-    return True
 
 
 @app.command()
@@ -298,12 +213,6 @@ def approve(
                runs_dir=runs_dir, json_output=False)
 
 
-def _has_said(run_dir) -> bool:  # noqa: ANN001 - RunDir, imported lazily
-    from orchestrator.store.inbox import delivered_offset, pending
-
-    return bool(pending(run_dir.state, delivered_offset(run_dir.events.read()[0])))
-
-
 def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = None,  # noqa: ANN001
            interactive: bool = False, resumed: bool = False, source: str | None = None) -> None:
     from orchestrator.runs.drive import drive
@@ -342,11 +251,11 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
         driven = drive(run_dir, cfg, display, resumed=resumed, message=message, source=source, more=more)
     finally:
         display.close()
-    status = driven.status
+    doc = timeline(run_dir)  # the run's view, as every face shows it, now that its drive is over
+    status = doc["status"]
     if json_output:
-        _print_json(timeline(run_dir))
+        _print_json(doc)
     else:
-        doc = timeline(run_dir)
         said = doc["result"] or (doc["error"] or {}).get("reason")
         typer.secho(f"run {run_dir.id}: {status}" + (f": {clean(said)}" if said else ""), err=True, fg=_status_colour(status))
         if doc["check"] is not None and doc["check"]["passed"] is not None:

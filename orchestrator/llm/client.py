@@ -111,7 +111,8 @@ def _with_breakpoint(message: dict) -> dict:
 
 
 class LLM:
-    """One configured model. `complete` is safe to call from one thread at a time."""
+    """One configured model. `complete` may be called from several threads at once (sub-agents working
+    side by side, agent/parallel.py): each request keeps its state to itself, and `cancel` stops them all."""
 
     def __init__(self, cfg: ModelConfig, *, stream: bool = True) -> None:
         self.cfg = cfg

@@ -20,12 +20,13 @@ from orchestrator.runs.first_checkpoint import Checkpointing
 from orchestrator.runs.new_run import progress, start_log
 from orchestrator.store.liveness import write_pid_file
 from orchestrator.store.run_dir import RunDir
+from orchestrator.tools.registry import Registry
 from orchestrator.tools.specs import BUILTIN_TOOLS, tool_names
 from orchestrator.status import Status
 
 if TYPE_CHECKING:
     from orchestrator.agent.loop import Loop
-    from orchestrator.ports import Display
+    from orchestrator.ports import Display, Model
     from orchestrator.ports import Sandbox as SandboxPort
     from orchestrator.tools.registry import Tool
 
@@ -42,14 +43,32 @@ def exit_code(status: str, error: CairnError | None = None, check: dict[str, Any
     return EXIT_CODES.get(status, EXIT_FAILED)
 
 
+def agent_tools(run: RunDir) -> list[str] | None:
+    """The names of the tools the run offers its model, from its first event; None before it has one."""
+    events, _torn = run.events.read()
+    started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
+    return [tool["function"]["name"] for tool in started.tools] if started is not None else None
+
+
+def offered(tools: Registry, names: list[str] | None) -> Registry:
+    """The built-in tools a run offers (a run made with fewer, orchestrator.Agent's `tools`, says so in
+    its first event), and every tool of its own: a call to one it does not offer is an unknown tool."""
+    if names is None:
+        return tools
+    builtin = set(tool_names(BUILTIN_TOOLS))
+    return Registry([tools.get(name) for name in tools.names if name not in builtin or name in names])
+
+
 class LiveRun:
     """A run's live parts. Making one starts its sandbox (in a thread, while the model library loads);
     use it as a context manager, whose entry waits for that start, so the sandbox always stops with the run."""
 
     def __init__(self, run: RunDir, cfg: RunConfig, display: Display, resumed: bool = False,
-                 tools: Sequence[Tool] = (), sandbox: SandboxPort | None = None, hold: bool = True) -> None:
+                 tools: Sequence[Tool] = (), sandbox: SandboxPort | None = None, hold: bool = True,
+                 model: Model | None = None) -> None:
         """`tools`: the run's own tools, as given to `create_run`. `sandbox`: another backend of the
-        Sandbox port than cairn's Docker one (the Harbor agent's, orchestrator/sandbox/harbor). The
+        Sandbox port than cairn's Docker one (the Harbor agent's, orchestrator/sandbox/harbor; one's own,
+        orchestrator.Agent's). `model`: a model of one's own, in place of the client of `cfg.model`. The
         run's lock (store/liveness.py) is this process's from here (RunIsLive when another process drives
         the run) until the drive ends; `hold=False` where another process answers for it (a Ray batch's
         driver)."""
@@ -57,7 +76,7 @@ class LiveRun:
             run.hold()  # kept, when `create_run` or `resume` took it already
             write_pid_file(run)
         run.check_workspace()  # a run on a user's folder that is gone: say so before anything starts
-        self.run, self.cfg, self.resumed, self.own_tools = run, cfg, resumed, list(tools)
+        self.run, self.cfg, self.resumed, self.own_tools, self.model = run, cfg, resumed, list(tools), model
         self.aside = run.events.set_aside_torn_line() if resumed else None
         if resumed and (cfg.mcp.servers or cfg.mcp.api_key_in_file):
             from orchestrator.runs.agent_folder import restore_secrets
@@ -116,14 +135,14 @@ class LiveRun:
         from orchestrator.agent.loop import Loop
         from orchestrator.agent.delegate import delegate_tool
         from orchestrator.tools.builtin import builtin_tools
-        from orchestrator.tools.registry import Registry
 
-        llm = LLM(self.cfg.model)
-        warmup.wait()  # the load `run` and `resume` began (llm/warmup.py): then preload finds it done
-        llm.preload()  # litellm, unless the model goes without it (llm/client.py)
+        if self.model is None:
+            llm = LLM(self.cfg.model)
+            warmup.wait()  # the load `run` and `resume` began (llm/warmup.py): then preload finds it done
+            llm.preload()  # litellm, unless the model goes without it (llm/client.py)
+            llm.on_retry = self._retrying
         tools = Registry([*builtin_tools(delegate_tool(Loop)), *self.own_tools])  # MCP tools join once their servers run
-        agent = Loop(self.run, self.cfg, self.sandbox, llm, display, tools)
-        llm.on_retry = self._retrying
+        agent = Loop(self.run, self.cfg, self.sandbox, self.model or llm, display, offered(tools, agent_tools(self.run)))
         critic_cfg = critic_model_config(self.cfg)
         if critic_cfg is not None:  # --critic-model: the critic's own client, its retries logged alike
             agent.critic_model = LLM(critic_cfg)

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from orchestrator.config import RunConfig
 from orchestrator.errors import CairnError, SandboxError
-from orchestrator.ports import Display
+from orchestrator.ports import Display, Model, Sandbox
 from orchestrator.runs.compose import LiveRun, exit_code, mark_failed
 from orchestrator.store.liveness import RunIsLive
 from orchestrator.store.run_dir import RunDir
@@ -41,7 +41,7 @@ class Driven:
 def drive(run: RunDir, cfg: RunConfig, display: Display, *, resumed: bool = False, message: str | None = None,
           source: str | None = None, opened: Callable[[LiveRun], None] | None = None,
           more: Callable[[LiveRun, str], tuple[str, str] | None] | None = None, record_every_failure: bool = False,
-          sandbox: Any = None, hold: bool = True) -> Driven:
+          sandbox: Sandbox | None = None, hold: bool = True, model: Model | None = None) -> Driven:
     """Drive `run` until it ends (or, with `more`, until `more` has nothing more to say).
 
     `message`: the person's words for the first request (an answer, when `resumed`). `opened(live)`:
@@ -50,20 +50,21 @@ def drive(run: RunDir, cfg: RunConfig, display: Display, *, resumed: bool = Fals
     (interactive mode, and a question asked on the terminal). A failure before the run
     started raises, and a new run records why; with `record_every_failure` (batches, where nobody reads
     the exception) every failure is recorded in the run, a resumed one's too, and nothing is raised but
-    a KeyboardInterrupt: the `Driven` then holds the error. `sandbox`: another backend of the Sandbox port
-    than cairn's Docker one (the Harbor agent's). `hold=False`: another process holds the run's lock (a
-    Ray batch's driver, for its nodes)."""
+    a KeyboardInterrupt: the `Driven` then holds the error. `sandbox`, `model`: other parts than cairn's
+    Docker sandbox and the client of the run's model (the Harbor agent's sandbox; orchestrator.Agent's
+    own). `hold=False`: another process holds the run's lock (a Ray batch's driver, for its nodes)."""
     run.take_stop_request()  # a `cairn stop` that came as the run last ended is not for this one
     live: LiveRun | None = None
     try:
-        with LiveRun(run, cfg, display, resumed=resumed, sandbox=sandbox, hold=hold) as live:
+        with LiveRun(run, cfg, display, resumed=resumed, sandbox=sandbox, hold=hold, model=model) as live:
             if opened is not None:
                 opened(live)
             status = live.go(message, source=source or ("answer" if resumed and message else "user"))
-            while more is not None and status != "interrupted":
-                said = more(live, status)
+            while more is not None:
+                said = more(live, status)  # interactive: after a Ctrl-C too, the person's next words
                 if said is None:
                     break
+                live.agent.stop_requested, live.agent.stopped_by = False, None  # that stop is behind it now
                 status = live.go(said[0], source=said[1])
             return Driven(status, live.agent.error, live.agent.state.check)
     except Exception as exc:

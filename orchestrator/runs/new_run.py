@@ -40,13 +40,15 @@ def check_workspace_dir(path: Path, runs_dir: Path) -> Path:
 
 
 def create_run(runs_dir: Path, task: str, cfg: RunConfig, workspace: Path | None = None,
-               from_git: str | None = None, ref: str | None = None, tools: Sequence[Tool] = ()) -> RunDir:
+               from_git: str | None = None, ref: str | None = None, tools: Sequence[Tool] = (),
+               offered: Sequence[str] | None = None) -> RunDir:
     """A new run: its workspace is a copy of the template, or `workspace` (a user's folder, worked on in
     place; the template's files are not added to it), or a clone of the git repository `from_git` at
     `ref` (the template's files that the repository does not have are added), or, with another work
     directory than /workspace (`--workdir`), the image's content at that path (no template files).
     `tools`: tools of the run's own, offered after the built-in ones (docs/extending.md); its
-    sessions must be given the same."""
+    drives must be given the same. `offered`: the built-in tools the model is offered, when not all of
+    them (orchestrator.Agent's `tools`): the run's first event holds only those, for good."""
     if workspace is not None and from_git is not None:
         raise UsageError("--workspace and --from-git do not go together")
     meta: dict[str, Any] = {"task": task, "status": "running", "config": cfg.model_dump(mode="json")}
@@ -71,7 +73,7 @@ def create_run(runs_dir: Path, task: str, cfg: RunConfig, workspace: Path | None
         shutil.rmtree(run.root, ignore_errors=True)  # a run that never started leaves nothing behind
         raise
     if not cfg.mcp.servers:  # with MCP servers, the LiveRun starts the log once they listed their tools
-        start_log(run, task, cfg, [tool.spec for tool in tools])
+        start_log(run, task, cfg, [tool.spec for tool in tools], offered)
     return run
 
 
@@ -93,14 +95,17 @@ def copy_workdir(run: RunDir, cfg: RunConfig) -> None:
     run.update_meta(workdir_source={"image": image, "path": path, "found": done.found, "entries": done.files})
 
 
-def start_log(run: RunDir, task: str, cfg: RunConfig, extra_tools: list[dict[str, Any]] | None = None) -> None:
+def start_log(run: RunDir, task: str, cfg: RunConfig, extra_tools: list[dict[str, Any]] | None = None,
+              offered: Sequence[str] | None = None) -> None:
     """The first event: RunStarted with the run's system prompt (its profile, the project's AGENTS.md) and
-    fixed tool list (built-in, then the run's own, then MCP). Step 0, the workspace's first checkpoint, is
-    taken by the run's first drive, while its first request goes out (runs/compose.py)."""
+    fixed tool list (built-in, or those of them `offered`, then the run's own, then MCP). Step 0, the
+    workspace's first checkpoint, is taken by the run's first drive, while its first request goes out
+    (runs/first_checkpoint.py)."""
     # AGENTS.md is read once, here: the prompt stays the same for the whole run, so the prefix cache holds.
     instructions = read_instructions(run.workspace, cfg.sandbox.workdir)
     prompt = system_prompt(cfg.system_prompt_extra, cfg.sandbox.workdir, cfg, instructions)
-    run.events.append(ev.RunStarted(task=task, system_prompt=prompt, tools=canonical(BUILTIN_TOOLS + list(extra_tools or []))))
+    builtin = [t for t in BUILTIN_TOOLS if offered is None or t["function"]["name"] in offered]
+    run.events.append(ev.RunStarted(task=task, system_prompt=prompt, tools=canonical(builtin + list(extra_tools or []))))
 
 
 def clone(url: str, ref: str | None, dest: Path) -> None:

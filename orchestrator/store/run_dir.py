@@ -166,15 +166,31 @@ class RunDir:
             self.lock.release()
             self.lock = None
 
-    # `cairn stop RUN` asks a live run to stop between actions with a file its loop looks for after each
-    # step (orchestrator/agent/loop.py); the loop takes the request away as it stops, so a resume starts clean.
+    # `cairn stop RUN` asks a live run to stop with a file its drive watches (agent/stop_signals.py): now
+    # (the running command is cut short), or with --after-step once the running call is done; the loop
+    # takes the request away as it stops, so a resume starts clean.
 
     @property
     def stop_path(self) -> Path:
         return self.state / "stop"
 
-    def request_stop(self) -> None:
-        self.stop_path.write_text(f"{time.time()}\n")
+    def request_stop(self, now: bool = True) -> None:
+        tmp = self.stop_path.with_name("stop.tmp")
+        tmp.write_text(json.dumps({"at": time.time(), "now": now}) + "\n")
+        os.replace(tmp, self.stop_path)  # whole or not at all: the drive reads it while it is written
+
+    def stop_request(self) -> str | None:
+        """The stop the top run was asked for, without taking it: "now", "after-step" or None. A request
+        of an older cairn (a time alone) stopped after the running call."""
+        try:
+            text = self.top_run.stop_path.read_text()
+        except (OSError, UnicodeDecodeError):
+            return None
+        try:
+            asked = json.loads(text)
+        except ValueError:
+            return "after-step"
+        return "now" if isinstance(asked, dict) and asked.get("now") is True else "after-step"
 
     def take_stop_request(self) -> bool:
         """True (once) when a stop was asked for."""

@@ -80,6 +80,9 @@ class MemoryStore:
     def stop_asked(self) -> bool:
         return self.take_stop_request()
 
+    def stop_request(self) -> str | None:
+        return "now" if self.stop_requested else None
+
     def messages_after(self, offset: int) -> list[tuple[str, int]]:
         return [(text, number) for number, text in enumerate(self.said, start=1) if number > offset]
 

@@ -196,6 +196,8 @@ class LiveDisplay:
         self.live_output: Path | None = None  # the toolbox's copy of a running command's output (on the host)
         self.follower: _Follower | None = None
         self.state: RunState | None = None
+        self.running: dict[str, str] = {}  # call id -> its short line, for calls running side by side
+        self.asking = threading.Lock()  # sub-agents side by side ask one question at a time
         self.live = Live(Text(""), console=self.console, refresh_per_second=4, transient=True,
                          auto_refresh=self.console.is_terminal, get_renderable=self._status)
         if self.console.is_terminal:
@@ -247,11 +249,16 @@ class LiveDisplay:
                 last = (clean(event.content or "").strip().splitlines() or [""])[-1]
                 return f"      {'✗' if event.error else '→'} {_as_is(last, 100)}"
         if isinstance(event, ev.ToolStarted):
-            self.current, self.since = short(call_line(event.name, event.arguments).splitlines()[0], 60), time.time()
+            self.running[event.call_id] = short(call_line(event.name, event.arguments).splitlines()[0], 60)
+            self.current, self.since = self._calls(), time.time()
             if event.name == "shell_exec" and self.live_output is not None and self.console.is_terminal:
                 self.follower = _Follower(self.live_output, self.console, self.since)
-        elif isinstance(event, (ev.ToolFinished, ev.StatusChanged)) or (
-                isinstance(event, ev.UserMessage) and self.current != WAITING_FOR_MODEL):
+        elif isinstance(event, ev.ToolFinished) and len(self.running) > 1:
+            self.running.pop(event.call_id, None)
+            self.current = self._calls()  # the calls still running beside it
+        elif isinstance(event, (ev.ToolFinished, ev.StatusChanged, ev.UserMessage)):
+            # The model's time starts now: the person's typing before a message is not the model's.
+            self.running.clear()
             self.current, self.since = WAITING_FOR_MODEL, time.time()
         elif is_model_retry(event):
             # "retry 2/6 in 8 s: HTTP 429 ...": the wait is said as it runs down, then the new wait for the model
@@ -259,6 +266,10 @@ class LiveDisplay:
             self.retry = f"the model failed ({why.strip()[:60]}), retry {number.split()[1] if len(number.split()) > 1 else ''}"
             self.retry_until = time.time() + float(getattr(event, "wait_s", 0) or 0)
         return event_line(event)
+
+    def _calls(self) -> str:
+        lines = list(self.running.values())
+        return lines[-1] if len(lines) == 1 else f"{len(lines)} calls at once: {short(lines[0], 40)} ..."
 
     def _chat_line(self, event: ev.Event) -> str | None | bool:
         """In a chat, the model's answer (text without a tool call) is the reply: shown whole, and the
@@ -275,6 +286,10 @@ class LiveDisplay:
 
     def ask_approval(self, question: Question) -> Answer | None:
         """The live status line stops while the question is on the screen (orchestrator/ui/approval_prompt.py)."""
+        with self.asking:
+            return self._ask(question)
+
+    def _ask(self, question: Question) -> Answer | None:
         from orchestrator.ui.approval_prompt import ask
 
         self.pause()
@@ -295,6 +310,8 @@ class LiveDisplay:
             self.live.stop()
 
     def resume(self) -> None:
+        """After a prompt: the status line again, its clocks from now (the person's time is not the run's)."""
+        self.since = time.time()
         if self.console.is_terminal and not self.live.is_started:
             self.started = time.time()
             self.live.start()

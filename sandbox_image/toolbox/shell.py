@@ -13,9 +13,10 @@ import time
 from .capture import Capture
 from .channel import Host
 from .errors import HostGone, ToolError
-from .processes import Limits, kill_session, last_pid, procs
+from .processes import RAISED, Limits, kill_session, last_pid, lower_raised, own_oom_score_adj, procs
 
 RESET = "cwd and variables were reset"
+INTERRUPTED = "interrupted"  # what _wait returns when the host cut the command short
 WATCH_SECONDS = 0.25  # how often a running command is checked for a fork bomb
 
 
@@ -39,14 +40,19 @@ class Shell:
     bash writes the exit status on a separate control pipe (fd 3), which commands cannot see.
     """
 
-    def __init__(self, root: str, host: Host, env: dict | None = None, watch_limits: bool = True) -> None:
+    def __init__(self, root: str, host: Host, env: dict | None = None, watch_limits: bool = True,
+                 whole_machine: bool = True) -> None:
         """`env`: the shell's environment (default: the toolbox's own) with TERM, PAGER and GIT_PAGER set for
         a reader that is not a terminal. `watch_limits`: watch the cgroup's process limit, which is the
-        container's (a toolbox on the host, in tests, has none of its own to watch)."""
+        container's (a toolbox on the host, in tests, has none of its own to watch). `whole_machine`: the
+        machine is the sandbox, so what a command leaves running is any process newer than the toolbox
+        (on the host, in tests: only the processes of the shell's session)."""
         self.root, self.host = root, host
         self.limits = Limits()
         if not watch_limits:
             self.limits.pids_max = None
+        self.whole_machine, self.first_pid = whole_machine, os.getpid()
+        self.oom_base = own_oom_score_adj()  # what the shell goes back to between commands
         self.env = dict(os.environ if env is None else env, TERM="dumb", PAGER="cat", GIT_PAGER="cat")
         self.start()
 
@@ -66,9 +72,7 @@ class Shell:
         self.out, self.ctl = out_r, ctl_r
         # set -m gives every command line its own process group, so a timeout can kill it as a whole (busybox
         # sh without a terminal says it cannot, and carries on: the session still tells a command's processes).
-        # The raised oom_score_adj is inherited by every command: the OOM killer takes them, not the toolbox.
-        self._send(f"set -m 2>/dev/null\nexec 3>&{ctl_w} {ctl_w}>&- 4</dev/null\n"
-                   "{ echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null\n")
+        self._send(f"set -m 2>/dev/null\nexec 3>&{ctl_w} {ctl_w}>&- 4</dev/null\n")
         self.oom_seen = self.limits.oom_kills()
 
     def restart(self) -> None:
@@ -111,37 +115,58 @@ class Shell:
         self._read_output(capture)  # late output of background jobs, as a terminal would show it
         before = last_pid()
         quoted = "'" + command.replace("'", "'\\''") + "'"
-        # fd 4 is /dev/null, kept open because reopening it per command is measurably slower.
-        sent = self._send("{ eval " + quoted + "\n} <&4 3>&- 4<&-; echo $? >&3\n")
+        # fd 4 is /dev/null, kept open because reopening it per command is measurably slower. bash's
+        # oom_score_adj is raised for the command and lowered after it (see lower_leftovers): with `>|` and
+        # `|| :`, so an agent's `set -C` or `set -e` cannot make that fail or end the shell.
+        adj = "/proc/self/oom_score_adj"
+        sent = self._send(f"{{ echo {RAISED.decode()} >|{adj}; }} 2>/dev/null || :; {{ eval {quoted}\n}} <&4 3>&- 4<&-; "
+                          f"echo $? >&3; {{ echo {self.oom_base} >|{adj}; }} 2>/dev/null || :\n")
         status = self._wait(capture, started + timeout, before, notes) if sent else "died"
+        interrupted = status == INTERRUPTED
         timed_out = status is None
-        if timed_out:
-            killed = self._kill_new(before)
-            notes.append(f"timed out after {timeout:g}s: killed {killed} processes it started" if killed
-                         else f"timed out after {timeout:g}s")
-            status = self._wait(capture, time.monotonic() + (2.0 if killed else 0.3), before, notes)
-            if status is None:
-                notes.append(f"the shell itself was stuck (a loop of builtins?) and was restarted: {RESET}")
+        if interrupted:
+            self._cut_short(before, capture, notes)
+            restarted = True
+        else:
+            if timed_out:
+                killed = self._kill_new(before)
+                notes.append(f"timed out after {timeout:g}s: killed {killed} processes it started" if killed
+                             else f"timed out after {timeout:g}s")
+                status = self._wait(capture, time.monotonic() + (2.0 if killed else 0.3), before, notes)
+                if status is None:
+                    notes.append(f"the shell itself was stuck (a loop of builtins?) and was restarted: {RESET}")
+                    self.restart()
+                    restarted = True
+            if status == "died":
+                code = self.proc.wait()
+                status = 128 - code if code < 0 else code
+                notes.append(f"the shell exited (code {status}) and was restarted: {RESET}")
                 self.restart()
                 restarted = True
-        if status == "died":
-            code = self.proc.wait()
-            status = 128 - code if code < 0 else code
-            notes.append(f"the shell exited (code {status}) and was restarted: {RESET}")
-            self.restart()
-            restarted = True
-        elif self.limits.near_pids_limit():
-            killed = self._kill_new(before)
-            notes.append(self._limit_note(killed))
-            self._read_output(capture)  # what they wrote before dying belongs to this command
-        exit_code = 124 if timed_out else status
+            elif self.limits.near_pids_limit():
+                killed = self._kill_new(before)
+                notes.append(self._limit_note(killed))
+                self._read_output(capture)  # what they wrote before dying belongs to this command
+        exit_code = 124 if timed_out else 130 if interrupted else status
         if exit_code == 137 and not notes:  # a SIGKILL that was not ours
             notes.append(self._sigkill_note())
-        return dict(exit_code=exit_code, timed_out=timed_out, shell_restarted=restarted,
+        return dict(exit_code=exit_code, timed_out=timed_out, interrupted=interrupted, shell_restarted=restarted,
                     duration_ms=round((time.monotonic() - started) * 1000, 3), note="; ".join(notes) or None)
 
+    def _cut_short(self, before: int, capture: Capture, notes: list) -> None:
+        """The host interrupted the command: nothing more of its line may run (`make; make install`), so
+        bash goes with the processes it started, and a fresh one takes its place (the run stops now, and
+        its next drive starts a new shell anyway)."""
+        self.proc.kill()
+        killed = self._kill_new(before)
+        self._read_output(capture)
+        notes.append(f"interrupted: the person stopped the run; killed {killed} processes it started "
+                     f"(it may have partly run); {RESET}")
+        self.restart()
+
     def _wait(self, capture: Capture, deadline: float, before: int, notes: list):
-        """Collect output until bash reports the exit status (an int), the deadline passes (None), or bash dies."""
+        """Collect output until bash reports the exit status (an int), the deadline passes (None), the host
+        interrupts the command (INTERRUPTED), or bash dies ("died")."""
         status = b""
         next_watch = time.monotonic() + WATCH_SECONDS
         while True:
@@ -168,11 +193,26 @@ class Shell:
                 self._kill_new(before)
                 self._read_output(capture)
                 raise HostGone(capture)
+            if self.host.interrupted():
+                return INTERRUPTED
             if time.monotonic() >= next_watch:
                 next_watch = time.monotonic() + WATCH_SECONDS
                 if self.limits.near_pids_limit():
                     killed = self._kill_new(before)
                     notes.append(self._limit_note(killed))
+
+    # The out-of-memory killer picks the process with the highest oom_score_adj first, then the biggest. A
+    # command runs at 1000 (RAISED), so while it runs it is the first to go, before the toolbox (which
+    # cannot go below 0 without CAP_SYS_RESOURCE, which sandboxes do not grant). What it leaves running (a
+    # server for the tests, a `nohup` job, a daemon that left the shell's session) must not stay first in
+    # line for the rest of the run and through a task's tests: once the command ends (Toolbox.op_shell),
+    # every process still at 1000 but bash (which lowers itself) goes back to the toolbox's own value.
+
+    def lower_leftovers(self) -> None:
+        if self.whole_machine:
+            lower_raised(self.oom_base, lambda pid, sid: pid > self.first_pid and pid != self.proc.pid)
+        else:
+            lower_raised(self.oom_base, lambda pid, sid: sid == self.proc.pid and pid != self.proc.pid)
 
     def _read_output(self, capture: Capture, once: bool = False) -> None:
         deadline = time.monotonic() + 1.0  # a chatty background job must not keep us here forever
@@ -269,7 +309,7 @@ def run_fresh(command: str, root: str, env: dict, timeout: float, capture: Captu
     finally:
         os.close(out_w)
     deadline = started + timeout
-    timed_out = ended = False
+    timed_out = ended = interrupted = False
     try:
         while True:
             left = deadline - time.monotonic()
@@ -287,6 +327,9 @@ def run_fresh(command: str, root: str, env: dict, timeout: float, capture: Captu
             if host.left(ready):
                 kill_session(proc.pid)
                 raise HostGone(capture)
+            if host.interrupted():
+                interrupted = True
+                break
             if proc.poll() is not None:
                 break  # the shell exited; what still holds its output open is left over, and killed below
     finally:
@@ -307,7 +350,8 @@ def run_fresh(command: str, root: str, env: dict, timeout: float, capture: Captu
         except BlockingIOError:
             pass
         os.close(out_r)
-    code = 124 if timed_out else (128 - proc.returncode if proc.returncode < 0 else proc.returncode)
-    return dict(exit_code=code, timed_out=timed_out, shell_restarted=False,
-                duration_ms=round((time.monotonic() - started) * 1000, 3),
-                note=f"timed out after {timeout:g}s: its processes were killed" if timed_out else None)
+    code = 124 if timed_out else 130 if interrupted else (128 - proc.returncode if proc.returncode < 0 else proc.returncode)
+    note = (f"timed out after {timeout:g}s: its processes were killed" if timed_out else
+            "interrupted: the person stopped the run; its processes were killed" if interrupted else None)
+    return dict(exit_code=code, timed_out=timed_out, interrupted=interrupted, shell_restarted=False,
+                duration_ms=round((time.monotonic() - started) * 1000, 3), note=note)

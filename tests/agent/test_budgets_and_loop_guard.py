@@ -29,6 +29,14 @@ def test_the_last_step_is_the_step_limit():
     assert is_last_step(LimitsConfig(max_steps=3), 3) and not is_last_step(LimitsConfig(max_steps=3), 2)
 
 
+def test_signatures_ignore_how_long_a_command_took():
+    """On a busy machine the same failing command takes 0.1 s once and 0.0 s the next: still the same call."""
+    slow = signature("shell_exec", '{"command": "cat x"}', "cat: x: No such file\n[exit code 1, 0.1 s]")
+    fast = signature("shell_exec", '{"command": "cat x"}', "cat: x: No such file\n[exit code 1, 0.0 s]")
+    assert slow == fast
+    assert fast != signature("shell_exec", '{"command": "cat x"}', "cat: x: No such file\n[exit code 2, 0.0 s]")
+
+
 def test_signatures_ignore_argument_order_and_spacing():
     assert signature("shell_exec", '{"a": 1, "b": 2}', "out") == signature("shell_exec", '{"b":2,"a":1}', "out")
     assert signature("shell_exec", '{"a": 1}', "out") != signature("shell_exec", '{"a": 1}', "other out")

@@ -117,6 +117,12 @@ def test_ls_on_an_empty_runs_dir_says_so(runs_dir):
 def test_the_demo_finishes_and_show_json_follows_the_contract(runs_dir, sandbox_image):
     out = cairn("demo", runs_dir=runs_dir)
     assert out.returncode == 0, out.stderr[-2000:]
+    # What the README promises it ends with: the run's timeline, a line a call, never a JSON document.
+    printed = out.stdout.strip().splitlines()
+    assert printed[0].startswith("run ") and "[done]" in printed[0], out.stdout[:500]
+    assert any("$ python3 primes.py 10" in line for line in printed)
+    assert any(line.startswith("result: ") for line in printed)
+    assert len(printed) < 40 and not out.stdout.lstrip().startswith("{")
     [row] = json.loads(cairn_here("ls", "--json", runs_dir=runs_dir).stdout)
     assert row["status"] == "done" and row["steps"] == 8
     doc = json.loads(cairn_here("show", row["id"][:12], "--json", runs_dir=runs_dir).stdout)

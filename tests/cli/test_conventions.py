@@ -296,19 +296,48 @@ def _started(runs_dir: Path, command: str) -> bool:
 
 
 @pytest.mark.docker
-def test_stop_ends_a_live_run_after_its_current_action_and_it_resumes(runs_dir, sandbox_image, tmp_path):
+def test_stop_cuts_a_long_command_short_at_once_and_the_run_resumes(runs_dir, sandbox_image, tmp_path):
+    model = script(tmp_path / "slow.json", shell("echo started > started.txt; sleep 60; echo never > never.txt"),
+                   shell("echo second"), DONE)
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", "slow", "--model", model, "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "CAIRN_RUNS_DIR": str(runs_dir)})
+    _wait_for(lambda: list(runs_dir.glob("*/workspace/started.txt")))
+    asked = time.monotonic()
+    stopped = cairn("stop", "@last", runs_dir=runs_dir)
+    assert stopped.returncode == 0 and "stops now" in stopped.stdout, stopped.stderr
+    out, _ = proc.communicate(timeout=60)
+    assert time.monotonic() - asked < 10, "the stop waited for the command"
+    assert proc.returncode == 130
+    doc = json.loads(out)
+    assert doc["status"] == "interrupted" and doc["error"]["reason"] == "stopped by cairn stop"
+    [call] = [c for s in doc["steps"] for c in s["tool_calls"]]
+    assert call["name"] == "shell_exec" and call["error"] and "interrupted" in call["result"]
+    run = runs_dir / doc["id"]
+    assert not (run / "workspace" / "never.txt").exists()  # nothing more of the command line ran
+    model = script(tmp_path / "rest.json", shell("echo second"), DONE)
+    again = cairn("resume", doc["id"], "--json", "--model", model, runs_dir=runs_dir)
+    assert again.returncode == 0, again.stderr[-2000:]
+    resumed = json.loads(again.stdout)
+    assert resumed["status"] == "done"
+    assert [c["name"] for s in resumed["steps"] for c in s["tool_calls"]] == ["shell_exec", "shell_exec", "task_done"]
+
+
+@pytest.mark.docker
+def test_stop_after_step_lets_the_running_call_finish_and_it_resumes(runs_dir, sandbox_image, tmp_path):
     model = script(tmp_path / "slow.json", shell("sleep 4"), shell("echo second"), DONE)
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", "slow", "--model", model, "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT), "CAIRN_RUNS_DIR": str(runs_dir)})
     _wait_for(lambda: _started(runs_dir, "sleep 4"))
-    stopped = cairn("stop", "@last", runs_dir=runs_dir)
-    assert stopped.returncode == 0, stopped.stderr
+    stopped = cairn("stop", "@last", "--after-step", runs_dir=runs_dir)
+    assert stopped.returncode == 0 and "after its running call" in stopped.stdout, stopped.stderr
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130
     doc = json.loads(out)
     assert doc["status"] == "interrupted" and doc["error"]["reason"] == "stopped by cairn stop"
-    assert [c["name"] for s in doc["steps"] for c in s["tool_calls"]] == ["shell_exec"]  # the sleep finished, no more
+    [call] = [c for s in doc["steps"] for c in s["tool_calls"]]
+    assert not call["error"]  # the sleep finished, and no more ran
     again = cairn("resume", doc["id"], "--json", runs_dir=runs_dir)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads(again.stdout)["status"] == "done"

@@ -304,17 +304,23 @@ def test_container_removed_during_a_model_call_the_next_tool_call_gets_a_fresh_s
 
 # -- Ctrl-C ----------------------------------------------------------------------------------------
 
-def test_ctrl_c_stops_after_the_current_action_with_exit_130_then_resumes(tmp_path, sandbox_image):
+def test_ctrl_c_cuts_the_running_command_short_with_exit_130_then_resumes(tmp_path, sandbox_image):
     cairn = Cairn(tmp_path)
     proc, log = cairn.start("run", "slow", "--model", cairn.script([
-        turn(call("shell_exec", command="sleep 3; echo slept >> log.txt")), done("never reached")]))
+        turn(call("shell_exec", command="echo started >> log.txt; sleep 60; echo slept >> log.txt")),
+        done("resumed")]))
     wait_for(lambda: any(e["type"] == "tool_started" for e in events(cairn.runs_dir)), proc)
+    run = cairn.the_run()
+    wait_for(lambda: (run.workspace / "log.txt").exists(), proc)
+    pressed = time.monotonic()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=WAIT)
+    assert time.monotonic() - pressed < 10, "Ctrl-C waited for the command"
     assert proc.returncode == 130, err
-    run = cairn.the_run()
     assert run.read_meta()["status"] == "interrupted"
-    assert (run.workspace / "log.txt").read_text() == "slept\n", "the current action finished"
+    assert (run.workspace / "log.txt").read_text() == "started\n", "the command was cut short"
+    finished = [e for e in events(cairn.runs_dir) if e["type"] == "tool_finished"]
+    assert len(finished) == 1 and finished[0]["error"] and "interrupted" in finished[0]["content"]
     assert len(requests(log)) == 1
     assert not (run.state / "pid").exists()
 

@@ -16,13 +16,16 @@ def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
     if r.get("timed_out"):
         footer = (f"[timed out after {timeout:g} s; the command's processes were killed; exit code 124. To run "
                   "something longer, start it with shell_start and read it later with shell_send]")
+    elif r.get("interrupted"):
+        footer = "[interrupted: the person stopped the run while it ran; its processes were killed (it may have partly run)]"
     if r.get("truncated"):
         footer += (f"\n[the output was {r['output_bytes']} bytes, {r['output_lines']} lines; only its head and "
                    f"tail came back; all of it is in {r['output_path']}]")
-    footer = "\n".join([footer, *(n for n in (r.get("note"), r.get("sandbox_restarted")) if n)])
+    footer = "\n".join([footer, *(n for n in (r.get("note"), r.get("sandbox_restarted")) if n and not (
+        r.get("interrupted") and n.startswith("interrupted:")))])
     return Observation(
         r["output"],
-        error=r["exit_code"] != 0 or bool(r.get("timed_out")),
+        error=r["exit_code"] != 0 or bool(r.get("timed_out")) or bool(r.get("interrupted")),
         footer=footer,
         saved_path=r.get("output_path") if r.get("truncated") else None,
         note=r.get("sandbox_restarted"),

@@ -1,4 +1,5 @@
-"""`cairn ls`: one row a run, from run.json (and the event log for runs that never wrote their end).
+"""`cairn ls`: one row a run, from the run's view (orchestrator/view/): the same status, reason and result
+`show`, `watch`, the web page and the API give it.
 
 A run whose run.json or event log cannot be read (an import from a broken cairn, a disk that filled,
 a hand edit) is listed as `unreadable` with one line why, and never stops the others from being listed;
@@ -8,182 +9,67 @@ container comes from one question to the engine for all runs (inspect/held.py).
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from orchestrator.errors import UsageError
-from orchestrator.ui.inspect.held import States, container_states, held_by
-from orchestrator.ui.inspect.timeline import end_error, timeline
-from orchestrator.store.liveness import run_is_live
-from orchestrator import events as ev
 from orchestrator.store.run_dir import RunDir
+from orchestrator.ui.inspect.held import container_states, held_by
 from orchestrator.ui.terminal import clean
-from orchestrator.status import Status, is_status
-
-UNREADABLE = "unreadable"
-
-# The run.json fields the inspection commands read, and the JSON types they must have when present.
-_FIELDS: dict[str, tuple[type, ...]] = {"task": (str,), "status": (str,), "result": (str, type(None)),
-                                        "steps": (int,), "usage": (dict, type(None)), "config": (dict,),
-                                        "created": (int, float), "updated": (int, float)}
-
-
-def meta_problem(meta: dict[str, Any]) -> str | None:
-    """What is wrong with a run.json that parsed, in a few words; None when `ls` and `show` can read it."""
-    for key, types in _FIELDS.items():
-        if key in meta and (not isinstance(meta[key], types) or isinstance(meta[key], bool) and bool not in types):
-            return f"state/run.json: {key} is {type(meta[key]).__name__}, not {types[0].__name__}"
-    if not is_status(meta.get("status", Status.RUNNING)):
-        return f"state/run.json: status {str(meta['status'])[:40]!r} is not a run status"
-    if not isinstance(meta.get("config", {}).get("model", {}), dict):
-        return "state/run.json: config.model is not an object"
-    for key, value in (meta.get("usage") or {}).items():
-        if key in ("prompt_tokens", "completion_tokens", "cache_hit_ratio", "cost_usd") and \
-                (isinstance(value, bool) or not isinstance(value, (int, float, type(None)))):
-            return f"state/run.json: usage.{key} is not a number"
-    return None
-
-
-def events_problem(run: RunDir) -> str | None:
-    """The first line of the event log that is not an event (a torn last line is not a problem)."""
-    try:
-        data = run.events.path.read_bytes() if run.events.path.exists() else b""
-    except OSError as exc:
-        return f"state/events.jsonl cannot be read ({exc.strerror})"
-    lines = data.split(b"\n")[:-1]  # the part after the last newline is a torn line, set aside on resume
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            ev.parse_event(line)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            return f"state/events.jsonl line {number} is not an event ({first['msg'][:80]})"
-    return None
+from orchestrator.view.read import UNREADABLE, RunView, read_view, views
 
 
 def unreadable_reason(run: RunDir) -> str | None:
     """Why this run cannot be shown, in one line; None when it can."""
-    try:
-        meta = run.read_meta()
-    except UsageError as exc:
-        return exc.message.replace(f"run {run.id} has an unreadable ", "")
-    return meta_problem(meta) or events_problem(run)
+    view = read_view(run)
+    return view.reason if view.status == UNREADABLE else None
 
 
-def check_readable(run: RunDir, events_too: bool = False) -> None:
-    """A UsageError in one line when the run cannot be shown (the event log is checked with
-    `events_too`, or by the caller once parsing it failed)."""
-    try:
-        meta = run.read_meta()
-    except UsageError:
-        meta = None
-    why = unreadable_reason(run) if meta is None or events_too else meta_problem(meta)
+def check_readable(run: RunDir) -> None:
+    """A UsageError in one line when the run cannot be shown."""
+    why = unreadable_reason(run)
     if why:
         raise UsageError(f"run {run.id} is unreadable: {why}")
 
 
-
-CRASHED = "the cairn process ended without recording how (a crash or a kill); cairn resume continues it"
-
-
-def list_runs(runs_dir: Path, remember: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Every run's row, oldest first. `remember` (a dict that `cairn serve` keeps between calls) holds
-    each run's row and start time with the sizes and times of the files they were read from, which are
-    read again only when one of those changed; a running run's row is always read again (whether its
-    process still lives is in no file)."""
-    runs = RunDir.all(runs_dir)
-    held = container_states() if runs else {}
-    listed = []
-    for run in runs:
-        started, row = _remembered(run, remember)
-        listed.append((started, run.id, {**row, "container": held_by(run, held)}))
-    if remember is not None:
-        for gone in set(remember) - {run.id for run in runs}:
-            remember.pop(gone, None)
-    listed.sort(key=lambda entry: (entry[0], entry[1]))  # ids do not sort by time
-    return [row for _started, _id, row in listed]
-
-
-def _remembered(run: RunDir, remember: dict[str, Any] | None) -> tuple[float, dict[str, Any]]:
-    stamp = _stamp(run) if remember is not None else None
-    kept = remember.get(run.id) if remember is not None else None
-    if kept is not None and kept[0] == stamp:
-        return kept[1], kept[2]
-    try:
-        row = _row(run)
-    except (UsageError, ValidationError):
-        row = _unreadable_row(run, unreadable_reason(run) or "its event log cannot be read", None)
-    started = row["started"] or run.started()  # run.started() reads run.json again
-    if remember is not None and row["status"] != Status.RUNNING:
-        remember[run.id] = (stamp, started, row)
-    return started, row
-
-
-def _stamp(run: RunDir) -> tuple[Any, ...]:
-    """What changes when a run's row may: its run.json, its event log and its pid file (a resume)."""
-    out: list[Any] = []
-    for path in (run.meta_path, run.events.path, run.state / "pid"):
-        try:
-            info = os.stat(path)
-            out.append((info.st_mtime_ns, info.st_size))
-        except OSError:
-            out.append(None)
-    return tuple(out)
+def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
+    """Every run's row, oldest first."""
+    found = views(runs_dir)
+    held = container_states() if found else {}
+    return [{**row_of(view), "container": held_by(RunDir(runs_dir / view.id), held)} for view in found]
 
 
 def run_row(run: RunDir) -> dict[str, Any]:
     """One run's row of `ls` (its container not asked for): what `cairn serve` shows atop a run's page."""
-    try:
-        return _row(run)
-    except (UsageError, ValidationError):
-        return _unreadable_row(run, unreadable_reason(run) or "its event log cannot be read", None)
+    return row_of(read_view(run))
 
 
-def _unreadable_row(run: RunDir, why: str, held: States | None) -> dict[str, Any]:
-    return {"id": run.id, "task": "", "status": UNREADABLE, "reason": why, "steps": 0, "tokens": 0,
-            "cache_hit_ratio": 0.0, "cost_usd": None, "started": 0, "duration_s": None, "check": None,
-            "container": held_by(run, held)}
-
-
-def _row(run: RunDir) -> dict[str, Any]:
-    """One run's row; UsageError or ValidationError when its run.json or event log cannot be read."""
-    live = run_is_live(run)  # before run.json: a run writes its end there before its lock goes
-    meta = run.read_meta()
-    why = meta_problem(meta)
-    if why:
-        raise UsageError(why)
-    status, usage, steps = meta.get("status", "running"), meta.get("usage"), meta.get("steps", 0)
-    if status == Status.RUNNING:
-        # The run has not written its end: it is live, or it crashed (then it is resumable).
-        doc = timeline(run)
-        usage, steps = doc["usage"], len(doc["steps"])
-        status = "running" if live else "interrupted"
-    if status == Status.INTERRUPTED and meta.get("status", Status.RUNNING) == Status.RUNNING:
-        reason = CRASHED
-    else:
-        error = end_error(status, meta.get("result"), _last_status(run))
-        reason = error["reason"] if error else None
-    usage = usage or {}
-    created = meta.get("created") or 0
+def row_of(view: RunView) -> dict[str, Any]:
+    """A run's row: its view in the few words `ls` shows (`ls --json` gives these keys)."""
+    usage = view.usage
     return {
-        "id": run.id,
-        "task": meta.get("task", ""),
-        "status": status,
-        "steps": steps,
+        "id": view.id,
+        "task": view.task,
+        "status": view.status,
+        "steps": view.steps,
         "tokens": (usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0),
         "cache_hit_ratio": usage.get("cache_hit_ratio") or 0.0,
         "cost_usd": usage.get("cost_usd"),
-        "started": created,
-        "duration_s": round((meta.get("updated") or time.time()) - created, 1) if created else None,
-        "check": check_word(meta.get("check")),
-        "reason": reason,
+        "started": view.created,
+        "duration_s": round((view.updated or time.time()) - view.created, 1) if view.created else None,
+        "check": check_word(view.check),
+        "reason": view.reason,
+        "result": view.result,
+        "forked_from": view.forked_from,
+        "waiting": view.waiting,
+        "running": _running(view.running),
     }
+
+
+def _running(call: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The call that runs now, without its output (`show --json` and the page have that)."""
+    return {key: value for key, value in call.items() if key != "output"} if call else None
 
 
 def check_word(check: dict[str, Any] | None) -> str | None:
@@ -191,38 +77,6 @@ def check_word(check: dict[str, Any] | None) -> str | None:
     if not check or check.get("passed") is None:
         return None
     return "passed" if check["passed"] else "failed"
-
-
-def _last_status(run: RunDir, tail: int = 65536) -> dict[str, Any] | None:
-    """The run's last StatusChanged event, read from the end of its log: the end of a run is its last
-    line or nearly, and `ls` should not read a whole long log per run to find it."""
-    try:
-        with open(run.events.path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - tail))
-            chunk = f.read()
-    except OSError:
-        return None
-    lines = chunk.split(b"\n")
-    if size > tail:
-        lines = lines[1:]  # the first is likely cut
-    for line in reversed(lines):
-        if b'"type": "status"' not in line:
-            continue
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        return {"reason": event.get("reason") or "", "step": event.get("step"), "type": "status", "index": None}
-    return _status_of(run) if size > tail else None  # further back than the tail: read the whole log
-
-
-def _status_of(run: RunDir) -> dict[str, Any] | None:
-    events, _torn = run.events.read()
-    for e in reversed(events):
-        if getattr(e, "type", None) == "status":
-            return {"reason": e.reason, "step": e.step, "type": "status", "index": None}
-    return None
 
 
 def render_runs(rows: list[dict[str, Any]], width: int | None = None, wide: bool = False) -> str:

@@ -13,12 +13,13 @@ from orchestrator.context.offload import CAIRN_DIR
 from orchestrator.ui.display import call_line
 from orchestrator import events as ev
 from orchestrator.ui.approval_prompt import waiting_block
-from orchestrator.store.children import open_child
+from orchestrator.store.children import ChildRun, open_child
 from orchestrator.agent.state import check_verdict
 from orchestrator.store.run_dir import RunDir
 from orchestrator.ui.terminal import clean
 from orchestrator.tools.sessions.readable import call_summary
 from orchestrator.status import Status
+from orchestrator.view.read import read_view
 
 
 def _preview(text: str | None, width: int = 200) -> str:
@@ -120,7 +121,8 @@ def walk(run: RunDir) -> dict[str, Any]:
             checks.append({**check_verdict(e), "step": e.step, "timed_out": e.timed_out, "error": e.error,
                            "sent_back": e.sent_back, "duration_ms": e.duration_ms, "output": e.output})
         elif isinstance(e, ev.StatusChanged):
-            status, result = e.status, e.result if e.result is not None else result
+            # A drive's start puts what the last one ended with behind it: an answered question is no result.
+            status, result = e.status, e.result if e.status != Status.RUNNING else None
             end = {"index": index, "type": e.type, "step": e.step, "reason": e.reason}
 
     usage["cost_usd"] = round(usage["cost_usd"], 6) if cost_known else None
@@ -172,16 +174,21 @@ def new_step(n: int) -> dict[str, Any]:
 
 
 def timeline(run: RunDir, walked: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The document of `cairn show RUN --json` (docs/contracts.md), from `walk(run)` (done here if not given)."""
+    """The document of `cairn show RUN --json` (docs/contracts.md), from `walk(run)` (done here if not given)
+    and the run's view (orchestrator/view/), which says what the run is doing now, as every face does."""
     w = walked or walk(run)
     meta = w["meta"]
+    now = _now(run, w)
     return {
         "id": run.id,
-        "status": w["status"],
+        "status": now["status"],
         "task": w["task"],
         "model": meta.get("config", {}).get("model", {}).get("model"),
-        "result": w["result"],
-        "error": w["error"],
+        "result": now["result"],
+        "error": now["error"],
+        "forked_from": now["forked_from"],
+        "waiting": now["waiting"],
+        "running": now["running"],
         "created": meta.get("created"),
         "updated": meta.get("updated"),
         "steps": [{"index": n, "text": step["text"], "tool_calls": [_shown_call(run, c) for c in step["calls"]],
@@ -192,13 +199,26 @@ def timeline(run: RunDir, walked: dict[str, Any] | None = None) -> dict[str, Any
         "messages": [{"step": n, **m} for n, step in sorted(w["steps"].items()) for m in step["messages"]],
         "compactions": w["compactions"],
         "critic_notes": w["critic_notes"],
-        "approval_waiting": w["approval_waiting"],
+        "approval_waiting": w["approval_waiting"] if now["status"] == Status.WAITING else None,
         "usage": w["usage"],
         "check": _check(meta, w["checks"]),
         "checks": [{key: c[key] for key in ("round", "step", "command", "passed", "exit_code", "output_path",
                                              "timed_out", "sent_back")} for c in w["checks"]],
         "torn_last_line": w["torn"],
     }
+
+
+def _now(run: RunDir, w: dict[str, Any]) -> dict[str, Any]:
+    """What the run is doing now: its view (orchestrator/view/), as every face says it. A sub-agent's run
+    (and an in-memory one) has no lock of its own: what its log says is all there is."""
+    if not isinstance(run, RunDir) or isinstance(run, ChildRun):
+        return {"status": w["status"], "result": w["result"], "error": w["error"], "forked_from": None,
+                "waiting": None, "running": None}
+    view = read_view(run)
+    end = w["error"]["event"] if w["error"] and view.status == w["status"] else None
+    return {"status": view.status, "result": view.result,
+            "error": {"reason": view.reason, "event": end} if view.reason else None,
+            "forked_from": view.forked_from, "waiting": view.waiting, "running": view.running}
 
 
 def _check(meta: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -2,9 +2,9 @@
 
 Prints each event as it is appended to `state/events.jsonl` (one line, as the live display prints it,
 noticed with watchfiles) and, under each step, the workspace files it changed, read from the step's
-checkpoint. Ends when the run's status becomes anything but running, when its process is gone, or on
-Ctrl-C. A run that is not live gets its events
-so far, and the command ends. Reads only; imports no model library.
+checkpoint. Ends when the drive is over (its process lets go of the run: the run's view then says how it
+stands, on a last line), or on Ctrl-C. A run that is not live gets its events so far and that line.
+Reads only; imports no model library.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from typing import Callable
 
 from orchestrator.ui.display import event_line
 from orchestrator import events as ev
+from orchestrator.store.liveness import run_is_live
 from orchestrator.store.run_dir import RunDir
 from orchestrator.ui.terminal import clean, clean_name
+from orchestrator.view.read import read_view
 
 NOISE_DIRS = {".cairn", ".git", "__pycache__", "node_modules", ".venv", ".pytest_cache"}
 # The temporary file of the toolbox's atomic write (`.NAME.XXXXXXXX.tmp`, tempfile.mkstemp's pattern,
@@ -54,57 +56,50 @@ def _noise(rel: Path) -> bool:
     return any(part in NOISE_DIRS for part in rel.parts) or bool(ATOMIC_TEMPORARY.match(rel.name))
 
 
-def watch_run(run: RunDir, echo: Callable[[str], None], is_live: Callable[[RunDir], bool],
+def watch_run(run: RunDir, echo: Callable[[str], None], is_live: Callable[[RunDir], bool] | None = None,
               stop: threading.Event | None = None) -> str:
-    """Prints the run's events (and each step's file changes) until it stops running.
-    Returns the last status seen."""
-    # Live first, then the status: a run writes its end before its lock goes, so a run not live that
-    # still says `running` really went away without saying so.
-    live = is_live(run)
+    """Prints the run's events (and each step's file changes) while a process drives it, and then how it
+    stands: the run's view (orchestrator/view/), as `ls` and `show` say it. A status the log records
+    while its drive goes on (an interactive run at its prompt, a question asked on the terminal) does not
+    end the watch: the drive's end does. Returns the run's status at the end."""
+    live = is_live or run_is_live
     tail = EventTail(run.events.path)
-    status = run.read_meta().get("status", "running")
-    status = _print(tail.new(), echo, status, run)
-    if not live or status != "running":
-        if not live and status == "running":
-            echo(f"(run {run.id} is not live: it crashed or was killed; cairn resume {run.id} continues it)")
-        return status
-    from watchfiles import watch
+    _print(tail.new(), echo, run)
+    if live(run):
+        from watchfiles import watch
 
-    events_path = run.events.path.resolve()
+        events_path = run.events.path.resolve()
 
-    def wanted(_change: object, path: str) -> bool:
-        return Path(path) == events_path
+        def wanted(_change: object, path: str) -> bool:
+            return Path(path) == events_path
 
-    stop = stop or threading.Event()
-    try:
-        for changes in watch(run.state, watch_filter=wanted, stop_event=stop, debounce=200,
-                             rust_timeout=1000, yield_on_timeout=True, recursive=False):
-            status = _print(tail.new(), echo, status, run)
-            if status != "running":
-                break
-            if not changes and not is_live(run):  # the process went away (saying so, or not)
-                status = _print(tail.new(), echo, status, run)
-                if status == "running":
-                    echo(f"(run {run.id} is no longer live; cairn resume {run.id} continues it)")
-                break
-    except KeyboardInterrupt:
-        pass
-    return status
+        stop = stop or threading.Event()
+        try:
+            for changes in watch(run.state, watch_filter=wanted, stop_event=stop, debounce=200,
+                                 rust_timeout=1000, yield_on_timeout=True, recursive=False):
+                _print(tail.new(), echo, run)
+                if not changes and not live(run):  # the drive is over (it said how, or it went away)
+                    break
+        except KeyboardInterrupt:
+            return read_view(run).status
+        _print(tail.new(), echo, run)
+    view = read_view(run)
+    said = view.result or view.reason
+    echo(f"(run {run.id} is {view.status}" + (f": {clean(said)}" if said else "")
+         + (f"; cairn resume {run.id} continues it)" if view.status == "interrupted" else ")"))
+    return view.status
 
 
-def _print(events: list[ev.Event], echo: Callable[[str], None], status: str, run: RunDir | None = None) -> str:
+def _print(events: list[ev.Event], echo: Callable[[str], None], run: RunDir | None = None) -> None:
     for e in events:
         line = event_line(e)
         if isinstance(e, ev.RunStarted):
             line = f"task: {' '.join(clean(e.task).split())[:200]}"
-        elif isinstance(e, ev.StatusChanged):
-            status = e.status
         elif isinstance(e, ev.Checkpoint) and e.commit and e.step and run is not None:
             for mark, path in _step_changes(run, e.commit):
                 echo(f"      {mark} {clean_name(path)}")
         if line is not None:
             echo(line)
-    return status
 
 
 def _step_changes(run: RunDir, commit: str) -> list[tuple[str, str]]:

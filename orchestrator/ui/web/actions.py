@@ -47,7 +47,7 @@ def stop(run: RunDir) -> str:
     if not run_is_live(run):
         raise ActionError(f"run {run.id} is not running")
     run.request_stop()
-    return "the run stops after its current action"
+    return "the run stops now: its running command is cut short"
 
 
 def answer(run: RunDir, approved: bool, reason: str | None) -> str:

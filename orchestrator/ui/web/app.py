@@ -34,9 +34,9 @@ MAX_BODY = 256 * 1024
 
 def create_app(runs_dir: Path, token: str, port: int, loopback_only: bool, logs: Path) -> Guard:
     launcher = actions.Launcher(runs_dir, logs)
-    rows: dict[str, Any] = {}  # the runs list's rows, kept while their files do not change
-    # Read them once now, in the background: the first look at the list is then as quick as the next.
-    threading.Thread(target=views.runs, args=(runs_dir, rows), name="cairn-serve-warm-up", daemon=True).start()
+    # Fold every run's log once now, in the background (view/read.py keeps each fold): the first look at
+    # the list is then as quick as the next.
+    threading.Thread(target=views.runs, args=(runs_dir,), name="cairn-serve-warm-up", daemon=True).start()
 
     def run_of(request: Request) -> RunDir:
         run_id = request.path_params["run_id"]
@@ -59,7 +59,7 @@ def create_app(runs_dir: Path, token: str, port: int, loopback_only: bool, logs:
         return Response(status_code=204)
 
     async def api_runs(request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(views.runs, runs_dir, rows))
+        return JSONResponse(await run_in_threadpool(views.runs, runs_dir))
 
     async def api_summary(request: Request) -> Response:
         return JSONResponse(await run_in_threadpool(views.summary, run_of(request)))

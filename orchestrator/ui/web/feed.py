@@ -81,7 +81,8 @@ def item(e: Any) -> dict[str, Any] | None:
     if isinstance(e, ev.CriticNote):
         return {**base, "t": "critic", "text": clip(e.text), "path": e.path}
     if isinstance(e, ev.ApprovalAsked):
-        return {**base, "t": "asked", "id": e.call_id, "name": e.name, "why": e.why}
+        return {**base, "t": "asked", "id": e.call_id, "name": e.name, "arguments": clip(pretty(e.arguments)),
+                "why": e.why}
     if isinstance(e, ev.ApprovalAnswered):
         return {**base, "t": "answered", "id": e.call_id, "line": answer_line(e)}
     return None

@@ -10,54 +10,47 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agent.approval_answers import approval_wait
 from orchestrator.agent.approvals import subject
-from orchestrator.ui.inspect.listing import list_runs, run_row
+from orchestrator.ui.inspect.listing import list_runs, row_of
 from orchestrator.ui.inspect.chart import chart as report_chart
 from orchestrator.store.checkpoint_log import CheckpointLog
 from orchestrator.ui.inspect.report_data import sessions, step_diffs, step_times
 from orchestrator.ui.inspect.report_time import time_axis
 from orchestrator.ui.inspect.timeline import step_text, walk
 from orchestrator.status import Status
-from orchestrator.store.liveness import run_is_live
 from orchestrator.store.regular import read_regular
 from orchestrator.store.run_dir import RunDir
+from orchestrator.view.read import UNREADABLE, read_view
 
 SVG_STYLE = "<style>text { font: 11px system-ui, sans-serif; fill: #667085; }</style>"
 
 
-def runs(runs_dir: Path, remember: dict[str, Any]) -> list[dict[str, Any]]:
-    """`cairn ls --json`, newest first; `remember` keeps the rows of runs whose files did not change."""
-    return list(reversed(list_runs(runs_dir, remember)))
+def runs(runs_dir: Path) -> list[dict[str, Any]]:
+    """`cairn ls --json`, newest first."""
+    return list(reversed(list_runs(runs_dir)))
 
 
 def summary(run: RunDir) -> dict[str, Any]:
-    """A run's row of `ls`, with its model, whether it is live, what it waits for, and which of the page's
-    buttons apply (the CLI decides again when one is pressed)."""
-    row = run_row(run)
-    meta = _meta(run)
-    live = run_is_live(run)
-    asked, answered = approval_wait(run) if row["status"] == Status.WAITING else (None, False)
+    """A run's row of `ls` (its view: orchestrator/view/), with its model, whether it is live, what it waits
+    for, the call that runs now with its output so far, and which of the page's buttons apply (the CLI
+    decides again when one is pressed)."""
+    view = read_view(run)
+    row = row_of(view)
+    waiting = view.waiting if not view.live else None
     approval = None
-    if asked is not None:
+    if waiting is not None and waiting.get("kind") == "approval":
         try:
-            what = subject(asked.name, json.loads(asked.arguments or "{}"))
+            what = subject(waiting["name"], json.loads(waiting["arguments"] or "{}"))
         except (ValueError, AttributeError, TypeError):
-            what = asked.arguments
-        approval = {"name": asked.name, "what": what, "why": asked.why, "answered": answered}
-    model = ((meta.get("config") or {}).get("model") or {}).get("model") if isinstance(meta.get("config"), dict) else None
-    resumable = not live and row["status"] not in (Status.RUNNING, "unreadable") and \
-        (row["status"] != Status.DONE or row.get("check") == "failed")
-    return {**row, "model": model, "live": live, "approval": approval,
-            "can": {"stop": live, "approve": approval is not None and not answered and not live,
+            what = waiting["arguments"]
+        approval = {"name": waiting["name"], "arguments": waiting["arguments"], "what": what, "why": waiting["why"],
+                    "answered": waiting.get("answer") is not None}
+    resumable = not view.live and view.status not in (Status.RUNNING, UNREADABLE) and \
+        (view.status != Status.DONE or row.get("check") == "failed")
+    answered = approval is not None and approval["answered"]
+    return {**row, "model": view.model, "live": view.live, "approval": approval, "running": view.running,
+            "can": {"stop": view.live, "approve": approval is not None and not answered and not view.live,
                     "resume": resumable and (approval is None or answered)}}
-
-
-def _meta(run: RunDir) -> dict[str, Any]:
-    try:
-        return run.read_meta()
-    except Exception:  # noqa: BLE001 - an unreadable run.json: its row says so already
-        return {}
 
 
 def step_whole(run: RunDir, n: int) -> str | None:

@@ -51,6 +51,13 @@
       document.getElementById("checks").hidden = false;
     } else if (item.t === "asked") {
       asked[item.id] = item.why;
+      if (!calls[item.id] && n > 0) {  // the call that waits for a yes: shown as the call it is, before it runs
+        var waiting = { id: item.id, step: n, name: item.name, arguments: item.arguments, result: null, error: false,
+                        offloaded_to: null, finished: false, duration_ms: null, waiting: true };
+        calls[item.id] = waiting;
+        stepOf(n).calls.push(waiting);
+        touch(n);
+      }
     } else if (item.t === "answered") {
       answered[item.id] = item.line;
       if (calls[item.id]) { touch(calls[item.id].step); }
@@ -80,10 +87,15 @@
       } else if (item.t === "critic") {
         step.notices.push("critic: " + item.text);
       } else if (item.t === "call") {
-        var call = { id: item.id, step: n, name: item.name, arguments: item.arguments, result: null, error: false,
-                     offloaded_to: null, finished: false, duration_ms: null };
-        calls[item.id] = call;
-        step.calls.push(call);
+        var call = calls[item.id] && calls[item.id].waiting ? calls[item.id] : null;
+        if (call) {  // the call asked about goes on: the same row, now running
+          call.waiting = false; call.arguments = item.arguments;
+        } else {
+          call = { id: item.id, step: n, name: item.name, arguments: item.arguments, result: null, error: false,
+                   offloaded_to: null, finished: false, duration_ms: null };
+          calls[item.id] = call;
+          step.calls.push(call);
+        }
       } else if (item.t === "result") {
         var c = calls[item.id];
         if (c) {
@@ -142,7 +154,8 @@
       tools.appendChild(el("span", "tool-name", c.name));
       if (c.error) { errors = true; tools.appendChild(el("span", "mark-err", " ✗")); }
       if (c.offloaded_to) { tools.appendChild(el("span", "mark-off", " ⇢")); }
-      if (!c.finished) { tools.appendChild(el("span", "meta", " …")); }
+      if (c.waiting) { tools.appendChild(el("span", "meta", " ? waits for approval")); }
+      else if (!c.finished) { tools.appendChild(el("span", "meta", " …")); }
       tools.appendChild(document.createTextNode(" "));
     });
     if (!step.calls.length) { tools.appendChild(el("span", "meta", step.text ? "(text only)" : "")); }
@@ -175,7 +188,8 @@
       box.appendChild(el("span", "tool-name", c.name));
       if (c.duration_ms !== null) { box.appendChild(el("span", "meta", " " + (c.duration_ms / 1000).toFixed(2) + "s")); }
       if (c.error) { box.appendChild(el("span", "mark-err", " ✗ error")); }
-      if (!c.finished) { box.appendChild(el("span", "meta", " … running")); }
+      if (c.waiting) { box.appendChild(el("span", "meta", " ? waits for approval")); }
+      else if (!c.finished) { box.appendChild(el("span", "meta", " … running")); }
       if (c.offloaded_to) {
         box.appendChild(el("span", "mark-off", " ⇢ offloaded to "));
         var open = el("button", "link", c.offloaded_to);
