@@ -284,7 +284,3 @@ class Store(Protocol):
 
     def checkpoint(self, step: int) -> Checkpointed:
         """Commits the workspace after `step`."""
-
-    def first_checkpoint(self) -> Checkpointed | None:
-        """Step 0, when the drive takes it beside the first request: waits for it, and returns it the first
-        time it is asked for (raises what made it fail); None after, and when there is none to wait for."""

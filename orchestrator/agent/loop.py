@@ -63,13 +63,9 @@ class Loop:
         self.approval_step = False  # the last step stopped for an approval: its calls go on (see recover)
         self.waiting_for_model = False  # a model request is in flight (see asking)
         self.emitting = threading.RLock()
-        self.step_zero_pending = self.state.step == 0
 
     def emit(self, event: ev._Event) -> None:
         with self.emitting:  # calls running side by side (agent/parallel.py) log from their threads
-            if event.step > 0 and self.step_zero_pending:  # step 0's checkpoint is in the log before step 1
-                self.step_zero_pending = False
-                self.record_first_checkpoint()
             self.run_dir.events.append(event)
             self.state.apply(event)
             self.display.event(event, self.state)
@@ -330,17 +326,6 @@ class Loop:
             return
         if done.commit or done.skipped:
             self.emit(ev.Checkpoint(step=step, commit=done.commit, skipped=done.skipped))
-
-    def record_first_checkpoint(self) -> None:
-        """Step 0, the workspace as the run starts, is taken while the first request goes out; the first
-        event of step 1 (the model's answer) waits for it, so no call can change the workspace before it."""
-        try:
-            done = self.run_dir.first_checkpoint()
-        except Exception as exc:  # noqa: BLE001 - as a failed checkpoint of any step: a notice
-            self.emit(ev.Notice(step=0, text=f"checkpoint of step 0 failed: {exc}"))
-            return
-        if done is not None:
-            self.emit(ev.Checkpoint(step=0, commit=done.commit, skipped=done.skipped))
 
     def stop_now(self, by: str) -> None:
         """A person's stop (Ctrl-C, `cairn stop`, the page's Stop): the op that runs now is cut short and a

@@ -7,9 +7,10 @@ workspace that checkpoint is the longest part of a start (every file hashed: ten
 
 - the change watch (store/change_list.py) starts first, so that whatever changes from then on is in the
   change list, and what changed before is seen by the scan that follows;
-- a new run (no checkpoint yet) then commits step 0; the loop's first event of step 1 (the model's
-  first answer, logged once it came) waits for it and puts step 0's event into the log before itself,
-  so steps never go back in the log and no call can change the workspace before step 0 is taken;
+- a new run (no checkpoint yet) then commits step 0; the first event of step 1 written to the run's log
+  (the model's first answer, logged once it came) waits for it and puts step 0's event into the log
+  before itself (store/event_log.py's `before_step_1`), so steps never go back in the log and no call
+  can change the workspace before step 0 is taken;
 - a resumed run scans its workspace (what the person changed between drives) without a commit, so that
   its first step's checkpoint starts from the change list, not from another full scan; nothing waits
   for it but that checkpoint.
@@ -45,13 +46,14 @@ class Checkpointing:
         self.first = FirstCheckpoint(run, self.watch)
         if self.first.baseline:
             run.pending_first_checkpoint = self.first
+            run.events.before_step_1 = self.first.record
 
     def close(self) -> None:
         """The first checkpoint finished (a new run's step 0 in its log), the watch closed: the next drive,
         in this process or another, starts both again."""
-        self.run.pending_first_checkpoint = None
+        self.run.pending_first_checkpoint, self.run.events.before_step_1 = None, None
         try:
-            self.first.wait()
+            self.first.done.wait()  # said on screen already when it takes long (`_say_slow`)
             self.first.record()  # a run that ended before its first step: step 0 goes into its log now
         finally:
             self.run.forget_checkpoints()  # ends an index refresh still going: nobody waits for a cache
@@ -70,7 +72,8 @@ class FirstCheckpoint:
         self.baseline = not checkpoints.exists() or checkpoints.head() is None
         self.taken: Any = None  # the step-0 checkpoint (store/checkpoints.Result)
         self.error: str | None = None
-        self.given = not self.baseline  # handed to the loop (or into the log) already
+        self.given = not self.baseline  # in the log already
+        self.recording = threading.Lock()
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._take, name="cairn-first-checkpoint", daemon=True)
         self.thread.start()
@@ -113,27 +116,17 @@ class FirstCheckpoint:
             progress(f"step 1 waits for {self._what()} ({time.monotonic() - self.started:.0f} s so far)")
         self.done.wait()
 
-    def result(self) -> Any:
-        """A new run's step-0 checkpoint, once taken; the first time only (None after), raising what made it
-        fail. The loop asks for it before its first event of step 1 and puts it into the log."""
-        self.wait()
-        if self.given:
-            return None
-        self.given = True
-        if self.error is not None:
-            raise CheckpointFailed(self.error)
-        return self.taken
-
     def record(self) -> None:
-        """Into the log, when the loop never asked for it (the run ended before its first step)."""
-        if self.given:
-            return
-        self.given = True
-        if self.taken is not None:
-            self.run.events.append(ev.Checkpoint(step=0, commit=self.taken.commit, skipped=self.taken.skipped))
-        else:
-            self.run.events.append(ev.Notice(step=0, text=f"checkpoint of step 0 failed: {self.error}"))
-
-
-class CheckpointFailed(Exception):
-    """The first checkpoint could not be taken (git's error, in one line)."""
+        """A new run's step 0 into the log, once it is taken: before the first event of step 1, or at the
+        drive's end when the run ended before its first step. A checkpoint that failed is a notice, as
+        for any step, and said on screen."""
+        with self.recording:
+            if self.given:
+                return
+            self.wait()
+            if self.taken is not None:
+                self.run.events.append(ev.Checkpoint(step=0, commit=self.taken.commit, skipped=self.taken.skipped))
+            else:
+                self.run.events.append(ev.Notice(step=0, text=f"checkpoint of step 0 failed: {self.error}"))
+                progress(f"checkpoint of step 0 failed: {self.error}")
+            self.given = True

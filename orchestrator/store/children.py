@@ -40,9 +40,6 @@ class ChildRun(RunDir):
     def check_workspace(self) -> None:
         self.parent.check_workspace()
 
-    def first_checkpoint(self) -> None:
-        return None  # the parent's: its first step went into its log before the call that runs this child
-
     @property
     def top_run(self) -> RunDir:  # type: ignore[override]
         run: RunDir = self

@@ -258,12 +258,6 @@ class RunDir:
             self.pending_first_checkpoint.wait()
         return self.checkpoints().commit(step)
 
-    def first_checkpoint(self) -> Any:
-        """Step 0 when a drive takes it in a thread (runs/first_checkpoint.py): waits for it, and returns it
-        once (raising what made it fail); None after that, and when there is none."""
-        first, self.pending_first_checkpoint = self.pending_first_checkpoint, None
-        return first.result() if first is not None else None
-
     def read_meta(self) -> dict[str, Any]:
         """run.json; a UsageError in one line when it is missing, not JSON or not a JSON object."""
         try:

@@ -95,9 +95,6 @@ class MemoryStore:
     def read_journal(self) -> journal.Journal:
         return journal.read(self.cairn_dir) if self.cairn_dir is not None else journal.Journal()
 
-    def first_checkpoint(self) -> None:
-        return None  # its checkpoints are a list: there is no first one to wait for
-
     def checkpoint(self, step: int) -> MemoryCommit:
         self.checkpoints.append(step)
         return MemoryCommit(f"memory-{step}")
