@@ -99,6 +99,7 @@ class LiveRun:
         self._starting = _Starting(self.sandbox)
         try:
             self.agent = self._make_agent(display)
+            self.checkpointing.log_through(self.agent.emit)
         except BaseException:
             self._starting.wait()  # a half-started sandbox is stopped, never left running
             self.sandbox.stop()

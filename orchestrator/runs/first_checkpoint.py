@@ -8,9 +8,9 @@ workspace that checkpoint is the longest part of a start (every file hashed: ten
 - the change watch (store/change_list.py) starts first, so that whatever changes from then on is in the
   change list, and what changed before is seen by the scan that follows;
 - a new run (no checkpoint yet) then commits step 0; the first event of step 1 written to the run's log
-  (the model's first answer, logged once it came) waits for it and puts step 0's event into the log
-  before itself (store/event_log.py's `before_step_1`), so steps never go back in the log and no call
-  can change the workspace before step 0 is taken;
+  (the model's first answer, logged once it came) waits for it and logs step 0's event before itself
+  (store/event_log.py's `before_step_1`), through the loop's `emit`, whose state counts every event
+  of the log; so steps never go back in the log and no call can change the workspace before step 0;
 - a resumed run scans its workspace (what the person changed between drives) without a commit, so that
   its first step's checkpoint starts from the change list, not from another full scan; nothing waits
   for it but that checkpoint.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from orchestrator import events as ev
 from orchestrator.errors import first_line
@@ -46,7 +46,11 @@ class Checkpointing:
         self.first = FirstCheckpoint(run, self.watch)
         if self.first.baseline:
             run.pending_first_checkpoint = self.first
-            run.events.before_step_1 = self.first.record
+
+    def log_through(self, emit: Callable[[ev._Event], None]) -> None:
+        """Step 0 goes into the log through the loop's `emit`, before the first event of step 1."""
+        if self.first.baseline:
+            self.run.events.before_step_1 = lambda: self.first.record(emit)
 
     def close(self) -> None:
         """The first checkpoint finished (a new run's step 0 in its log), the watch closed: the next drive,
@@ -84,7 +88,10 @@ class FirstCheckpoint:
     def _take(self) -> None:
         checkpoints = self.run.checkpoints()
         try:
-            self.watch.start()  # first: what changes from now on is in the change list
+            unwatched = self.watch.start()  # first: what changes from now on is in the change list
+            if unwatched is not None:  # correct still, but each step reads the whole workspace: say why
+                progress(f"checkpoints: the workspace's changes cannot be watched ({unwatched}); "
+                         "steps are full scans until they can (docs/checkpoints.md)")
             if self.baseline:
                 self.taken = checkpoints.commit(0)
             else:
@@ -116,17 +123,20 @@ class FirstCheckpoint:
             progress(f"step 1 waits for {self._what()} ({time.monotonic() - self.started:.0f} s so far)")
         self.done.wait()
 
-    def record(self) -> None:
+    def record(self, emit: Callable[[ev._Event], None] | None = None) -> None:
         """A new run's step 0 into the log, once it is taken: before the first event of step 1, or at the
-        drive's end when the run ended before its first step. A checkpoint that failed is a notice, as
-        for any step, and said on screen."""
+        drive's end when the run ended before its first step (straight into the log: no loop counts it
+        any more). A checkpoint that failed is a notice, as for any step, and said on screen (the loop's
+        display shows what it logs)."""
+        shown, emit = emit is not None, emit or self.run.events.append
         with self.recording:
             if self.given:
                 return
             self.wait()
             if self.taken is not None:
-                self.run.events.append(ev.Checkpoint(step=0, commit=self.taken.commit, skipped=self.taken.skipped))
+                emit(ev.Checkpoint(step=0, commit=self.taken.commit, skipped=self.taken.skipped))
             else:
-                self.run.events.append(ev.Notice(step=0, text=f"checkpoint of step 0 failed: {self.error}"))
-                progress(f"checkpoint of step 0 failed: {self.error}")
+                emit(ev.Notice(step=0, text=f"checkpoint of step 0 failed: {self.error}"))
+                if not shown:
+                    progress(f"checkpoint of step 0 failed: {self.error}")
             self.given = True

@@ -217,6 +217,10 @@ class Checkpoints:
                 pass
         self.full_scans += 1
         with self.index_lock:
+            if known is not None and not self._index_filled():
+                # The first tree leaves no index (refresh_index fills it later): without the last tree in
+                # it, git would not name a tracked file that became a FIFO (untracked ones it never lists)
+                self.git.read_tree(known)
             try:
                 _changed, skipped = self.stage()
             except git.GitCommandError:
@@ -230,6 +234,10 @@ class Checkpoints:
 
     def _index_file(self) -> Path:
         return self.index if self.index is not None else self.git_dir / "index"
+
+    def _index_filled(self) -> bool:
+        index = self._index_file()
+        return index.exists() and index.stat().st_size > 0
 
     def _updater(self) -> TreeUpdate:
         if self._update is None:
@@ -299,7 +307,7 @@ class Checkpoints:
         full scan to come costs an `lstat` a file, not a read. Safe beside steps made from the change list."""
         with self.index_lock:
             tree = self._tree
-            if self._closed or tree is None or (self._index_file().exists() and self._index_file().stat().st_size > 0):
+            if self._closed or tree is None or self._index_filled():
                 return
             g = make_git(self.git_dir, self.workspace)
             if self.index is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from orchestrator.api import Agent
 from orchestrator.runs import first_checkpoint
@@ -55,3 +56,53 @@ def test_the_first_request_goes_out_while_step_0_is_taken_and_no_call_runs_befor
     assert "made.txt" not in files  # step 0 is the workspace as the run started
     assert any("first checkpoint" in line and "while the model is asked" in line for line in said), said
     assert any(line.startswith("step 1 waits for the workspace's first checkpoint") for line in said), said
+
+
+def _run(tmp_path, turns, on_event=None):  # noqa: ANN001, ANN202
+    sandbox = LocalSandbox()
+    try:
+        result = Agent(ScriptedModel({"turns": turns}), sandbox, runs_dir=tmp_path / "runs",
+                       on_event=on_event).run("make a file")
+    finally:
+        sandbox.stop()
+    run = RunDir(result.run_dir)
+    return result, run, [json.loads(line) for line in run.events.path.read_text().splitlines()]
+
+
+def test_a_first_checkpoint_that_fails_is_a_notice_before_step_1_and_said_on_screen(tmp_path, monkeypatch):
+    first_tree, failed = Checkpoints._first_tree, []
+
+    def broken_once(self):  # noqa: ANN001, ANN202
+        if not failed:
+            failed.append(True)
+            raise OSError("the disk is gone")
+        return first_tree(self)
+
+    shown: list[Any] = []
+    monkeypatch.setattr(Checkpoints, "_first_tree", broken_once)
+    result, run, events = _run(tmp_path, [turn(call("file_write", path="made.txt", content="x\n")), done()],
+                               on_event=shown.append)
+    assert result.status == "done"  # a checkpoint is never the end of the run
+    notice = next(i for i, e in enumerate(events) if e["type"] == "notice" and "step 0" in e["text"])
+    assert events[notice]["step"] == 0 and "the disk is gone" in events[notice]["text"]
+    assert all(e["step"] == 0 for e in events[:notice])  # before anything of step 1
+    assert any(e.type == "notice" and "the disk is gone" in e.text for e in shown)  # on the display too
+    step_1 = make_git(run.state / "checkpoints.git").ls_tree("-r", "--name-only", "refs/cairn/step-1").split()
+    assert "made.txt" in step_1  # the next step's checkpoint is whole (a full scan)
+
+
+def test_a_watch_that_cannot_start_is_said_once_and_the_steps_are_full_scans(tmp_path, monkeypatch):
+    from orchestrator.store import change_list
+
+    said: list[str] = []
+    monkeypatch.setattr(change_list, "_libc", lambda: None)  # as where there is no inotify
+    monkeypatch.setattr(first_checkpoint, "progress", said.append)
+    result, run, events = _run(tmp_path, [turn(call("file_write", path="a.txt", content="1\n")),
+                                          turn(call("file_write", path="sub/b.txt", content="2\n")), done()])
+    assert result.status == "done"
+    watch_lines = [line for line in said if "cannot be watched" in line]
+    assert len(watch_lines) == 1 and "no inotify on this system" in watch_lines[0], said
+    git = make_git(run.state / "checkpoints.git")
+    assert {"a.txt", "sub/b.txt"} <= set(git.ls_tree("-r", "--name-only", "refs/cairn/step-2").split())
+    assert "sub/b.txt" not in git.ls_tree("-r", "--name-only", "refs/cairn/step-1").split()
+    assert git.show("refs/cairn/step-2:sub/b.txt") == "2"
