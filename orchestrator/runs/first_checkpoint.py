@@ -53,15 +53,18 @@ class Checkpointing:
             self.run.events.before_step_1 = lambda: self.first.record(emit)
 
     def close(self) -> None:
-        """The first checkpoint finished (a new run's step 0 in its log), the watch closed: the next drive,
-        in this process or another, starts both again."""
+        """The watch closed, and the first checkpoint in the log if it was taken: the next drive, in this
+        process or another, starts both again. A drive that ended before its first step (a stop, which
+        means now; a model that failed at once) does not wait for step 0: its first scan is ended, and
+        the next drive takes step 0 again."""
         self.run.pending_first_checkpoint, self.run.events.before_step_1 = None, None
+        abandoned = not self.first.done.is_set()
         try:
-            self.first.done.wait()  # said on screen already when it takes long (`_say_slow`)
-            self.first.record()  # a run that ended before its first step: step 0 goes into its log now
-        finally:
-            self.run.forget_checkpoints()  # ends an index refresh still going: nobody waits for a cache
+            self.run.forget_checkpoints()  # ends the first scan, or an index refresh, still going
             self.first.thread.join()
+            if self.first.taken is not None or not abandoned:
+                self.first.record()  # a run that ended before its first step: step 0 goes into its log now
+        finally:
             self.watch.close()
             self.run.changes = None
 
@@ -101,7 +104,7 @@ class FirstCheckpoint:
         finally:
             self.done.set()
             self.timer.cancel()
-            if time.monotonic() - self.started >= SAY_AFTER:
+            if self.error is None and time.monotonic() - self.started >= SAY_AFTER:
                 progress(f"{self._what()} taken in {time.monotonic() - self.started:.1f} s")
         try:
             checkpoints.refresh_index()  # beside the steps: for the full scans to come

@@ -47,6 +47,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -128,6 +129,7 @@ class Checkpoints:
         self._tree: str | None = None  # the workspace's tree as this process last knew it
         self._update: TreeUpdate | None = None
         self._refreshing: git.cmd.Git.AutoInterrupt | None = None  # refresh_index's git, while it runs
+        self._first_scan: subprocess.Popen | None = None  # store/first_scan.py's process, while it runs
         self._closed = False
         self._repo: git.Repo | None = None
         self._commits = 0
@@ -150,12 +152,15 @@ class Checkpoints:
         return (self.git_dir / "HEAD").is_file()
 
     def close(self) -> None:
-        """Ends the git processes kept for this run (the object reader of the change-list steps, and an
-        index refresh still going: it leaves the index as it was, and its lock, which a full scan clears)."""
+        """Ends the git processes kept for this run (the object reader of the change-list steps, a first
+        scan still going, and an index refresh still going: it leaves the index as it was, and its lock,
+        which a full scan clears)."""
         self._closed = True
-        refreshing = self._refreshing
+        refreshing, scan = self._refreshing, self._first_scan
         if refreshing is not None:
             refreshing.proc.terminate()
+        if scan is not None:
+            _end(scan)
         if self._git is not None:
             self._git.clear_cache()
 
@@ -294,13 +299,25 @@ class Checkpoints:
         Python on a big workspace, which would take the interpreter from the start's own work: the
         model library's import). The index is left empty: `refresh_index` fills it later."""
         self._index_file().unlink(missing_ok=True)  # whatever was there is not this workspace's
-        done = subprocess.run([sys.executable, "-m", "orchestrator.store.first_scan", str(self.git_dir),
-                               str(self.workspace)], capture_output=True, text=True)
-        if done.returncode != 0:
-            lines = [line for line in done.stderr.splitlines() if line.strip()]
-            raise RuntimeError(f"the first scan of the workspace failed: {lines[-1] if lines else done.returncode}")
-        out = json.loads(done.stdout)
+        # Its own process group, so that `close()` ends it with its `git fast-import` (which, killed before
+        # the scan's `done`, writes no ref: the next drive takes the first checkpoint again)
+        scan = subprocess.Popen(self._first_scan_command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        self._first_scan = scan
+        try:
+            if self._closed:
+                _end(scan)
+            stdout, stderr = scan.communicate()
+        finally:
+            self._first_scan = None
+        if scan.returncode != 0:
+            lines = [line for line in stderr.splitlines() if line.strip()]
+            raise RuntimeError(f"the first scan of the workspace failed: {lines[-1] if lines else scan.returncode}")
+        out = json.loads(stdout)
         return out["tree"], out["skipped"]
+
+    def _first_scan_command(self) -> list[str]:
+        return [sys.executable, "-m", "orchestrator.store.first_scan", str(self.git_dir), str(self.workspace)]
 
     def refresh_index(self) -> None:
         """Fills the index with the last tree's files and their stat data (hashing each once), so that a
@@ -398,6 +415,15 @@ class Checkpoints:
         steps = self.steps() if steps is None else steps
         earlier = [n for n in steps if n <= step]
         return steps[max(earlier)] if earlier else None
+
+
+def _end(process: subprocess.Popen) -> None:
+    """Ends a process that leads its own group, and the group (a child it started)."""
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
 
 def loose_objects(git_dir: Path) -> int:

@@ -106,3 +106,27 @@ def test_a_watch_that_cannot_start_is_said_once_and_the_steps_are_full_scans(tmp
     assert {"a.txt", "sub/b.txt"} <= set(git.ls_tree("-r", "--name-only", "refs/cairn/step-2").split())
     assert "sub/b.txt" not in git.ls_tree("-r", "--name-only", "refs/cairn/step-1").split()
     assert git.show("refs/cairn/step-2:sub/b.txt") == "2"
+
+
+def test_a_drive_that_ends_before_step_1_does_not_wait_for_step_0_and_the_next_drive_takes_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(Checkpoints, "_first_scan_command", lambda self: ["sh", "-c", "sleep 60"])  # a huge workspace
+    model = ScriptedModel({"turns": [{"fail": 401}, turn(call("file_write", path="made.txt", content="x\n")), done()]})
+    sandbox = LocalSandbox()
+    agent = Agent(model, sandbox, runs_dir=tmp_path / "runs")
+    try:
+        started = time.monotonic()
+        failed = agent.run("make a file")
+        assert failed.status == "failed" and time.monotonic() - started < 30  # not the first scan's minute
+        run = RunDir(failed.run_dir)
+        events = [json.loads(line) for line in run.events.path.read_text().splitlines()]
+        assert not [e for e in events if e["type"] == "checkpoint" or "step 0" in e.get("text", "")]
+        monkeypatch.undo()
+        resumed = agent.resume("go on")
+    finally:
+        sandbox.stop()
+    assert resumed.status == "done"
+    events = [json.loads(line) for line in run.events.path.read_text().splitlines()]
+    assert [e["step"] for e in events] == sorted(e["step"] for e in events)
+    assert [e["step"] for e in events if e["type"] == "checkpoint"][:1] == [0]  # taken by the second drive
+    step_0 = make_git(run.state / "checkpoints.git").ls_tree("-r", "--name-only", "refs/cairn/step-0").split()
+    assert "made.txt" not in step_0
