@@ -22,7 +22,7 @@ from pathlib import Path
 from orchestrator.store.checkpoints import Checkpoints
 from orchestrator.store.git_safety import IDENTITY, make_git
 
-FIRST_SCAN = "refs/cairn/first-scan"  # where `git fast-import` leaves its commit, for an instant
+FIRST_SCAN = "refs/cairn/first-scan-"  # + this process's id: where `git fast-import` leaves its commit, for an instant
 
 
 def first_tree(cp: Checkpoints) -> tuple[str, dict[str, str]]:
@@ -32,12 +32,17 @@ def first_tree(cp: Checkpoints) -> tuple[str, dict[str, str]]:
     lister = make_git(cp.git_dir, cp.workspace)
     lister.update_environment(GIT_INDEX_FILE=str(empty))
     paths, _drop, skipped = cp._listing(lister)
-    importer = cp.git.execute(["git", "fast-import", "--quiet", "--done", "--date-format=raw"],
+    # A ref of this process's own: one a killed scan left behind (or one still going, whose cairn was
+    # killed) is never this scan's; --force: one a dead process of the same id left is moved all the same
+    ref, cairn = f"{FIRST_SCAN}{os.getpid()}", os.getppid()
+    importer = cp.git.execute(["git", "fast-import", "--quiet", "--done", "--force", "--date-format=raw"],
                               as_process=True, istream=subprocess.PIPE)
     out = importer.proc.stdin
     who = f"{IDENTITY['name']} <{IDENTITY['email']}> {int(time.time())} +0000"
-    out.write(f"commit {FIRST_SCAN}\nauthor {who}\ncommitter {who}\ndata 0\n".encode())
-    for path in sorted(paths):
+    out.write(f"commit {ref}\nauthor {who}\ncommitter {who}\ndata 0\n".encode())
+    for n, path in enumerate(sorted(paths)):
+        if n % 1024 == 0 and os.getppid() != cairn:
+            sys.exit("the cairn process that started this scan is gone")  # no `done`: fast-import writes nothing
         entry = _file_entry(cp.workspace / path)
         if entry is not None:
             mode, data = entry
@@ -45,8 +50,8 @@ def first_tree(cp: Checkpoints) -> tuple[str, dict[str, str]]:
     out.write(b"done\n")
     out.close()
     importer.wait()  # raises git's error
-    tree = cp.git.rev_parse(f"{FIRST_SCAN}^{{tree}}")
-    cp.git.update_ref("-d", FIRST_SCAN)
+    tree = cp.git.rev_parse(f"{ref}^{{tree}}")
+    cp.git.update_ref("-d", ref)
     return tree, skipped
 
 

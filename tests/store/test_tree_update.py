@@ -15,6 +15,7 @@ import pytest
 from orchestrator.store import change_list
 from orchestrator.store.change_list import ChangeWatch
 from orchestrator.store.checkpoints import Checkpoints, make_git
+from orchestrator.store.tree_update import EMPTY_TREE
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/sys/fs/inotify"), reason="inotify is Linux's")
 
@@ -236,3 +237,19 @@ def test_a_new_process_scans_first_what_changed_while_nobody_watched(watched):
     finally:
         again.close()
         resumed.close()
+
+
+
+def test_a_first_scan_that_a_killed_cairn_left_behind_never_blocks_the_next_one(tmp_path):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("a\n")
+    cp = Checkpoints(tmp_path / "checkpoints.git", workspace)
+    cp.init()
+    # What a scan leaves when its cairn is SIGKILLed after git wrote its commit: its ref (the name before
+    # this change, and one with another process's id)
+    stale = cp.git.commit_tree(EMPTY_TREE, "-m", "stale")
+    for ref in ("refs/cairn/first-scan", "refs/cairn/first-scan-1"):
+        cp.git.update_ref(ref, stale)
+    assert cp.commit(0).commit is not None and list(_files(cp, cp._tree)) == ["a.txt"]
+    assert list(cp.steps()) == [0]
