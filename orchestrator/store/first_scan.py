@@ -64,7 +64,10 @@ def _file_entry(path: Path) -> tuple[bytes, bytes] | None:
             return b"120000", os.fsencode(os.readlink(path))
         if not stat.S_ISREG(st.st_mode):
             return None
-        with open(path, "rb") as f:
+        # No link followed, no FIFO waited on: the file may have been swapped since the lstat.
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
             data = f.read()
     except OSError:
         return None

@@ -19,6 +19,7 @@ with more than one link (its other names changed too, unseen) makes the step a f
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -138,11 +139,17 @@ class TreeUpdate:
             return None
         if st.st_nlink > 1:
             raise NeedsFullScan(f"{rel} has {st.st_nlink} links")
-        try:
-            with open(full, "rb") as f:
+        try:  # no link followed, no FIFO waited on: the file may have been swapped since the lstat
+            with os.fdopen(os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    return None
                 data = f.read()
         except (FileNotFoundError, NotADirectoryError):
             return None  # gone meanwhile: the next change list names it again
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            return None  # swapped for a link meanwhile: the next change list names it again
         # (a file cairn may not read raises: the full scan then says so, rather than leave it out unseen)
         return (EXEC_MODE if st.st_mode & stat.S_IXUSR else FILE_MODE), self._write(b"blob", data)
 
