@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import threading
@@ -19,6 +20,7 @@ from orchestrator.agent.approvals import answer_line
 from orchestrator.ports import Answer, Progress, Question
 from orchestrator import events as ev
 from orchestrator.agent.state import RunState
+from orchestrator.ui.output_lines import OutputLines, as_is
 from orchestrator.ui.terminal import clean
 from orchestrator.tools.sessions.readable import call_summary
 
@@ -41,8 +43,8 @@ def event_line(event: ev.Event) -> str | None:
 
 
 WAITING_FOR_MODEL = "waiting for the model"
-STREAM_AFTER_S = 2.0  # a command that runs longer has its output shown as it comes
-STREAM_LINES = 200  # at most this many lines of it
+STARTING = "getting the run ready"
+ENDED = re.compile(r" in \d+(\.\d+)? s$")  # a start-up line that says a wait is over: `sandbox started in 1.3 s`
 RESULT_LINES = 4  # the first lines of a tool's result that the live view and `cairn watch` show
 EDIT_LINES = 6  # the lines of a file_edit's small diff
 
@@ -76,12 +78,6 @@ def _event_line(event: ev.Event) -> str | None:
     if isinstance(event, ev.StatusChanged) and event.status != "running":
         return f"status: {event.status}" + (f" ({event.reason})" if event.reason else "")
     return None
-
-
-def _as_is(line: str, width: int) -> str:
-    """One line of a result or a diff with its indentation kept, cut to `width`."""
-    flat = clean(line).expandtabs(4).rstrip()
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 def _arguments(raw: str) -> dict:
@@ -122,7 +118,7 @@ def call_line(name: str, raw: str, width: int = 110) -> str:
     if name == "file_edit" and text("path"):
         old, new = text("old").splitlines(), text("new").splitlines()
         diff = [f"- {line}" for line in old] + [f"+ {line}" for line in new]
-        shown = [f"      {_as_is(line, width)}" for line in diff[:EDIT_LINES]]
+        shown = [f"      {as_is(line, width)}" for line in diff[:EDIT_LINES]]
         if len(diff) > EDIT_LINES:
             shown.append(f"      … {len(diff) - EDIT_LINES} more lines")
         return "\n".join([f"edit {short(text('path'), width)} (-{len(old)} +{len(new)})", *shown])
@@ -150,7 +146,7 @@ def _result_lines(event: ev.ToolFinished) -> str:
         n = len(body.splitlines())
         return f"      {mark} {n} line{'s' if n != 1 else ''}{where}"
     lines = [line for line in clean(body).splitlines() if line.strip()] or [""]
-    shown = [f"      {mark if i == 0 else ' '} {_as_is(line, 100)}" for i, line in enumerate(lines[:RESULT_LINES])]
+    shown = [f"      {mark if i == 0 else ' '} {as_is(line, 100)}" for i, line in enumerate(lines[:RESULT_LINES])]
     if len(lines) > RESULT_LINES:
         shown.append(f"        … {len(lines) - RESULT_LINES} more lines")
     shown[-1] += where
@@ -188,13 +184,13 @@ class LiveDisplay:
         self.console = console or Console(stderr=True)
         self.chat = chat  # an interactive session: answers are shown whole, and a text answer is no "stop"
         self.started = time.time()
-        self.current = WAITING_FOR_MODEL
+        self.current = STARTING
         self.since = time.time()  # when the current action (or wait) began
         self.retry_until = 0.0  # a model retry's wait ends then
         self.retry = ""
         self.model_wait: float | None = None  # how long the model may take to answer (its idle timeout)
-        self.live_output: Path | None = None  # the toolbox's copy of a running command's output (on the host)
-        self.follower: _Follower | None = None
+        self.cairn_dir: Path | None = None  # the run's cairn/: a long command's output shows as it comes from it
+        self.follower: OutputLines | None = None
         self.state: RunState | None = None
         self.live = Live(Text(""), console=self.console, refresh_per_second=4, transient=True,
                          auto_refresh=self.console.is_terminal, get_renderable=self._status)
@@ -203,14 +199,22 @@ class LiveDisplay:
 
     def _status(self) -> Text:
         s = self.state
-        if s is None:
-            return Text("")
+        if s is None:  # the run's start: what it waits for (the sandbox, the model library), and how long
+            now = time.time()
+            return Text(f"starting · {self.current}, {now - self.since:.0f} s · {now - self.started:.0f}s", style="dim")
         t = s.totals
         return Text(
             f"step {s.step} · {self.doing()} · {t.prompt_tokens + t.completion_tokens:,} tokens · "
             f"cache {t.cache_hit_ratio:.0%} · {money(t)} · {time.time() - self.started:.0f}s",
             style="dim",
         )
+
+    def progress(self, line: str) -> None:
+        """A line on how the run's start goes (runs/new_run.progress): printed, and until the first step
+        the status line says what is being waited for (the last line that began a wait) and how long."""
+        self.console.print(clean(line), highlight=False, markup=False, emoji=False)
+        if self.state is None and not ENDED.search(line):
+            self.current, self.since = line, time.time()
 
     def child(self, depth: int) -> "ChildDisplay":
         """A sub-agent's display (agent/delegate.py): its lines indented under this run's."""
@@ -245,11 +249,12 @@ class LiveDisplay:
             streamed, self.follower = self.follower.stop(), None
             if streamed:  # its lines are on the screen already: the result's last line says how it ended
                 last = (clean(event.content or "").strip().splitlines() or [""])[-1]
-                return f"      {'✗' if event.error else '→'} {_as_is(last, 100)}"
+                return f"      {'✗' if event.error else '→'} {as_is(last, 100)}"
         if isinstance(event, ev.ToolStarted):
             self.current, self.since = short(call_line(event.name, event.arguments).splitlines()[0], 60), time.time()
-            if event.name == "shell_exec" and self.live_output is not None and self.console.is_terminal:
-                self.follower = _Follower(self.live_output, self.console, self.since)
+            if event.name == "shell_exec" and self.cairn_dir is not None and self.console.is_terminal:
+                call = {"name": event.name, "arguments": event.arguments, "since": event.ts}
+                self.follower = OutputLines(self.cairn_dir, call, self._say)
         elif isinstance(event, (ev.ToolFinished, ev.StatusChanged, ev.UserMessage)):
             # The model's time starts now: the person's typing before a message is not the model's.
             self.current, self.since = WAITING_FOR_MODEL, time.time()
@@ -259,6 +264,9 @@ class LiveDisplay:
             self.retry = f"the model failed ({why.strip()[:60]}), retry {number.split()[1] if len(number.split()) > 1 else ''}"
             self.retry_until = time.time() + float(getattr(event, "wait_s", 0) or 0)
         return event_line(event)
+
+    def _say(self, line: str) -> None:
+        self.console.print(line, highlight=False, markup=False, emoji=False)
 
     def _chat_line(self, event: ev.Event) -> str | None | bool:
         """In a chat, the model's answer (text without a tool call) is the reply: shown whole, and the
@@ -331,55 +339,6 @@ class ChildDisplay:
 
     def close(self) -> None:
         pass
-
-
-class _Follower:
-    """A long command's output on the screen as it comes: after STREAM_AFTER_S, the new whole lines of the
-    toolbox's live copy (sandbox_image/PROTOCOL.md), under the command's line, until the command ends."""
-
-    def __init__(self, path: Path, console: Console, since: float) -> None:
-        self.path, self.console, self.since = path, console, since
-        self.offset, self.shown, self.partial = 0, 0, b""
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._follow, name="cairn-live-output", daemon=True)
-        self.thread.start()
-
-    def _follow(self) -> None:
-        if self.done.wait(STREAM_AFTER_S):
-            return  # a quick command: its result shows its first lines
-        while not self.done.wait(0.25):
-            self._show_new()
-
-    def _show_new(self) -> None:
-        try:
-            if self.path.stat().st_mtime < self.since - 1:
-                return  # still the last command's output: this one has not begun to write
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read(256 * 1024)
-        except OSError:
-            return
-        self.offset += len(data)
-        *lines, self.partial = (self.partial + data).split(b"\n")
-        for line in lines:
-            if self.shown < STREAM_LINES:
-                text = _as_is(line.decode("utf-8", "replace"), 100)
-                self.console.print(f"      │ {text}", highlight=False, markup=False, emoji=False)
-            elif self.shown == STREAM_LINES:
-                self.console.print("      │ … (the rest comes with the result)", highlight=False, markup=False,
-                                   emoji=False)
-            self.shown += 1
-
-    def stop(self) -> bool:
-        """Ends the following; True when some of the output was shown."""
-        self.done.set()
-        self.thread.join()
-        if self.shown:  # what came since the last look, and a last line without its newline
-            self._show_new()
-            if self.partial.strip() and self.shown < STREAM_LINES:
-                self.console.print(f"      │ {_as_is(self.partial.decode('utf-8', 'replace'), 100)}",
-                                   highlight=False, markup=False, emoji=False)
-        return self.shown > 0
 
 
 def _coloured(event: ev.Event, line: str) -> Text | str:

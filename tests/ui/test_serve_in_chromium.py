@@ -4,20 +4,14 @@ in real sandboxes. The page is opened with the URL the server printed, as a pers
 from __future__ import annotations
 
 import json
-import shutil
 import time
 
-import pytest
-
 from orchestrator.store.run_dir import RunDir
+from tests.browser_helpers import browser, browser_marks, only_run, open_run, page, server  # noqa: F401 - fixtures
 from tests.loop_helpers import call, done, turn
-from tests.serve_helpers import cairn, served, start_run, wait_for
+from tests.serve_helpers import cairn, start_run, wait_for
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-playwright_api = pytest.importorskip("playwright.sync_api")
-
-pytestmark = [pytest.mark.docker,
-              pytest.mark.skipif(CHROMIUM is None, reason="no chromium (scripts/setup.sh installs it on Debian as root)")]
+pytestmark = browser_marks
 
 XSS = ("<script>document.body.dataset.pwned='script'</script>"
        "<img src=x onerror=\"document.body.dataset.pwned='img'\">")
@@ -25,52 +19,6 @@ XSS = ("<script>document.body.dataset.pwned='script'</script>"
 
 def shell(command: str) -> dict:
     return turn(call("shell_exec", command=command))
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"])
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def runs_dir(tmp_path):
-    return tmp_path / "runs"
-
-
-@pytest.fixture
-def server(runs_dir, sandbox_image):
-    yield from served(runs_dir)
-
-
-@pytest.fixture
-def page(browser, server):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.errors = []
-    page.on("pageerror", lambda e: page.errors.append(str(e)))
-    # Errors of the page's script and CSP violations; a refused request (a file outside the run) is the
-    # server's answer, not a fault of the page.
-    page.on("console", lambda m: page.errors.append(m.text)
-            if m.type == "error" and not m.text.startswith("Failed to load resource") else None)
-    page.goto(server.url)  # with the token: it moves to a cookie
-    page.wait_for_selector("body[data-ready='1']")
-    assert "token" not in page.url
-    yield page
-    context.close()
-
-
-def open_run(page, run_id: str) -> None:
-    page.goto(f"{page.url.split('/runs/')[0].rstrip('/')}/runs/{run_id}")
-    page.wait_for_selector("body[data-caught-up='1']", timeout=60_000)
-
-
-def only_run(runs_dir) -> RunDir:
-    runs = wait_for(lambda: [p for p in runs_dir.iterdir() if (p / "state" / "events.jsonl").exists()]
-                    if runs_dir.exists() else [], what="the run")
-    return RunDir(runs[0])
 
 
 def test_the_list_shows_the_runs_newest_first_and_filters_by_status(page, server, runs_dir, tmp_path):
