@@ -53,8 +53,8 @@ def ask(question: Question, read: Callable[[str], str] | None = None, out: TextI
             if choice in ("n", "no"):
                 if key is None and not rest:  # a line that said only `n`: the reason next (a key asked it already)
                     rest = read("reason (optional, told to the model): ").strip()
-                reason = rest
-                return Answer(False, reason or None)
+                out.write(f"(denied: the model is told so{': ' + clean(rest) if rest else ''})\n")
+                return Answer(False, rest or None)
             if choice in ("e", "edit"):
                 if rest == EDITOR_OR_BACK and not (os.environ.get("VISUAL") or os.environ.get("EDITOR")):
                     continue

@@ -191,6 +191,7 @@ class LiveDisplay:
         self.model_wait: float | None = None  # how long the model may take to answer (its idle timeout)
         self.cairn_dir: Path | None = None  # the run's cairn/: a long command's output shows as it comes from it
         self.follower: OutputLines | None = None
+        self.denied_here: set[str] = set()  # calls the person refused at this terminal's prompt
         self.state: RunState | None = None
         self.live = Live(Text(""), console=self.console, refresh_per_second=4, transient=True,
                          auto_refresh=self.console.is_terminal, get_renderable=self._status)
@@ -241,6 +242,12 @@ class LiveDisplay:
     def _line(self, event: ev.Event) -> str | None:
         if isinstance(event, ev.ApprovalAsked) and self.can_ask():
             return None  # the question comes next, whole, on this terminal: said once
+        if isinstance(event, ev.ApprovalAnswered) and event.by == "terminal":
+            if not event.approved:  # the person said no here: the prompt said so, once; the call never ran
+                self.denied_here.add(event.call_id)
+            return None  # the person answered on this terminal a moment ago
+        if isinstance(event, (ev.ToolStarted, ev.ToolFinished)) and event.call_id in self.denied_here:
+            return None
         if self.chat:
             said = self._chat_line(event)
             if said is not False:

@@ -294,3 +294,25 @@ def test_the_charts_of_a_long_run_draw_groups_of_steps():
     # 3,000 s on ~1,000 pixels: spans 0.5 s apart are joined, but never an error's
     assert len(first["time"]["model"]) == 1 and first["time"]["model"][0]["ms"] == pytest.approx(9500.0)
     assert [t["error"] for t in first["time"]["tools"]] == [False, True, False]
+
+
+@pytest.mark.parametrize("status, result, does, said", [
+    (None, None, "say", "at its next step"),  # live: cairn say
+    ("waiting", "Which colour?", "answer", "answers the agent's question"),
+    ("done", "it works", "follow-up", "follows it up"),
+    ("stopped", None, "follow-up", "resumes it with your message"),
+    ("interrupted", None, "follow-up", "resumes it with your message"),
+    ("budget", None, "follow-up", "--max-steps N"),
+])
+def test_send_says_before_it_is_pressed_what_it_will_do(tmp_path, status, result, does, said):
+    from orchestrator.ui.web.views import summary
+
+    run = make_run(tmp_path / "runs")
+    if status is None:
+        run.hold()  # this process drives it: live
+    else:
+        run.events.append(ev.StatusChanged(step=1, status=status, reason="ask_user" if status == "waiting" else "x",
+                                           result=result))
+    plan = summary(run)["send"]
+    assert plan["does"] == does and said in plan["hint"]
+    run.release()

@@ -118,13 +118,14 @@ def render_runs(rows: list[dict[str, Any]], width: int | None = None, wide: bool
     return "\n".join(lines)
 
 
-TASK_AT_LEAST, REASON_AT_LEAST = 40, 30  # columns each gets beside the other, before the reason goes below
+TASK_AT_LEAST, REASON_AT_LEAST = 30, 24  # columns each gets beside the other, before the reason goes below
 
 
 def _task_width(rows: list[dict[str, Any]], room: int | None) -> tuple[int | None, bool]:
     """The TASK column's width when a REASON column follows it, and whether the reasons go on lines of
-    their own instead (None, True). Each gets what it needs when both fit; else each its least
-    (the task first: it names the run), and the columns left are shared as each still needs them."""
+    their own instead (None, True). Each gets what it needs when both fit; else the reasons whole when
+    the task keeps its least beside them; else each its least, and the columns left shared as each
+    still needs them."""
     if room is None:
         return 40, False
     need_task = max(len(" ".join(clean(r["task"]).split())) for r in rows)
@@ -134,9 +135,11 @@ def _task_width(rows: list[dict[str, Any]], room: int | None) -> tuple[int | Non
         return None, True
     if need_task + 2 + need_reason <= room:
         return max(need_task, 4), False
-    spare = room - least_task - 2 - least_reason
+    if room - need_reason - 2 >= least_task:  # the reasons whole, the task the rest
+        return room - need_reason - 2, False
+    spare = room - max(4, least_task) - 2 - least_reason
     more_task, more_reason = need_task - least_task, need_reason - least_reason
-    return max(4, least_task + spare * more_task // max(1, more_task + more_reason)), False
+    return max(4, least_task) + spare * more_task // max(1, more_task + more_reason), False
 
 
 def select_runs(rows: list[dict[str, Any]], statuses: list[str] | None = None,
