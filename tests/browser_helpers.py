@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from orchestrator.store.run_dir import RunDir
-from tests.serve_helpers import served, wait_for
+from tests.serve_helpers import served, start_run, wait_for
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 browser_marks = [pytest.mark.docker,
@@ -67,3 +67,10 @@ def only_run(runs_dir) -> RunDir:  # noqa: ANN001
 def sideways(page) -> int:  # noqa: ANN001
     """How many pixels the page scrolls sideways (0: it fits its width)."""
     return page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+
+
+def ended_run(runs_dir, task: str, script, turns: list, *options: str, exit_code: int = 0) -> RunDir:  # noqa: ANN001
+    """A scripted run driven to its end by `cairn run` (as a person's terminal would), with its exit code."""
+    proc = start_run(runs_dir, task, script, turns, *options)
+    assert proc.wait(240) == exit_code
+    return only_run(runs_dir)

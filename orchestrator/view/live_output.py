@@ -217,14 +217,20 @@ class Follower:
 
     def _session(self) -> tuple[str, bool] | None:
         log = session_log(self.cairn_dir, self.call)
-        found = _tail(self.cairn_dir, log) if log is not None else None
-        if found is None:
+        fd = open_regular(self.cairn_dir, log) if log is not None else None
+        if fd is None:
             return None
-        data, info = found
-        seen = (info.st_size, info.st_mtime_ns)
-        if seen == self.seen:
+        try:
+            info = os.fstat(fd)
+            seen = (info.st_size, info.st_mtime_ns)
+            if seen == self.seen:
+                return None  # nothing printed since the last look: nothing to render
+            self.seen = seen
+            data = os.pread(fd, TAIL_BYTES, max(0, info.st_size - TAIL_BYTES))
+        except OSError:
             return None
-        self.seen = seen
+        finally:
+            os.close(fd)
         screen = render_tail(data, *SESSION_SIZE)
         if screen == self.screen:
             return None

@@ -7,7 +7,7 @@ import json
 import time
 
 from orchestrator.store.run_dir import RunDir
-from tests.browser_helpers import browser, browser_marks, only_run, open_run, page, server  # noqa: F401 - fixtures
+from tests.browser_helpers import browser, browser_marks, ended_run, only_run, open_run, page, server  # noqa: F401 - fixtures
 from tests.loop_helpers import call, done, turn
 from tests.serve_helpers import cairn, start_run, wait_for
 
@@ -128,9 +128,7 @@ def test_a_runs_markup_is_shown_as_text_and_nothing_of_it_runs(page, server, run
 def test_the_file_view_refuses_a_symlink_out_of_the_run(page, server, runs_dir, tmp_path):
     turns = [shell("echo mine > real.txt; ln -s real.txt inside; ln -s /etc/passwd escape; ln -s ../../.. up"),
              done()]
-    proc = start_run(runs_dir, "links", tmp_path / "links.json", turns)
-    assert proc.wait(240) == 0
-    run = only_run(runs_dir)
+    run = ended_run(runs_dir, "links", tmp_path / "links.json", turns)
     open_run(page, run.id)
     page.wait_for_selector("#files button[data-path='escape']")
     page.click("#files button[data-path='escape']")

@@ -42,7 +42,7 @@ def test_without_a_terminal_the_run_waits_and_says_the_exact_next_command_then_r
     assert out.returncode == 1 and run.read_meta()["status"] == "waiting"
     assert f'answer it with: cairn resume {run.id} --message "ANSWER"' in out.stderr
 
-    script(tmp_path / "s.json", done("made it green"))  # a new process plays the script from its start
+    script(tmp_path / "s.json", done("made it green"))  # another script: played from its first turn
     p = pane(["resume", run.id])  # on a terminal, resume asks instead of refusing
     screen = p.wait_for("answer>")
     assert f"run {run.id}: the agent asks: Which colour should the button be?" in screen
@@ -374,7 +374,7 @@ def test_cairn_approve_echoes_the_call_and_resume_goes_on_at_once(tmp_path, runs
                           "deploy"], capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=300)
     [run] = RunDir.all(runs_dir)
     assert out.returncode == 1 and f"answer it with: cairn approve {run.id} --resume" in out.stderr
-    script(tmp_path / "s.json", done("shipped"))  # a new process plays the script from its start
+    script(tmp_path / "s.json", done("shipped"))  # another script: played from its first turn
     approved = subprocess.run([sys.executable, "-m", "orchestrator.cli", "approve", run.id, "--resume"],
                               capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=300)
     assert approved.returncode == 0, approved.stderr

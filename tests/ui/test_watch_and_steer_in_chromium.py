@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 from orchestrator.store.run_dir import RunDir
-from tests.browser_helpers import (browser, browser_marks, only_run, open_page, open_run, page, server,  # noqa: F401
-                                   sideways)
+from tests.browser_helpers import (browser, browser_marks, ended_run, only_run, open_page, open_run,  # noqa: F401
+                                   page, server, sideways)
 from tests.fake_openai import FakeOpenAI
 from tests.loop_helpers import call, done, turn
 from tests.serve_helpers import cairn, start_run, wait_for
@@ -56,9 +56,7 @@ def test_a_running_commands_output_and_a_sessions_screen_show_as_they_come_with_
 def test_send_answers_the_question_of_a_waiting_run_and_it_goes_on_to_done(page, runs_dir, tmp_path):
     turns = [turn(call("ask_user", question="Which colour should the button be?")),
              turn(call("shell_exec", command="echo painted > button.txt")), done("made it blue")]
-    proc = start_run(runs_dir, "paint the button", tmp_path / "ask.json", turns)
-    assert proc.wait(240) == 1
-    run = only_run(runs_dir)
+    run = ended_run(runs_dir, "paint the button", tmp_path / "ask.json", turns, exit_code=1)
     open_run(page, run.id)
     page.wait_for_selector("body[data-status='waiting']")
     page.wait_for_selector("#send-hint:has-text('answers the agent')")  # said before anything is sent
@@ -76,9 +74,7 @@ def test_send_answers_the_question_of_a_waiting_run_and_it_goes_on_to_done(page,
 def test_send_follows_up_a_run_that_is_done_and_it_goes_on_to_done(page, runs_dir, tmp_path):
     turns = [done("wrote the parser"), turn(call("file_write", path="NOTES.md", content="notes\n")),
              done("added the notes")]
-    proc = start_run(runs_dir, "write a parser", tmp_path / "follow.json", turns)
-    assert proc.wait(240) == 0
-    run = only_run(runs_dir)
+    run = ended_run(runs_dir, "write a parser", tmp_path / "follow.json", turns)
     open_run(page, run.id)
     page.wait_for_selector("body[data-status='done']")
     page.wait_for_selector("#send-hint:has-text('follows it up')")
@@ -126,9 +122,7 @@ def test_a_run_started_from_the_form_with_an_api_base_reaches_done(page, runs_di
 
 def test_on_a_phone_width_screen_nothing_scrolls_sideways_and_the_task_shows(browser, server, runs_dir, tmp_path):
     task = "Write a small command-line tool that converts CSV files to JSON, with tests for quoting"
-    proc = start_run(runs_dir, task, tmp_path / "checked.json", [done("converted")], "--check", "exit 1")
-    assert proc.wait(240) == 1
-    run = only_run(runs_dir)
+    run = ended_run(runs_dir, task, tmp_path / "checked.json", [done("converted")], "--check", "exit 1", exit_code=1)
     wide = open_page(browser, server, width=1280)
     try:
         wide.wait_for_selector("body[data-runs='1']")
