@@ -7,9 +7,9 @@ the next turn, and a turn is an answer (`content`, `tool_calls`, and `reasoning`
 sent as `reasoning_content` as litellm gives a reasoning model's) or a failure (`fail`).
 
 A run's model goes on from the turn the run had reached: the server keeps, in the run's
-`state/scripted.json`, how many turns of its script it has played (an answer or a failure, as each
-request takes one), so a resumed run with the same script is answered from the next turn; another
-script starts from its first.
+`state/scripted.json`, how many turns of each script it has played (an answer or a failure, as each
+request takes one), so a resumed run with the same script is answered from the next turn; a script the
+run has not played starts from its first.
 
 Usage is reported like a provider with automatic prefix caching, so cache hit ratios can be tested:
 `prompt_tokens` counts the request, and `cached_tokens` is the longest prefix, in 128-token blocks
@@ -32,7 +32,7 @@ from pathlib import Path
 from orchestrator.errors import UsageError
 from orchestrator.llm.tokenizer import encoding
 
-SCRIPT_PROGRESS = "scripted.json"  # in a run's state/: the script's digest and the turns it played
+SCRIPT_PROGRESS = "scripted.json"  # in a run's state/: how many turns each script (by its digest) played
 SCRIPTED_PREFIX = "scripted:"  # `--model scripted:demo` or `--model scripted:PATH`
 BUILTIN_SCRIPTS = Path(__file__).parent / "scripts"
 NO_MORE_TURNS = "(the script has no more turns)"
@@ -228,25 +228,35 @@ def scripted_server(spec: str, progress: Path | None = None) -> ScriptedServer:
         return _servers[key]
 
 
+_progress_lock = threading.Lock()  # a run's model and its critic may play two scripts into one file
+
+
 def played(progress: Path, digest: str) -> int:
-    """How many turns of the script with this digest a run's model has played (0 for another script)."""
+    """How many turns of the script with this digest a run's models have played (0 for a script it never
+    played)."""
+    turns = _played(progress).get(digest)
+    return turns if isinstance(turns, int) and not isinstance(turns, bool) and turns >= 0 else 0
+
+
+def _played(progress: Path) -> dict:
+    """The file's {script digest: turns played}; empty when it is missing or is not one."""
     try:
         with open(progress, "rb") as f:
-            kept = json.loads(f.read(4096))
+            kept = json.loads(f.read(64 * 1024))
     except (OSError, ValueError):
-        return 0
-    turns = kept.get("played") if isinstance(kept, dict) and kept.get("script") == digest else None
-    return turns if isinstance(turns, int) and not isinstance(turns, bool) and turns >= 0 else 0
+        return {}
+    return kept if isinstance(kept, dict) else {}
 
 
 def _keep_progress(progress: Path, digest: str, turns: int) -> None:
     """Best effort: a run whose state cannot be written starts its script again on a resume, no worse."""
-    try:
-        tmp = progress.with_name(f".{progress.name}.tmp")
-        tmp.write_text(json.dumps({"script": digest, "played": turns}))
-        os.replace(tmp, progress)
-    except OSError:
-        pass
+    with _progress_lock:
+        try:
+            tmp = progress.with_name(f".{progress.name}.tmp")
+            tmp.write_text(json.dumps({**_played(progress), digest: turns}))
+            os.replace(tmp, progress)
+        except OSError:
+            pass
 
 
 def stop_scripted_servers() -> None:

@@ -36,6 +36,10 @@
 
   function fold(item) {
     var n = item.step || 0, step;
+    if (item.t === "output") {
+      output(item.output);
+      return;
+    }
     if (item.t === "task") {
       document.getElementById("task").textContent = item.task;
     } else if (item.t === "status") {
@@ -311,7 +315,6 @@
       if (atEnd) { node.scrollTop = node.scrollHeight; }
     } else {
       touch(c.step);
-      schedule();
     }
     document.body.dataset.outputs = String(Number(document.body.dataset.outputs || 0) + 1);
   }
@@ -346,7 +349,10 @@
     for (var i = 0; i < items.length; i++) { queue.push(items[i]); }
     schedule();
   });
-  source.addEventListener("output", function (e) { output(JSON.parse(e.data)); });
+  source.addEventListener("output", function (e) {  // in the items' order: its call is folded first
+    queue.push({ t: "output", output: JSON.parse(e.data) });
+    schedule();
+  });
   source.addEventListener("caught-up", function () {
     if (!caughtUp) { refresh.charts(); }  // once the log so far is read; then as it grows
     caughtUp = true;
