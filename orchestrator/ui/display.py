@@ -191,6 +191,7 @@ class LiveDisplay:
         self.model_wait: float | None = None  # how long the model may take to answer (its idle timeout)
         self.cairn_dir: Path | None = None  # the run's cairn/: a long command's output shows as it comes from it
         self.follower: OutputLines | None = None
+        self.followed: str | None = None  # the call id of the command whose output is followed
         self.denied_here: set[str] = set()  # calls the person refused at this terminal's prompt
         self.state: RunState | None = None
         self.live = Live(Text(""), console=self.console, refresh_per_second=4, transient=True,
@@ -252,7 +253,7 @@ class LiveDisplay:
             said = self._chat_line(event)
             if said is not False:
                 return said
-        if isinstance(event, ev.ToolFinished) and self.follower is not None:
+        if isinstance(event, ev.ToolFinished) and self.follower is not None and event.call_id == self.followed:
             streamed, self.follower = self.follower.stop(), None
             if streamed:  # its lines are on the screen already: the result's last line says how it ended
                 last = (clean(event.content or "").strip().splitlines() or [""])[-1]
@@ -261,7 +262,9 @@ class LiveDisplay:
             self.current, self.since = short(call_line(event.name, event.arguments).splitlines()[0], 60), time.time()
             if event.name == "shell_exec" and self.cairn_dir is not None and self.console.is_terminal:
                 call = {"name": event.name, "arguments": event.arguments, "since": event.ts}
-                self.follower = OutputLines(self.cairn_dir, call, self._say)
+                if self.follower is not None:
+                    self.follower.stop()
+                self.follower, self.followed = OutputLines(self.cairn_dir, call, self._say), event.call_id
         elif isinstance(event, (ev.ToolFinished, ev.StatusChanged, ev.UserMessage)):
             # The model's time starts now: the person's typing before a message is not the model's.
             self.current, self.since = WAITING_FOR_MODEL, time.time()

@@ -116,6 +116,9 @@ def test_the_pages_stream_follows_the_call_that_runs_while_the_run_is_live(tmp_p
     running.see(ev.ToolStarted(step=1, call_id="c1", name="shell_exec", arguments=SHELL["arguments"]))
     live_file(run.cairn_dir, b"building\n")
     assert running.output() == {"id": "c1", "text": "building\n", "replace": True}  # this process holds the run
+    running.see(ev.ToolStarted(step=1, call_id="c0", name="file_read", arguments="{}"))  # beside it: no matter
+    live_file(run.cairn_dir, b"linking\n", "ab")
+    assert running.output() == {"id": "c1", "text": "linking\n", "replace": False}
     running.see(ev.ToolFinished(step=1, call_id="c1", name="shell_exec", content="ok"))
     assert running.call is None and running.output() is None
     running.see(ev.ToolStarted(step=2, call_id="c2", name="shell_exec", arguments=SHELL["arguments"]))

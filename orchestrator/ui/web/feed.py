@@ -110,10 +110,12 @@ class Running:
         self.follower: Follower | None = None
 
     def see(self, e: Any) -> None:  # noqa: ANN401 - an event
+        """The newest command or session call started is followed until it finishes (a call that shows
+        nothing while it runs, started beside it, changes nothing), or until the drive ends."""
         if isinstance(e, ev.ToolStarted) and e.name in (SHELL_CALL, *SESSION_CALLS):
             self.call, self.follower = {"call_id": e.call_id, "name": e.name, "arguments": e.arguments,
                                         "since": e.ts}, None
-        elif isinstance(e, (ev.ToolStarted, ev.StatusChanged)) or \
+        elif isinstance(e, ev.StatusChanged) or \
                 isinstance(e, ev.ToolFinished) and self.call is not None and e.call_id == self.call["call_id"]:
             self.call, self.follower = None, None
 
