@@ -34,8 +34,9 @@ class Model(Protocol):
 
 
 class ToolSandbox(Protocol):
-    """What a tool's handler uses: one toolbox op (PROTOCOL.md) at a time. A journal's replay of a
-    finished call (agent/recovery.py) is one too."""
+    """What a tool's handler uses: toolbox ops (PROTOCOL.md), from several threads at once when calls run
+    side by side (read-only ops then go together, others one at a time). A journal's replay of a finished
+    call (agent/recovery.py) is one too."""
 
     network_enabled: bool
 
@@ -100,6 +101,10 @@ class Sandbox(ToolSandbox, Protocol):
         """Cut the op that runs now short (a person's stop): a command's processes are killed, a session's
         wait ends, and the op answers at once, saying so. Safe from any thread; False when nothing runs
         or the backend cannot."""
+
+    def recorded(self, journal_key: str) -> None:
+        """The run has logged the outcome of the call journaled under `journal_key`: the toolbox may drop
+        its record (a later request tells it; PROTOCOL.md, "The journal")."""
 
 
 class Caller(Protocol):

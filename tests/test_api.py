@@ -81,6 +81,58 @@ def test_an_agent_offered_some_tools_refuses_the_others_as_results(tmp_path):
     assert "unknown tool 'shell_exec'" in json.dumps(model.requests[1]["messages"])
 
 
+def test_an_agent_records_the_tools_it_offers_when_the_run_is_made_and_never_rewrites_the_log(tmp_path):
+    model = ScriptedModel({"turns": [
+        {"tool_calls": [{"name": "ask_user", "arguments": {"question": "which file?"}}]},
+        {"tool_calls": [{"name": "file_read", "arguments": {"path": "missing.txt"}}]},
+        {"tool_calls": [{"name": "task_done", "arguments": {"summary": "read"}}]},
+    ]})
+    agent = orchestrator.Agent(model, LocalSandbox(), tools=["file_read", "ask_user"], runs_dir=tmp_path / "runs")
+    asked = agent.run("read a file")
+    log = asked.run_dir / "state" / "events.jsonl"
+    first = log.read_bytes()
+    started = json.loads(first.split(b"\n")[0])
+    assert started["type"] == "run_started"
+    assert [t["function"]["name"] for t in started["tools"]] == ["file_read", "task_done", "ask_user"]
+    answered = agent.resume("missing.txt")
+    assert answered.status == "done"
+    assert log.read_bytes().startswith(first)  # appended to, never rewritten
+
+
+def test_an_agent_is_driven_as_cairn_run_drives_a_run(tmp_path):
+    """The one drive sequence (orchestrator/runs/drive.py): the run is live while it is driven, as every
+    face sees it, and let go of when the drive ends."""
+    from orchestrator.store.run_dir import RunDir
+    from orchestrator.view.read import read_view
+
+    seen: list[str] = []
+    runs = tmp_path / "runs"
+
+    def look(event: object) -> None:
+        if getattr(event, "type", None) == "tool_started":
+            seen.append(read_view(RunDir.newest(runs)).status)
+
+    model = ScriptedModel({"turns": [{"tool_calls": [{"name": "shell_exec", "arguments": {"command": "true"}}]},
+                                     {"tool_calls": [{"name": "task_done", "arguments": {"summary": "ok"}}]}]})
+    result = orchestrator.Agent(model, LocalSandbox(), runs_dir=runs, on_event=look).run("go")
+    assert seen == ["running", "running"] and result.status == "done"
+    assert read_view(RunDir(result.run_dir)).status == "done"  # let go of: no process drives it now
+
+
+def test_resume_from_python_decides_as_cairn_resume_does(tmp_path):
+    """orchestrator.resume goes through the same decisions (orchestrator/runs/resume.py): a run that waits
+    for an answer needs one, and the refusal leaves the run free and as it was."""
+    model = ScriptedModel({"turns": [{"tool_calls": [{"name": "ask_user", "arguments": {"question": "red?"}}]}]})
+    asked = orchestrator.Agent(model, LocalSandbox(), runs_dir=tmp_path / "runs").run("pick")
+    with pytest.raises(UsageError, match="waits for an answer: red[?]"):
+        orchestrator.resume(asked.id, runs_dir=tmp_path / "runs")
+    from orchestrator.store.run_dir import RunDir
+    from orchestrator.view.read import read_view
+
+    view = read_view(RunDir(asked.run_dir))
+    assert (view.status, view.live, view.waiting) == ("waiting", False, {"kind": "question", "question": "red?"})
+
+
 def test_an_agent_answers_its_question_on_resume(tmp_path):
     model = ScriptedModel({"turns": [
         {"tool_calls": [{"name": "ask_user", "arguments": {"question": "red or blue?"}}]},

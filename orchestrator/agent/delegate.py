@@ -3,9 +3,11 @@
 A call starts a child run and waits for it. The child is a `Loop` of its own: its own event log and
 context (its RunStarted holds the parent's system prompt and tool list, so the cached prefix is shared,
 and the task the parent wrote), its own step budget, and the parent's model client, workspace and the
-*same* sandbox object (the parent waits, so the two never use it at once). What the parent gets back
-is one tool result: how the child ended (its task_done summary, or its status and last text) and the
-paths it wrote.
+*same* sandbox object. The parent waits for its children; the agent_delegate calls of one answer run
+side by side (agent/parallel.py), each child on a thread of its own: the model client takes requests
+from several threads, and the sandbox runs their read-only ops together and the others one at a time.
+What the parent gets back is one tool result: how the child ended (its task_done summary, or its status
+and last text) and the paths it wrote.
 
 Where things are:
 
@@ -30,15 +32,17 @@ checkpoints are untouched); plus the paths of the child's successful file_write,
 todo_write calls that the diff does not show ("written": same content again, or a path checkpoints
 skip, such as node_modules/ or a file over 10 MiB). cairn's own files are not in the workspace (they
 are in /cairn), except in runs made before that, whose `.cairn/` is left out. Whatever a shell command changed shows up through the diff.
+Children that ran side by side each see the others' changes in their diffs; their results say so.
 
 A crash (SIGKILL, a power cut) during a child does not lose it: on `cairn resume` the parent's open
 agent_delegate call is taken up again (`resume_delegate`), the child goes on where its log ends, as any
-resumed run does, and the call's result is what it would have been. The workspace's tree from before
-the child is in the child's run.json, so its diff still covers all it changed.
+resumed run does, and the call's result is what it would have been (children that ran side by side go
+on side by side). The workspace's tree from before the child is in the child's run.json, so its diff
+still covers all it changed.
 
 Depth: `limits.delegate_depth` (default 1) is how deep children nest; a child at that depth that calls
 agent_delegate gets an error result saying so (the tool stays in its list, so the prefix is the same).
-Ctrl-C during a child stops the child between actions, and then the parent after its step.
+Ctrl-C during a child stops the child now (its running command cut short), and then the parent.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from orchestrator.errors import first_line
 from orchestrator.llm.types import ToolCall
 from orchestrator.ports import Display, Model, Sandbox, Unseen
 from orchestrator import events as ev
+from orchestrator.agent.parallel import CHILDREN_AT_ONCE
 from orchestrator.store.children import CHILDREN, ChildRun, open_child, safe_name
 from orchestrator.tools.builtin import agent_delegate
 from orchestrator.tools.registry import Tool, ToolContext
@@ -140,10 +145,6 @@ def _child_agent_class(agent_class: type) -> type:
         def stop_requested(self, value: bool) -> None:
             self._stop = value
 
-        def execute(self, call: ToolCall, step: int, label: str | None = None) -> Any:
-            # The child's saved outputs get their own names: the parent's `/cairn/obs/<step>-<tool>.txt` stay.
-            return super().execute(call, step, f"{self.tag}-{label}" if label else self.tag)
-
         def take_messages(self, step: int) -> None:
             pass  # `cairn say` and INBOX.md are for the top run
 
@@ -216,6 +217,7 @@ def resume_delegate(parent: Parent, agent_class: type, run: ChildRun, step: int)
 def _run_child(parent: Parent, agent_class: type, run: ChildRun, cfg: RunConfig, depth: int, diff: "WorkspaceDiff", step: int,
                resumed: bool = False) -> Observation:
     child = _child_agent_class(agent_class)(run, cfg, parent, depth)
+    beside = CHILDREN_AT_ONCE.begin(parent.run_dir.top_run.root)
     try:
         if resumed and child.state.status != Status.RUNNING:
             status = child.state.status  # it had ended; only the parent's record of that was lost
@@ -231,6 +233,8 @@ def _run_child(parent: Parent, agent_class: type, run: ChildRun, cfg: RunConfig,
     except BaseException:  # a second Ctrl-C at the wrong moment: the parent stops at once
         diff.index.unlink(missing_ok=True)
         raise
+    finally:
+        others = CHILDREN_AT_ONCE.end(parent.run_dir.top_run.root, beside)
     changes = diff.finish()
     events, _torn = run.events.read()
     usage = child_usage(events)
@@ -241,7 +245,7 @@ def _run_child(parent: Parent, agent_class: type, run: ChildRun, cfg: RunConfig,
         parent.emit(ev.Notice(step=step, text="the sub-agent was interrupted: stopping after this step"))
     paths = written_paths(events, changes, cfg.sandbox.workdir)
     info = {"id": run.id, "path": run.path, "status": status, "steps": child.state.step, "paths": paths}
-    text = result_text(events, status, child.state.step, paths, run.path, diff.error, cfg.sandbox.workdir)
+    text = result_text(events, status, child.state.step, paths, run.path, diff.error, cfg.sandbox.workdir, others)
     return Observation(text, error=status in (Status.BUDGET, Status.LOOPING, Status.INTERRUPTED, Status.FAILED), child=info)
 
 
@@ -288,7 +292,6 @@ def child_usage(events: list[Any]) -> dict[str, Any]:
     usage["cost_usd"] = cost
     usage["requests"] = requests
     return usage
-
 
 # -- what the child wrote ---------------------------------------------------------------------------
 
@@ -386,7 +389,7 @@ def written_paths(events: list[Any], changes: list[tuple[str, str]] | None,
 
 
 def result_text(events: list[Any], status: str, steps: int, paths: list[dict[str, str]], log: str,
-                diff_error: str | None, workdir: str = "/workspace") -> str:
+                diff_error: str | None, workdir: str = "/workspace", others: bool = False) -> str:
     ending = next((e for e in reversed(events) if isinstance(e, ev.StatusChanged)), None)
     reason = ending.reason if ending is not None else ""
     result = ending.result if ending is not None else None
@@ -407,5 +410,7 @@ def result_text(events: list[Any], status: str, steps: int, paths: list[dict[str
         lines.append(f"It changed no files in {workdir}.")
     if diff_error:
         lines.append(f"(the workspace diff could not be taken: {diff_error}; the paths are those its calls name)")
+    elif others and paths:
+        lines.append("(other sub-agents worked beside it: these paths may hold what they changed too)")
     lines.append(f"Its log: {log}/events.jsonl")
     return "\n".join(lines)

@@ -6,11 +6,13 @@ is only ever changed by applying those same events (`emit`), so a resumed run is
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from orchestrator import events as ev
-from orchestrator.agent import approvals, critic, recovery
+from orchestrator.agent import approvals, critic, parallel, recovery
 from orchestrator.agent.check import check_done
 from orchestrator.agent.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
 from orchestrator.agent.state import RunState
@@ -57,24 +59,27 @@ class Loop:
         self.disk: DiskLimit | None = None  # made when the run starts (store/disk.py)
         self.critic_model: Model | None = None  # --critic-model's own client; None: the critic asks `model`
         self.summary_usage: dict[str, Any] = {}  # the last summary request's, until its compaction is recorded
-        self.cut_off: tuple[ToolCall, Callable[[int], Observation]] | None = None  # a call to finish (see recover)
+        self.cut_off: list[tuple[ToolCall, Callable[[int], Observation]]] = []  # calls to finish (see recover)
         self.approval_step = False  # the last step stopped for an approval: its calls go on (see recover)
+        self.waiting_for_model = False  # a model request is in flight (see asking)
+        self.emitting = threading.RLock()
 
     def emit(self, event: ev._Event) -> None:
-        self.run_dir.events.append(event)
-        self.state.apply(event)
-        self.display.event(event, self.state)
+        with self.emitting:  # calls running side by side (agent/parallel.py) log from their threads
+            self.run_dir.events.append(event)
+            self.state.apply(event)
+            self.display.event(event, self.state)
 
     # -- the loop ---------------------------------------------------------------------------------
 
     def run(self, message: str | None = None, source: str = "user") -> str:
-        """Steps until the run ends; returns its status. Ctrl-C or SIGTERM stops between actions. A
+        """Steps until the run ends; returns its status. Ctrl-C or SIGTERM stops it now. A
         person's `message` (an answer, a new instruction) reaches the model in the next request."""
         self.emit(ev.StatusChanged(step=self.state.step, status="running"))
         self.start_disk_limit()
         try:
             with stop_signals(self), stop_requests(self, self.run_dir):
-                if self.cut_off is not None:
+                if self.cut_off:
                     recovery.finish_cut_off_step(self)  # first: the results of a step's calls follow the calls
                 elif self.approval_step:
                     self.finish_approval_step()
@@ -127,18 +132,23 @@ class Loop:
         critic.after_step(self, step)  # every --critic-every steps, a note for the next request's tail
 
     def run_tools(self, calls: list[ToolCall], step: int, seen: set[str] | None = None) -> Finished | None:
-        """Runs the calls in order, each recorded before the next; returns how the run ends, if a call ends it.
-        `seen`: tools whose saved output already took the step's plain name (`<step>-<tool>.txt`)."""
+        """Runs the calls in order, each recorded before those after it, the ones that cannot interfere at
+        once (agent/parallel.py); returns how the run ends, if a call ends it. `seen`: tools whose saved
+        output already took the step's plain name (`<step>-<tool>.txt`)."""
         ending: Finished | None = None
-        seen = set(seen or ())
-        for call in calls:
-            # A second call of the same tool in one step names its saved output after its call id.
-            label = call.id if call.name in seen else None
-            seen.add(call.name)
-            if ending is None:
-                ending = self.execute(call, step, label)
+        for group in parallel.groups(parallel.labelled(calls, set(seen or ()), self.tag)):
+            if ending is None and self.stop_requested:  # a person stopped the run: no further call starts
+                ending = Finished("interrupted", f"stopped by {self.stopped_by or 'Ctrl-C'}")
+                for call, _ in group:
+                    self.finish(call, step, Observation("not executed: the person stopped the run before this call",
+                                                        error=True))
+            elif ending is not None:
+                for call, _ in group:
+                    self.finish(call, step, Observation("not executed: an earlier call in this step ended the run", error=True))
+            elif len(group) == 1:
+                ending = self.execute(group[0][0], step, group[0][1])
             else:
-                self.finish(call, step, Observation("not executed: an earlier call in this step ended the run", error=True))
+                ending = parallel.run_together(self, group, step)
         return ending
 
     # -- the model --------------------------------------------------------------------------------
@@ -175,7 +185,8 @@ class Loop:
 
     def _call(self, request: Any, tool_choice: Any, step: int) -> Reply:
         estimated = self.counter.estimate(request)
-        reply = self.model.complete(request.messages, self.state.tools, tool_choice, history_end=request.history_end)
+        with self.asking():
+            reply = self.model.complete(request.messages, self.state.tools, tool_choice, history_end=request.history_end)
         self.counter.calibrate(reply.usage.prompt_tokens, estimated)
         self.notices = []  # they were shown
         priced = self.state.totals.cost_known
@@ -205,7 +216,8 @@ class Loop:
     def summarize(self, messages: list[dict]) -> str:
         """The agent's own request with the summary instruction appended (context/compaction.py
         `summary_request`): the same tools, none callable, so the provider's cache serves its prefix."""
-        reply = self.model.complete(messages, self.state.tools, "none", history_end=len(messages) - 1)
+        with self.asking():
+            reply = self.model.complete(messages, self.state.tools, "none", history_end=len(messages) - 1)
         self.summary_usage = reply.usage.model_dump()  # recorded with the compaction (`compact`)
         return reply.message.get("content") or "(the model gave no summary)"
 
@@ -213,11 +225,20 @@ class Loop:
 
     def execute(self, call: ToolCall, step: int, label: str | None = None) -> Finished | None:
         """Runs one call and records its result; returns how the run ends if this call ends it."""
-        clearance = approvals.clear(self, call, step)  # a person's yes first, where one is needed
-        call = clearance.call  # with the arguments the person edited, if they did
+        clearance = self.clear(call, step)
+        self.begin(clearance.call, step)
+        return self.record(clearance, step, label, self.perform(clearance, step, label))
+
+    def clear(self, call: ToolCall, step: int) -> approvals.Clearance:
+        return approvals.clear(self, call, step)  # a person's yes first, where one is needed
+
+    def begin(self, call: ToolCall, step: int) -> None:
         self.emit(ev.ToolStarted(step=step, call_id=call.id, name=call.name, arguments=call.arguments))
-        started = time.monotonic()
-        ending = None
+
+    def perform(self, clearance: approvals.Clearance, step: int, label: str | None) -> parallel.Performed:
+        """Runs a cleared call (the arguments the person edited, if they did): its observation, how it ends
+        the run, if it does, and how long it took. Calls that run at once do this on their own threads."""
+        call, started, ending = clearance.call, time.monotonic(), None
         try:
             args = self.tools.parse_arguments(call.name, call.arguments)
             refused = clearance.refused
@@ -229,9 +250,14 @@ class Loop:
             ending = Finished("waiting", "ask_user", ask.question)
         except (BadCall, ToolError) as exc:
             observation = Observation(f"error: {exc}", error=True)
+        return observation, ending, (time.monotonic() - started) * 1000
+
+    def record(self, clearance: approvals.Clearance, step: int, label: str | None,
+               done: parallel.Performed) -> Finished | None:
+        observation, ending, duration_ms = done
         if clearance.note:
             observation.footer = "\n".join(part for part in (observation.footer, clearance.note) if part)
-        self.finish(call, step, observation, (time.monotonic() - started) * 1000, label)
+        self.finish(clearance.call, step, observation, duration_ms, label)
         if observation.note:
             self.notices.append(f"The sandbox was restarted: {observation.note}. Files in "
                                 f"{self.cfg.sandbox.workdir} are intact" + (
@@ -260,6 +286,7 @@ class Loop:
             offloaded_to=shaped.offloaded_to, duration_ms=duration_ms, output=whole if whole != content else None,
             **({"child": observation.child} if observation.child is not None else {}),
         ))
+        recovery.logged(self, step, call)  # its journal record may go
 
     def save_file(self, path: str, text: str) -> None:
         """Cairn's own files in the workspace are written inside the sandbox, like the agent's."""
@@ -307,8 +334,17 @@ class Loop:
         self.stop_requested, self.stopped_by = True, by
         self.sandbox.interrupt()
         cancel = getattr(self.model, "cancel", None)  # the Model port's clients that can (llm/client.py)
-        if cancel is not None:
+        if cancel is not None and self.waiting_for_model:  # else no request to end: nothing is left pending
             cancel()
+
+    @contextmanager
+    def asking(self) -> Iterator[None]:
+        """While a model request is in flight (a stop then ends it: see stop_now)."""
+        self.waiting_for_model = True
+        try:
+            yield
+        finally:
+            self.waiting_for_model = False
 
     def recover(self) -> None:
         """After a stop or a crash: the calls a crash cut off are closed, never run again (agent/recovery.py)."""

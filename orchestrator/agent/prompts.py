@@ -34,11 +34,20 @@ Running programs:
   you give one, at most {max_timeout:g} s). Its stdin is empty: a command that asks a question gets no answer.
   cwd and variables persist between calls.
 - Anything that runs long or talks back goes in a terminal session: shell_start runs a program in its
-  own terminal and answers after `wait` seconds while it keeps running. Use it for servers you test
-  against, builds, downloads and training runs longer than a few minutes, REPLs and debuggers,
-  installers and CLIs that ask questions, and full-screen programs (vim, less, htop). Type into it and
-  read on with shell_send (empty keys only wait and read: the way to follow a long job), end it with
-  shell_stop. Open sessions are listed at the end of every request; stop the ones you no longer need."""
+  own terminal, which keeps running. Use it for servers you test against, builds, downloads and
+  training runs longer than a few minutes, REPLs and debuggers, installers and CLIs that ask questions,
+  and full-screen programs (vim, less, htop). Type into it and read on with shell_send (empty keys only
+  wait and read: the way to follow a long job), end it with shell_stop. Open sessions are listed at the
+  end of every request; stop the ones you no longer need.
+- shell_start and shell_send answer as soon as the program waits for input (a prompt, a question, a
+  REPL ready for the next line) or exits, and after `wait` seconds at most: a generous `wait` costs
+  nothing when the program answers at once. A busy program (a build, a server, a sleep) gets its whole
+  `wait`; one that watches the keyboard while it works (top, a watch mode) answers at its first pause.{early_limits}"""
+
+# In gVisor only the terminal's mode shows that a program waits (sandbox_image/toolbox/waiting.py).
+GVISOR_EARLY = """ In this sandbox (gVisor) that is seen only for programs that edit their own line
+  or draw the screen (REPLs, shells, debuggers, full-screen programs); one that reads whole lines
+  (`read -p`, `cat`, `input()` without readline) gets its whole `wait`, and the answer says so."""
 
 HOW_TO_WORK = """\
 How to work:
@@ -47,6 +56,9 @@ How to work:
 - Big outputs are saved to files under /cairn/obs/ (fetched pages go to /cairn/web/) and you see their
   head and tail with the path; old results may later be replaced by such pointers. Read them back with
   file_read (offset and limit) when you need the details. Nothing is lost.
+- The calls of one answer run in order, except that consecutive file_read and web_fetch calls run at
+  the same time, and so do consecutive agent_delegate calls: ask for independent reads, pages and
+  sub-tasks together. Their results come back in the order of the calls.
 - Errors are information. Read them closely before trying again; do not repeat a failing call
   unchanged.
 - Verify your work (run it, test it) before calling task_done with a summary. If you need a decision
@@ -120,7 +132,8 @@ def system_prompt(extra: str = "", workdir: str = "/workspace", cfg: RunConfig |
     sandbox = cfg.sandbox if cfg is not None else SandboxConfig(workdir=workdir)
     facts = "\n".join(f"- {fact.text}" for fact in sandbox_facts(sandbox))
     parts = [HEAD, f"Your computer:\n{facts}",
-             HOW_TO_RUN.format(timeout=sandbox.command_timeout, max_timeout=sandbox.max_command_timeout),
+             HOW_TO_RUN.format(timeout=sandbox.command_timeout, max_timeout=sandbox.max_command_timeout,
+                               early_limits=GVISOR_EARLY if sandbox.runtime == "runsc" else ""),
              HOW_TO_WORK.format(workdir=sandbox.workdir)]
     if extra.strip():
         parts.append(extra.strip())

@@ -11,7 +11,7 @@ Running the same file again:
   failed) is left as it is and reported: it needs a person (`cairn resume RUN ...`);
 - a line that is new or changed gets a new run.
 
-Ctrl-C (or SIGTERM) stops every run between actions (each becomes `interrupted`, resumable by running
+Ctrl-C (or SIGTERM) stops every run now, its running command cut short (each becomes `interrupted`, resumable by running
 the batch again) and starts no new ones; a second one stops at once (runs are left crashed, also
 resumable). The exit code is then 130 either way.
 
@@ -39,7 +39,7 @@ from orchestrator.status import Status
 from orchestrator.store.run_dir import RunDir
 
 RESUMABLE = ("interrupted",)  # and `running` runs whose process is gone (crashed)
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # both stop every run between actions
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # both stop every run now
 
 
 class Batch:

@@ -25,7 +25,7 @@ def _stop_like_ctrl_c(signum: int, frame: object) -> None:
 
 
 def main() -> None:
-    # SIGTERM (kill, docker stop, a scheduler) is Ctrl-C: a run stops between actions (the loop handles
+    # SIGTERM (kill, docker stop, a scheduler) is Ctrl-C: a run stops now (the loop handles
     # it while steps run), and before or after the loop a sandbox is stopped on the way out.
     signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     try:

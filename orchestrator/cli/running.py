@@ -152,13 +152,13 @@ def resume(
                         max_cost=max_cost, critic_every=critic_every, critic_model=critic_model, approve=approve,
                         trust=trust, safe_defaults=safe_defaults)
     terminal = _can_ask(json_output)
-    ready = prepare(run_dir, wanted, ask=_ask_the_question if terminal else None, approvals_on_terminal=terminal)
+
+    def ask(question: str) -> str | None:  # the agent's question, put to the person at this terminal
+        typer.echo(f"run {run_dir.id}: the agent asks: {clean(question)}", err=True)
+        return _ask("answer> ", allow_eof=True)
+
+    ready = prepare(run_dir, wanted, ask=ask if terminal else None, approvals_on_terminal=terminal)
     _drive(run_dir, ready.cfg, json_output, message=ready.message, resumed=True, source=ready.source)
-
-
-def _ask_the_question(question: str) -> str | None:
-    typer.echo(f"the agent asks: {clean(question)}", err=True)
-    return _ask("answer> ", allow_eof=True)
 
 
 def _approve_mode(value: Optional[str]) -> Optional[str]:

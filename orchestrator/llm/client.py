@@ -112,7 +112,8 @@ def _with_breakpoint(message: dict) -> dict:
 
 
 class LLM:
-    """One configured model. `complete` is safe to call from one thread at a time."""
+    """One configured model. `complete` may be called from several threads at once (sub-agents working
+    side by side, agent/parallel.py): each request keeps its state to itself, and `cancel` stops them all."""
 
     def __init__(self, cfg: ModelConfig, *, stream: bool = True, script_progress: Path | None = None) -> None:
         """`script_progress`: for a scripted model, the run's file of the turns its script played, so a

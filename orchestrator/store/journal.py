@@ -1,9 +1,10 @@
 """The toolbox's journal of tool calls, read on the host when a run is resumed.
 
-The toolbox writes it in the run's cairn directory (sandbox_image/PROTOCOL.md, "The journal"): for the
-call it is carrying out, a `started` line before the call runs, then a `finished` line with the whole
+The toolbox writes it in the run's cairn directory (sandbox_image/PROTOCOL.md, "The journal"): for each
+call it carries out, a `started` line before the call runs, then a `finished` line with the whole
 response, or a `killed` line (how long it ran, its output so far) when the host went away mid-command.
-It tells a resume what became of a call whose result the event log does not have.
+It keeps a call's lines until the host says the call is logged (agent/recovery.py's `logged`). It tells
+a resume what became of a call whose result the event log does not have.
 
 The sandbox can write this file, so it is read as untrusted input: never through a symlink, only when
 it is a regular file, at most its last MAX_BYTES, and a line that is not a journal record is skipped.
@@ -21,7 +22,13 @@ from typing import Any
 from orchestrator.errors import ToolError
 
 JOURNAL_NAME = "journal.jsonl"  # in RunDir.cairn_dir, the host's side of the toolbox's JOURNAL
-MAX_BYTES = 64 * 1024 * 1024  # the journal holds one call; a bigger file was not written by the toolbox
+MAX_BYTES = 64 * 1024 * 1024  # the journal holds the calls not yet logged; a bigger file was not the toolbox's
+
+
+def lane(key: str) -> str:
+    """The agent a call key belongs to (the run, or the run and a sub-agent's log directory): run ids and
+    log directories hold no ':'."""
+    return key.split(":", 1)[0]
 
 
 def call_key(run_id: str, agent: str, step: int, call_id: str) -> str:

@@ -194,6 +194,8 @@ class LiveDisplay:
         self.followed: str | None = None  # the call id of the command whose output is followed
         self.denied_here: set[str] = set()  # calls the person refused at this terminal's prompt
         self.state: RunState | None = None
+        self.running: dict[str, str] = {}  # call id -> its short line, for calls running side by side
+        self.asking = threading.Lock()  # sub-agents side by side ask one question at a time
         self.live = Live(Text(""), console=self.console, refresh_per_second=4, transient=True,
                          auto_refresh=self.console.is_terminal, get_renderable=self._status)
         if self.console.is_terminal:
@@ -259,14 +261,19 @@ class LiveDisplay:
                 last = (clean(event.content or "").strip().splitlines() or [""])[-1]
                 return f"      {'✗' if event.error else '→'} {as_is(last, 100)}"
         if isinstance(event, ev.ToolStarted):
-            self.current, self.since = short(call_line(event.name, event.arguments).splitlines()[0], 60), time.time()
+            self.running[event.call_id] = short(call_line(event.name, event.arguments).splitlines()[0], 60)
+            self.current, self.since = self._calls(), time.time()
             if event.name == "shell_exec" and self.cairn_dir is not None and self.console.is_terminal:
                 call = {"name": event.name, "arguments": event.arguments, "since": event.ts}
                 if self.follower is not None:
                     self.follower.stop()
                 self.follower, self.followed = OutputLines(self.cairn_dir, call, self._say), event.call_id
+        elif isinstance(event, ev.ToolFinished) and len(self.running) > 1:
+            self.running.pop(event.call_id, None)
+            self.current = self._calls()  # the calls still running beside it
         elif isinstance(event, (ev.ToolFinished, ev.StatusChanged, ev.UserMessage)):
             # The model's time starts now: the person's typing before a message is not the model's.
+            self.running.clear()
             self.current, self.since = WAITING_FOR_MODEL, time.time()
         elif is_model_retry(event):
             # "retry 2/6 in 8 s: HTTP 429 ...": the wait is said as it runs down, then the new wait for the model
@@ -277,6 +284,10 @@ class LiveDisplay:
 
     def _say(self, line: str) -> None:
         self.console.print(line, highlight=False, markup=False, emoji=False)
+
+    def _calls(self) -> str:
+        lines = list(self.running.values())
+        return lines[-1] if len(lines) == 1 else f"{len(lines)} calls at once: {short(lines[0], 40)} ..."
 
     def _chat_line(self, event: ev.Event) -> str | None | bool:
         """In a chat, the model's answer (text without a tool call) is the reply: shown whole, and the
@@ -293,6 +304,10 @@ class LiveDisplay:
 
     def ask_approval(self, question: Question) -> Answer | None:
         """The live status line stops while the question is on the screen (orchestrator/ui/approval_prompt.py)."""
+        with self.asking:
+            return self._ask(question)
+
+    def _ask(self, question: Question) -> Answer | None:
         from orchestrator.ui.approval_prompt import ask
 
         self.pause()

@@ -78,7 +78,7 @@ class Fold:
 
     def _on_check_finished(self, e: ev.CheckFinished) -> None:
         self.check = {"command": e.command, "passed": e.passed, "exit_code": e.exit_code,
-                      "output_path": e.output_path}
+                      "output_path": e.output_path, "round": e.round}
 
     def _on_status(self, e: ev.StatusChanged) -> None:
         self.statuses += 1

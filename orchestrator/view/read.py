@@ -31,6 +31,7 @@ from orchestrator.view.fold import Fold
 from orchestrator.view.live_output import SESSION_CALLS, SHELL_CALL, running_output
 
 CACHE = "view.json"
+FOLD_FORMAT = 2  # raised when what a fold keeps changes: a cache of another format is folded again
 UNREADABLE = "unreadable"
 CRASHED = "the cairn process ended without recording how (a crash or a kill); cairn resume continues it"
 
@@ -168,8 +169,10 @@ def _cached(run: RunDir) -> tuple[int, Fold] | None:
     try:
         with open(run.state / CACHE, "rb") as f:
             data = json.loads(f.read(1 << 20))
+        if data.get("format") != FOLD_FORMAT:
+            return None
         size, fold = data["events_size"], Fold.from_json(data["fold"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return (size, fold) if isinstance(size, int) and size >= 0 and fold is not None else None
 
@@ -179,7 +182,7 @@ def _save(run: RunDir, size: int, fold: Fold) -> None:
     try:
         fd, tmp = tempfile.mkstemp(dir=run.state, prefix=".view.", suffix=".tmp")
         with os.fdopen(fd, "w") as f:
-            json.dump({"events_size": size, "fold": fold.to_json()}, f)
+            json.dump({"format": FOLD_FORMAT, "events_size": size, "fold": fold.to_json()}, f)
         os.replace(tmp, run.state / CACHE)
     except OSError:
         pass

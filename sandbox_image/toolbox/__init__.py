@@ -9,7 +9,8 @@ an image has no bash (busybox, alpine). Its modules, by job:
 - `shell`: the agent's persistent shell and a check's fresh one; `capture`: a command's output, capped
   at the source; `processes`: the container's processes and limits;
 - `files`: read, write, edit, list; `web`: fetching a page; `sessions`: terminal sessions in
-  pseudo-terminals; `workspace`: where paths lead, and safe reads and writes there;
+  pseudo-terminals; `waiting`: whether a session's program waits for input (its answer comes then);
+  `workspace`: where paths lead, and safe reads and writes there;
 - `errors`: the failures a request can meet.
 
 It runs as a directory or a zipapp holding `__main__.py` and this package (sandbox_image/__main__.py);

@@ -1,4 +1,4 @@
-"""The toolbox's request loop: the ops of PROTOCOL.md, one method each, answered one at a time.
+"""The toolbox's request loop: the ops of PROTOCOL.md, one method each.
 
 One long-lived process, started once by the host, that answers JSON-line requests on stdin with
 JSON-line responses on stdout. Each op's arguments are checked against its method's signature before it
@@ -19,6 +19,7 @@ import traceback
 from . import files, web
 from .capture import LIVE_OUTPUT, Capture, open_live
 from .channel import Host
+from .dispatch import serve
 from .errors import HostGone, ToolError
 from .journal import JOURNAL_NAME, Journal
 from .sessions import SESSION_COLUMNS, SESSION_ROWS, Sessions
@@ -39,7 +40,10 @@ class Toolbox:
         the container's process limit (a toolbox on the host, in tests, has none to watch)."""
         self.ws = ws
         self.host = host or Host()
-        self.shell = Shell(ws.root, self.host, env, watch_limits)
+        # A sandbox is the toolbox's machine; on the host (tests: --root maps the work directory, or the
+        # local sandbox) processes that are not the shell's own are someone else's.
+        self.shell = Shell(ws.root, self.host, env, watch_limits,
+                           whole_machine=watch_limits and os.path.realpath(ws.name) == ws.root)
         self.fresh_env = container_env() if env is None else dict(env)  # see shell.run_fresh
         self.journal = Journal(journal or os.path.join(ws.cairn, JOURNAL_NAME))
         self.request_id = 0
@@ -62,15 +66,18 @@ class Toolbox:
     def handle(self, line: bytes) -> dict:
         """The response to one request line. A request with a `call` key is journaled: its start before
         it runs, its response before it is sent; raises HostGone (after journaling it) when the host went
-        away while its command ran."""
+        away while its command ran. A request's `recorded` keys name calls whose records may go. Read-only
+        ops may be handled on several threads at once (dispatch.py)."""
         try:
             request = json.loads(line)
         except ValueError as exc:
             return {"id": None, "ok": False, "error": f"bad request: {exc}"}
         call = request.get("call") if isinstance(request, dict) else None
         if not isinstance(call, str) or not call:
+            if isinstance(request, dict) and request.get("recorded"):
+                self.journal.forget(request["recorded"])
             return self.answer(request)
-        self.journal.started(call, request)
+        self.journal.started(call, request)  # and the records of the calls the host says it recorded go
         began = time.monotonic()
         try:
             response = self.answer(request)
@@ -135,6 +142,7 @@ class Toolbox:
                 result = run_fresh(command, self.ws.root, self.fresh_env, float(timeout), capture, self.host)
             else:
                 result = self.shell.run(command, float(timeout), capture)
+                self.shell.lower_leftovers()  # what it left running is not first in line for the OOM killer
         finally:
             if live is not None:
                 live.close()
@@ -157,12 +165,14 @@ class Toolbox:
         return web.fetch(self.ws, url, save_as, timeout)
 
     def op_session_start(self, command: str, name: str | None = None, wait: float = 10.0,
-                         inline_bytes: int = 256 * 1024, max_file_bytes: int = 200 * 1024 * 1024) -> dict:
+                         inline_bytes: int = 256 * 1024, max_file_bytes: int = 200 * 1024 * 1024,
+                         early: bool = True) -> dict:
         return self.sessions.start(command, name, wait, SESSION_COLUMNS, SESSION_ROWS, int(inline_bytes),
-                                   int(max_file_bytes))
+                                   int(max_file_bytes), early is not False)
 
-    def op_session_send(self, name: str, keys: str = "", wait: float = 2.0, inline_bytes: int = 256 * 1024) -> dict:
-        return self.sessions.send(name, keys, wait, int(inline_bytes))
+    def op_session_send(self, name: str, keys: str = "", wait: float = 2.0, inline_bytes: int = 256 * 1024,
+                        early: bool = True) -> dict:
+        return self.sessions.send(name, keys, wait, int(inline_bytes), early is not False)
 
     def op_session_stop(self, name: str, inline_bytes: int = 256 * 1024) -> dict:
         return self.sessions.stop(name, int(inline_bytes))
@@ -203,12 +213,14 @@ def main(argv: list | None = None) -> None:
         out.write(json.dumps(message).encode("ascii") + b"\n")
         out.flush()
 
+    def answered(line: bytes) -> dict:
+        response = toolbox.handle(line)
+        toolbox.host.answered(response.get("id"))  # an interrupt for it that comes later is dropped
+        return response
+
     send({"id": 0, "ok": True, "result": {"ready": True, "pid": os.getpid(), "uid": os.getuid(), "version": VERSION}})
     try:
-        for line in toolbox.host.requests():
-            response = toolbox.handle(line)
-            toolbox.host.answered(response.get("id"))
-            send(response)
+        serve(answered, toolbox.host.requests(), send)
     except (HostGone, BrokenPipeError):
         # The host is gone; what it would have been told is in the journal. os._exit: flushing stdout
         # at exit would only meet the broken pipe again.

@@ -27,6 +27,7 @@ from .channel import Host
 from .errors import ToolError
 from .processes import procs
 from .shell import SHELL_ARGV, Shell
+from .waiting import Early, Watch
 from .workspace import Workspace, atomic_write, open_regular
 
 SESSION_COLUMNS, SESSION_ROWS = 120, 40
@@ -54,6 +55,11 @@ class Session:
         self.carry = b""
         self.exit_code: int | None = None
         self.eof = False
+        self.printed = time.monotonic()  # when it last printed
+        try:
+            self.watch: Watch | None = Watch(fd, pid)  # whether it waits for input (waiting.py)
+        except OSError:
+            self.watch = None
 
     def pump(self) -> bool:
         """Read what the program printed; False when there was nothing to read."""
@@ -76,6 +82,7 @@ class Session:
             self.alt_since = self.size - len(self.carry) + match.start() if match.group(1) == b"h" else None
         self.carry = window[-_ALT_CARRY:]
         self.size += len(data)
+        self.printed = time.monotonic()
         return True
 
     def reap(self) -> bool:
@@ -168,7 +175,7 @@ class Sessions:
     # The operations
 
     def start(self, command: str, name: str | None, wait: float, columns: int, rows: int,
-              inline_bytes: int, max_file_bytes: int) -> dict:
+              inline_bytes: int, max_file_bytes: int, early: bool = True) -> dict:
         if not isinstance(command, str) or not command.strip():
             raise ToolError("command must be a non-empty string")
         check_wait(wait)
@@ -201,9 +208,9 @@ class Sessions:
                 self.thread = threading.Thread(target=self._drain, name="sessions", daemon=True)
                 self.thread.start()
         self._wake()
-        return self._answer(session, wait, inline_bytes)
+        return self._answer(session, wait, inline_bytes, self._early(session, early=early))
 
-    def send(self, name: str, data: str, wait: float, inline_bytes: int) -> dict:
+    def send(self, name: str, data: str, wait: float, inline_bytes: int, early: bool = True) -> dict:
         if not isinstance(data, str):
             raise ToolError("keys must be a string")
         check_wait(wait)
@@ -212,8 +219,10 @@ class Sessions:
             if session.exit_code is not None:
                 raise ToolError(f"session {name} has exited ({self._state(session)}); read it with empty keys, "
                                 "or start it again")
+            watch = self._early(session, early, typed=True)  # before the keys: a quick program answers at once
             self._type(session, data.encode("utf-8", "surrogateescape"))
-        return self._answer(session, wait, inline_bytes)
+            return self._answer(session, wait, inline_bytes, watch)
+        return self._answer(session, wait, inline_bytes, self._early(session, early))
 
     def stop(self, name: str, inline_bytes: int) -> dict:
         session = self._find(name)
@@ -222,7 +231,7 @@ class Sessions:
             deadline = time.monotonic() + 2.0
             while (session.exit_code is None or not session.eof) and time.monotonic() < deadline:
                 self.lock.wait(0.05)
-        answer = self._answer(session, 0, inline_bytes)
+        answer = self._answer(session, 0, inline_bytes, None)
         answer["note"] = f"stopped: killed {killed} processes" if killed else "it had already exited"
         with self.lock:
             self.ended[session.name] = f"was stopped; what it printed is in {self.ws.rel(session.log_path)}"
@@ -290,11 +299,8 @@ class Sessions:
             try:
                 fcntl.ioctl(0, termios.TIOCSWINSZ, size)
                 os.chdir(self.ws.root)
-                try:  # as for commands: the OOM killer takes a session before the toolbox
-                    with open("/proc/self/oom_score_adj", "w") as f:
-                        f.write("1000")
-                except OSError:
-                    pass
+                # At the toolbox's own oom_score_adj, not a command's 1000: a session is what the agent keeps
+                # running (a server, a REPL), and must not be the OOM killer's first pick (shell.py).
                 os.execvpe(argv[0], argv, env)
             except BaseException as exc:  # noqa: B036 - nothing may return into the toolbox's code
                 os.write(2, f"cairn: cannot start {argv[0]}: {exc}\r\n".encode())
@@ -334,17 +340,38 @@ class Sessions:
                 time.sleep(0.02)
         return len(killed)
 
-    def _answer(self, session: Session, wait: float, inline_bytes: int) -> dict:
-        """Wait up to `wait` seconds (less when the program exits), then what it showed since the last answer."""
-        deadline = time.monotonic() + float(wait)
+    def _early(self, session: Session, early: bool = True, typed: bool = False) -> Early | None:
+        """What ends an answer early (None: `early` false, the whole wait, as the host asked)."""
+        if not early:
+            return None
+        with self.lock:
+            size = session.size
+        return Early(session.watch, size, typed)
+
+    def _answer(self, session: Session, wait: float, inline_bytes: int, early: Early | None) -> dict:
+        """Wait up to `wait` seconds, less when the program exits or waits for input (waiting.py), then what
+        it showed since the last answer."""
+        began = time.monotonic()
+        deadline, waits = began + float(wait), False
         with self.lock:
             while session.exit_code is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self.lock.wait(min(left, 0.25))
+                quiet = time.monotonic() - max(session.printed, began)
+                self.lock.wait(min(left, early.pause(quiet) if early else 0.25))  # output wakes it at once
                 if self.host.left_now() or self.host.interrupted():
                     break  # nobody waits for the answer any more (it is journaled all the same), or not now
+                if early is None or session.exit_code is not None or deadline <= time.monotonic():
+                    continue
+                size, quiet = session.size, time.monotonic() - session.printed
+                self.lock.release()  # the look reads /proc: the log thread goes on meanwhile
+                try:
+                    waits = early.ready(size, quiet)
+                finally:
+                    self.lock.acquire()
+                if waits:
+                    break
             if session.exit_code is not None:  # its last words: until the terminal closes, briefly
                 end = time.monotonic() + 0.5
                 while not session.eof and time.monotonic() < end:
@@ -353,6 +380,9 @@ class Sessions:
                 if session.eof:
                     break
             answer = self._render_input(session, inline_bytes)
+            answer["waits_for_input"] = waits and session.exit_code is None
+            # Why the whole wait was waited although the program may have waited for input.
+            answer["unseen"] = early.unseen if early and not waits and session.exit_code is None and wait > 0 else None
             if self.host.interrupted():
                 answer["note"] = "interrupted: the person stopped the run; the program goes on in its session"
             session.answered, session.answered_on_screen = session.size, session.alt_since is not None

@@ -13,7 +13,7 @@ import time
 from .capture import Capture
 from .channel import Host
 from .errors import HostGone, ToolError
-from .processes import Limits, kill_session, last_pid, procs
+from .processes import RAISED, Limits, kill_session, last_pid, lower_raised, own_oom_score_adj, procs
 
 RESET = "cwd and variables were reset"
 INTERRUPTED = "interrupted"  # what _wait returns when the host cut the command short
@@ -40,14 +40,19 @@ class Shell:
     bash writes the exit status on a separate control pipe (fd 3), which commands cannot see.
     """
 
-    def __init__(self, root: str, host: Host, env: dict | None = None, watch_limits: bool = True) -> None:
+    def __init__(self, root: str, host: Host, env: dict | None = None, watch_limits: bool = True,
+                 whole_machine: bool = True) -> None:
         """`env`: the shell's environment (default: the toolbox's own) with TERM, PAGER and GIT_PAGER set for
         a reader that is not a terminal. `watch_limits`: watch the cgroup's process limit, which is the
-        container's (a toolbox on the host, in tests, has none of its own to watch)."""
+        container's (a toolbox on the host, in tests, has none of its own to watch). `whole_machine`: the
+        machine is the sandbox, so what a command leaves running is any process newer than the toolbox
+        (on the host, in tests: only the processes of the shell's session)."""
         self.root, self.host = root, host
         self.limits = Limits()
         if not watch_limits:
             self.limits.pids_max = None
+        self.whole_machine, self.first_pid = whole_machine, os.getpid()
+        self.oom_base = own_oom_score_adj()  # what the shell goes back to between commands
         self.env = dict(os.environ if env is None else env, TERM="dumb", PAGER="cat", GIT_PAGER="cat")
         self.start()
 
@@ -67,9 +72,7 @@ class Shell:
         self.out, self.ctl = out_r, ctl_r
         # set -m gives every command line its own process group, so a timeout can kill it as a whole (busybox
         # sh without a terminal says it cannot, and carries on: the session still tells a command's processes).
-        # The raised oom_score_adj is inherited by every command: the OOM killer takes them, not the toolbox.
-        self._send(f"set -m 2>/dev/null\nexec 3>&{ctl_w} {ctl_w}>&- 4</dev/null\n"
-                   "{ echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null\n")
+        self._send(f"set -m 2>/dev/null\nexec 3>&{ctl_w} {ctl_w}>&- 4</dev/null\n")
         self.oom_seen = self.limits.oom_kills()
 
     def restart(self) -> None:
@@ -112,8 +115,12 @@ class Shell:
         self._read_output(capture)  # late output of background jobs, as a terminal would show it
         before = last_pid()
         quoted = "'" + command.replace("'", "'\\''") + "'"
-        # fd 4 is /dev/null, kept open because reopening it per command is measurably slower.
-        sent = self._send("{ eval " + quoted + "\n} <&4 3>&- 4<&-; echo $? >&3\n")
+        # fd 4 is /dev/null, kept open because reopening it per command is measurably slower. bash's
+        # oom_score_adj is raised for the command and lowered after it (see lower_leftovers): with `>|` and
+        # `|| :`, so an agent's `set -C` or `set -e` cannot make that fail or end the shell.
+        adj = "/proc/self/oom_score_adj"
+        sent = self._send(f"{{ echo {RAISED.decode()} >|{adj}; }} 2>/dev/null || :; {{ eval {quoted}\n}} <&4 3>&- 4<&-; "
+                          f"echo $? >&3; {{ echo {self.oom_base} >|{adj}; }} 2>/dev/null || :\n")
         status = self._wait(capture, started + timeout, before, notes) if sent else "died"
         interrupted = status == INTERRUPTED
         timed_out = status is None
@@ -193,6 +200,19 @@ class Shell:
                 if self.limits.near_pids_limit():
                     killed = self._kill_new(before)
                     notes.append(self._limit_note(killed))
+
+    # The out-of-memory killer picks the process with the highest oom_score_adj first, then the biggest. A
+    # command runs at 1000 (RAISED), so while it runs it is the first to go, before the toolbox (which
+    # cannot go below 0 without CAP_SYS_RESOURCE, which sandboxes do not grant). What it leaves running (a
+    # server for the tests, a `nohup` job, a daemon that left the shell's session) must not stay first in
+    # line for the rest of the run and through a task's tests: once the command ends (Toolbox.op_shell),
+    # every process still at 1000 but bash (which lowers itself) goes back to the toolbox's own value.
+
+    def lower_leftovers(self) -> None:
+        if self.whole_machine:
+            lower_raised(self.oom_base, lambda pid, sid: pid > self.first_pid and pid != self.proc.pid)
+        else:
+            lower_raised(self.oom_base, lambda pid, sid: sid == self.proc.pid and pid != self.proc.pid)
 
     def _read_output(self, capture: Capture, once: bool = False) -> None:
         deadline = time.monotonic() + 1.0  # a chatty background job must not keep us here forever

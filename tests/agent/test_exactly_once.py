@@ -7,12 +7,14 @@ alone, as it would after a crash, and the test reads the journal on the host to 
 
 from __future__ import annotations
 
+import http.server
 import importlib.util
 import json
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ import pytest
 from orchestrator.store import journal
 from tests.loop_helpers import call, done, turn
 from tests.sandbox_fixtures import TOOLBOX
+from tests.slow_pages import SCRIPT as SLOW_PAGES
 from tests.runs.test_survives_sigkill import Cairn, check_invariants, events, kill, requests, wait_for
 
 KILLED = "[killed: the run stopped while this command ran; it may have partly run"
@@ -164,6 +167,33 @@ def test_a_model_answer_that_was_logged_is_not_asked_for_again(tmp_path, sandbox
     assert [e["step"] for e in evs if e["type"] == "model_request"] == [1, 2]
 
 
+@pytest.mark.docker
+def test_a_kill_in_the_middle_of_three_fetches_side_by_side_loses_none_and_repeats_none(tmp_path, sandbox_image):
+    cairn = Cairn(tmp_path)
+    fetches = [call("web_fetch", url=f"http://127.0.0.1:8778/{name}") for name in "abc"]
+    proc, _ = cairn.start("run", "three pages", "--network", "bridge", "--approve", "never", "--model", cairn.script([
+        turn(call("file_write", path="pages.py", content=SLOW_PAGES)),  # a server in the sandbox itself
+        turn(call("shell_start", command="python3 pages.py 8778 1", session="pages", wait=1)),
+        turn(*fetches)]))
+    # Killed once all three reached the toolbox, while the pages are still on their way.
+    wait_for(lambda: sum(r["state"] == "started" and r["op"] == "fetch" for r in journal_lines(cairn)) == 3, proc)
+    kill(proc)
+    run = cairn.the_run()
+    assert not any(e["type"] == "tool_finished" and e["name"] == "web_fetch" for e in events(cairn.runs_dir))
+    # The toolbox lets the fetches in flight finish, and journals their answers, before it exits.
+    wait_for(lambda: sum(r["state"] == "finished" for r in journal_lines(cairn)) >= 3, timeout=30)
+
+    result, log = cairn.run("resume", run.id, "--model", cairn.script([done("resumed")]))
+    assert result.returncode == 0, result.stderr
+    evs = events(cairn.runs_dir)
+    check_invariants(evs)
+    finished = [e for e in evs if e["type"] == "tool_finished" and e["name"] == "web_fetch"]
+    assert [e["content"].split("\n", 1)[1] for e in finished] == [f"page /{name}" for name in "abc"], "none lost"
+    assert not any(e["error"] for e in finished)
+    assert sorted((run.workspace / "served.log").read_text().split()) == ["/a", "/b", "/c"], "none asked twice"
+    assert "page /c" in json.dumps(requests(log)[0]["messages"]), "the model sees the true results"
+
+
 # -- the toolbox on its own --------------------------------------------------------------------------
 
 def toolbox_process(root: Path) -> subprocess.Popen:
@@ -191,10 +221,69 @@ def test_the_toolbox_journals_a_call_before_it_answers(tmp_path):
     send(process, {"id": 3, "op": "read", "call": "run:2:c1", "args": {"path": "nope"}})
     failed = json.loads(process.stdout.readline())
     record = journal.read(tmp_path / ".cairn")
-    assert list(record.entries) == ["run:2:c1"], "a call's start begins the journal afresh"
+    assert list(record.entries) == ["run:1:c1", "run:2:c1"], "a record stays until the host says it is logged"
     assert record.get("run:2:c1").response == failed and not failed["ok"]
+    send(process, {"id": 4, "op": "read", "call": "run:3:c1", "recorded": ["run:1:c1", "run:2:c1"],
+                   "args": {"path": "nope"}})
+    process.stdout.readline()
+    assert list(journal.read(tmp_path / ".cairn").entries) == ["run:3:c1"], "then the journal begins afresh"
+    assert (tmp_path / ".cairn" / journal.JOURNAL_NAME).read_text().count("\n") == 2
     process.stdin.close()
     assert process.wait(timeout=10) == 0
+
+
+class SlowPages:
+    """A web server on this machine's loopback whose every page takes `seconds`; `most` is how many
+    requests it held at once."""
+
+    def __init__(self, seconds: float) -> None:
+        pages = self
+        self.most, self.now, self.lock = 0, 0, threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                with pages.lock:
+                    pages.now += 1
+                    pages.most = max(pages.most, pages.now)
+                time.sleep(seconds)
+                with pages.lock:
+                    pages.now -= 1
+                body = f"<p>page {self.path}</p>".encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_the_toolbox_fetches_side_by_side_journals_each_and_finishes_them_when_the_host_goes(tmp_path):
+    pages = SlowPages(0.5)
+    process = toolbox_process(tmp_path)
+    for n in (1, 2, 3):
+        send(process, {"id": n, "op": "fetch", "call": f"run:1:c{n}", "args": {"url": f"{pages.url}/{n}"}})
+    answers = [json.loads(process.stdout.readline()) for _ in range(3)]
+    assert sorted(a["id"] for a in answers) == [1, 2, 3] and all(a["ok"] for a in answers)
+    assert pages.most == 3, "the three fetches were in flight together"
+    record = journal.read(tmp_path / ".cairn")
+    assert [record.get(f"run:1:c{n}").state for n in (1, 2, 3)] == ["finished"] * 3
+    # The host goes away with two fetches in flight: they finish, and the journal has their answers.
+    send(process, {"id": 4, "op": "fetch", "call": "run:2:c1", "recorded": [f"run:1:c{n}" for n in (1, 2, 3)],
+                   "args": {"url": f"{pages.url}/4"}})
+    send(process, {"id": 5, "op": "fetch", "call": "run:2:c2", "args": {"url": f"{pages.url}/5"}})
+    time.sleep(0.2)
+    process.stdin.close()
+    assert process.wait(timeout=10) == 0
+    record = journal.read(tmp_path / ".cairn")
+    assert sorted(record.entries) == ["run:2:c1", "run:2:c2"], "the logged calls' records went"
+    assert all(record.get(key).state == "finished" and record.get(key).response["ok"] for key in record.entries)
+    pages.server.shutdown()
 
 
 def test_the_toolbox_journals_a_command_cut_off_by_the_hosts_end_as_killed_with_its_output(tmp_path):

@@ -105,3 +105,12 @@ def test_an_agents_md_that_is_no_regular_file_is_ignored(tmp_path, kind):
     else:
         target.write_text("  \n")
     assert read_instructions(Path(target.parent), "/workspace") is None
+
+
+def test_the_prompt_says_when_a_session_answers_early_and_where_it_cannot_see_it():
+    # The behaviour itself is checked on every profile in tests/sandbox/test_early_answers.py.
+    for prompt in (prompt_of(), prompt_of(lockdown=True)):
+        assert "answer as soon as the program waits for input" in prompt and "gVisor" not in prompt
+    gvisor = prompt_of(runtime="runsc")
+    assert "In this sandbox (gVisor) that is seen only for programs that edit their own line" in gvisor
+    assert "(`read -p`, `cat`, `input()` without readline) gets its whole `wait`, and the answer says so" in gvisor

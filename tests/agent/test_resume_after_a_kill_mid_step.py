@@ -9,12 +9,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
+from orchestrator.sandbox.local.sandbox import LocalSandbox
 from orchestrator.store import journal
 from orchestrator.store.run_dir import RunDir
 from tests.fake_loop import Outcome, call, done, play, resume, turn
 from tests.runs.test_survives_sigkill import check_invariants
 
 COMMAND = "echo ran >> ledger.txt; echo the-true-output"
+
+
+@pytest.fixture(autouse=True)
+def never_told(monkeypatch):
+    """A run killed before it logged a call's result never told the toolbox it may drop the call's
+    record (PROTOCOL.md, "The journal"): the runs played here keep every record, as the killed one would."""
+    monkeypatch.setattr(LocalSandbox, "recorded", lambda self, journal_key: None)
 
 
 def killed_after(outcome: Outcome, event_type: str) -> RunDir:

@@ -160,7 +160,7 @@ def test_ctrl_c_stops_each_run_on_its_node_after_its_current_action(tmp_path, ru
     batch._on_stop_signal(signal.SIGINT, None)  # what the driver's Ctrl-C handler gets
     runner.join(120)
     assert not runner.is_alive()
-    assert [(r.status, r.step) for r in batch.rows] == [("interrupted", 1)] * 4  # stopped between actions
+    assert [(r.status, r.step) for r in batch.rows] == [("interrupted", 1)] * 4  # stopped in the step of the sleep
     for row in batch.rows:
         ends = [e for e in map(json.loads, (runs_dir / row.id / "state" / "events.jsonl").read_text().splitlines())
                 if e["type"] == "status"]

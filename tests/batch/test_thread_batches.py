@@ -284,7 +284,7 @@ def test_ctrl_c_or_sigterm_stops_every_run_between_actions_and_the_next_pass_res
     assert proc.returncode == 130, out[-2000:] + err[-3000:]
     doc = json.loads(out)
     assert [r["status"] for r in doc["runs"]] == ["interrupted", "interrupted"] and doc["interrupted"] is True
-    assert all(r["steps"] == 1 for r in doc["runs"])  # the sleep finished: stopped between actions
+    assert all(r["steps"] == 1 for r in doc["runs"])  # the step of the sleep, cut short
     by = "Ctrl-C" if stop == "SIGINT" else "SIGTERM"
     for log in runs_dir.glob("*/state/events.jsonl"):
         ends = [e for e in map(json.loads, log.read_text().splitlines()) if e["type"] == "status"]

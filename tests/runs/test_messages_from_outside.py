@@ -80,7 +80,8 @@ def test_say_to_a_live_run_reaches_the_next_request_and_watch_follows_it(tmp_pat
     assert "✉ message (say): Also write SAID-MARKER" in stdout
     assert "] write notes.md" in stdout  # the event ...
     assert {"+ notes.md", "~ notes.md"} & {line.strip() for line in stdout.splitlines()}  # ... and its file change
-    assert stdout.rstrip().endswith("status: done (task_done)")
+    last = stdout.rstrip().splitlines()
+    assert last[-2] == "status: done (task_done)" and last[-1].startswith("(run ") and " is done" in last[-1]
 
 
 def test_a_said_message_is_delivered_once_across_resumes(tmp_path):

@@ -48,3 +48,45 @@ def test_sessions_a_toolbox_left_running_are_gone_for_the_next_one(tmp_path):
         assert again["log_path"] == str(logs / "nap.2.log") and again["exit_code"] == 0  # the old log is kept
     finally:
         second.close()
+
+
+# -- the early answer (sandbox_image/toolbox/waiting.py), on this machine's kernel ------------------------------
+
+def timed(toolbox: ToolboxProcess, op: str, **args: object) -> tuple[dict, float]:
+    start = time.monotonic()
+    result = toolbox.result(op, **args)
+    return result, time.monotonic() - start
+
+
+def test_an_answer_comes_once_the_program_reads_its_terminal_and_not_while_it_works(tmp_path):
+    (tmp_path / "ws").mkdir()
+    toolbox = ToolboxProcess(tmp_path / "ws")
+    try:
+        # Bounds of behaviour, not of speed: an early answer comes well before its wait of 20 s.
+        asked, took = timed(toolbox, "session_start", command="read -p 'go? ' a; sleep 0.6; echo got $a; cat",
+                            name="ask", wait=20)
+        assert asked["waits_for_input"] and base64.b64decode(asked["head"]) == b"go? " and took < 10
+        # Typed: it sleeps, then prints and reads again (cat): the answer waits for that, not for less.
+        answered, took = timed(toolbox, "session_send", name="ask", keys="yes\n", wait=20)
+        assert base64.b64decode(answered["head"]) == b"yes\r\ngot yes\r\n" and answered["waits_for_input"]
+        assert 0.6 <= took < 10
+        # The same program with the early answer turned off waits the whole wait, as before.
+        _, took = timed(toolbox, "session_send", name="ask", keys="", wait=0.5, early=False)
+        assert took >= 0.5
+        busy, took = timed(toolbox, "session_start", command="sleep 30", name="nap", wait=0.5)
+        assert not busy["waits_for_input"] and busy["unseen"] is None and took >= 0.5
+    finally:
+        toolbox.close()
+
+
+def test_a_job_in_the_background_does_not_hide_the_program_in_front(tmp_path):
+    (tmp_path / "ws").mkdir()
+    toolbox = ToolboxProcess(tmp_path / "ws")
+    try:  # `&` without job control: the job's stdin is /dev/null, so it does not count
+        front, took = timed(toolbox, "session_start", command="sleep 30 & read -p 'name? ' x", name="both", wait=20)
+        assert front["waits_for_input"] and took < 10
+        # ... but a job that shares the terminal and works keeps the answer waiting.
+        _, took = timed(toolbox, "session_start", command="sleep 0.6 | cat", name="pipe", wait=20)
+        assert took >= 0.6
+    finally:
+        toolbox.close()

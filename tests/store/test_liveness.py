@@ -125,7 +125,7 @@ def test_watch_ls_and_resume_never_see_a_starting_run_dead_nor_drive_it_twice(tm
     its end), `resume` is refused, and every `watch` started on the way follows it to `done`."""
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": [
-        {"tool_calls": [{"name": "shell_exec", "arguments": {"command": "sleep 2; echo slept"}}]},
+        {"tool_calls": [{"name": "shell_exec", "arguments": {"command": "sleep 6; echo slept"}}]},
         {"tool_calls": [{"name": "task_done", "arguments": {"summary": "finished"}}]}]}))
     env = {**os.environ, "CAIRN_RUNS_DIR": str(runs_dir), "CAIRN_MODEL": f"scripted:{script}"}
     runner = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", "sleep a little"],

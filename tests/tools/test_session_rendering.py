@@ -63,6 +63,16 @@ def test_every_answer_says_whether_the_program_still_runs():
     assert failed.footer == "[session s exited with code 2 after 1.5 s; it is closed]"
 
 
+def test_an_early_answer_says_the_program_waits_and_a_blind_one_says_why_it_waited():
+    early = observe(answer(b">>> ", waits_for_input=True))
+    assert early.footer == "[session s is still running (1.5 s so far) and waits for input; type with shell_send]"
+    blind = observe(answer(b"name? ", unseen="the kernel hides it"))
+    assert blind.footer.splitlines() == [
+        "[session s is still running (1.5 s so far); read on or type with shell_send]",
+        "[cairn cannot see here whether it waits for input (the kernel hides it); so this answer came after the "
+        "whole wait]"]
+
+
 def test_a_long_answer_keeps_head_and_tail_and_says_where_the_rest_is():
     r = answer(b"first\r\n", tail=base64.b64encode(b"last\r\n").decode(), end=10_000_000)
     assert observe(r).text == ("first\n[... 9,999,987 bytes of output omitted here; all that the session printed is "

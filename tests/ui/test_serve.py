@@ -316,3 +316,14 @@ def test_send_says_before_it_is_pressed_what_it_will_do(tmp_path, status, result
     plan = summary(run)["send"]
     assert plan["does"] == does and said in plan["hint"]
     run.release()
+
+
+def test_a_call_that_waits_for_approval_reaches_the_page_as_the_call_it_is():
+    """The page shows the call whole (its tool and arguments) while it waits, not `(text only)`."""
+    from orchestrator import events as ev
+    from orchestrator.ui.web.feed import item
+
+    asked = item(ev.ApprovalAsked(step=2, call_id="c1", name="shell_exec", arguments='{"command": "git push origin main"}',
+                                  why="git push, with the network on", grant="shell_exec: git push"))
+    assert (asked["t"], asked["id"], asked["name"], asked["step"]) == ("asked", "c1", "shell_exec", 2)
+    assert "git push origin main" in asked["arguments"]

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -66,6 +67,45 @@ def test_ctrl_c_at_the_you_prompt_ends_the_session_with_its_id_and_how_to_go_on(
     assert lines[closing - 1].rstrip() in ("you>", "you> ^C")  # the closing line on a line of its own
     assert f'go on with: cairn resume {run.id} --message "..."' in screen
     assert "EXIT=1" in screen and "rc=130" not in screen
+
+
+@pytest.mark.docker
+def test_in_a_session_the_first_ctrl_c_stops_the_command_and_returns_to_the_prompt_the_second_leaves(
+        pane, tmp_path, sandbox_image):
+    model = script(tmp_path / "s.json", turn(call("shell_exec", command="echo long-one; sleep 60; touch never")),
+                   {"fail": "timeout"}, {"content": "unreachable"})
+    p = pane(["run", "--model", model])
+    p.wait_for("task>")
+    p.type("build it")
+    p.wait_for("long-one")
+    pressed = time.monotonic()
+    p.keys("C-c")
+    screen = p.wait_for("you>", timeout=20)
+    assert time.monotonic() - pressed < 15, "the first Ctrl-C waited for the command"
+    assert "EXIT=" not in screen  # the run is intact: the session goes on
+    [run] = RunDir.all(p.runs)
+    assert not (run.workspace / "never").exists()  # nothing more of the command line ran
+    # While the session waits at its prompt its drive goes on: `cairn watch` follows it, and says so.
+    watch = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "watch", run.id], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "CAIRN_RUNS_DIR": str(p.runs)})
+    time.sleep(3)
+    assert watch.poll() is None, watch.communicate()
+    watch.terminate()
+    watch.communicate(timeout=30)
+    listed = json.loads(subprocess.run([sys.executable, "-m", "orchestrator.cli", "ls", "--json"], capture_output=True,
+                                       text=True, env={**os.environ, "CAIRN_RUNS_DIR": str(p.runs)}).stdout)
+    assert listed[0]["status"] == "running"  # its drive holds it: the same status on every face
+    p.type("go on")  # the model now hangs: a Ctrl-C while it thinks also returns to the prompt
+    p.wait_for("waiting for the model", timeout=30)
+    p.keys("C-c")
+    screen = p.wait_for("you>", count=2, timeout=30)
+    assert "EXIT=" not in screen
+    p.keys("C-c")  # at the prompt: leaves
+    screen = p.wait_for("EXIT=", timeout=30)
+    assert f"run {run.id}: interrupted" in screen and f"go on with: cairn resume {run.id}" in screen
+    events = [json.loads(line) for line in run.events.path.read_text().splitlines()]
+    [interrupted] = [e for e in events if e["type"] == "tool_finished"]
+    assert interrupted["error"] and "interrupted" in interrupted["content"]
 
 
 @pytest.mark.docker
@@ -435,3 +475,23 @@ def test_the_history_file_keeps_a_message_of_several_lines_as_one_entry(tmp_path
     monkeypatch.setattr(chat, "HISTORY", tmp_path / "history")
     (tmp_path / "history").write_text('plain line\n"first line \\nsecond line"\n"quoted" as typed\n')
     assert chat._read_history(tmp_path / "history") == ["plain line", "first line \nsecond line", '"quoted" as typed']
+
+
+def test_the_status_line_times_the_model_not_the_person_typing():
+    """In a session, the prompt pauses the status line; when the person sends, the model's wait starts then."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from orchestrator import events as ev
+    from orchestrator.ui.display import LiveDisplay
+
+    display = LiveDisplay(Console(file=StringIO(), force_terminal=False))
+    display.event(ev.StatusChanged(status="stopped"), None)  # the turn ends: the prompt comes
+    display.since -= 31  # the person types for 31 s
+    display.pause()
+    display.resume()
+    assert display.doing().startswith("waiting for the model, 0 s")
+    display.since -= 31
+    display.event(ev.UserMessage(step=2, text="and then?"), None)
+    assert display.doing().startswith("waiting for the model, 0 s")

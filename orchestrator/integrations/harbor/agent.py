@@ -1,7 +1,7 @@
 """cairn as a Harbor agent (Harbor: the harness of Terminal-Bench 2.0).
 
     harbor run -p TASK -a orchestrator.harbor:CairnAgent -m MODEL [--ak api_base=URL] [--ak settings=FILE]
-               [--ak max_steps=N] [--ak max_cost=USD]
+               [--ak max_steps=N] [--ak max_cost=USD] [--ak keep_dependencies=true]
 
 An external agent: cairn's loop runs here, on the host, in a thread of its own; the tools act in the
 task's environment through Harbor's environment interface (sandbox.py). The model's key is read from
@@ -12,7 +12,10 @@ ATIF trajectory, `trajectory.json`; Harbor's AgentContext gets the run's tokens 
 
 The run directory lives in a private folder of this host while the run goes on and is copied to the log
 directory at its end: Harbor mounts that directory into some environments, and a run's state (its log,
-its inbox) must stay out of the agent's reach.
+its inbox) must stay out of the agent's reach. Harbor 0.26 then uploads the log directory into every
+environment that does not mount it (docker's included), before the task's tests: so what the copy leaves
+out (the dependency and cache folders of scan.NOT_FOLLOWED, unless `keep_dependencies`) costs the tests
+nothing either.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from harbor.agents.base import BaseAgent
 from harbor.agents.capabilities import AgentCapabilities
@@ -32,6 +35,10 @@ from harbor.models.agent.context import AgentContext
 
 from orchestrator.errors import CairnError, UsageError
 from orchestrator.version import __version__
+
+if TYPE_CHECKING:  # loaded when a trial runs, not when Harbor loads the agent
+    from orchestrator.agent.loop import Loop
+    from orchestrator.store.run_dir import RunDir
 
 TRAJECTORY = "trajectory.json"
 STOPPED_BY = "Harbor (the trial's timeout or cancellation)"
@@ -49,10 +56,12 @@ class CairnAgent(BaseAgent):
 
     def __init__(self, logs_dir: Path, model_name: str | None = None, *args: Any,  # noqa: ANN401
                  api_base: str | None = None, settings: str | None = None, max_steps: int | str | None = None,
-                 max_cost: float | str | None = None, **kwargs: Any) -> None:  # noqa: ANN401
+                 max_cost: float | str | None = None, keep_dependencies: bool | str = False,
+                 **kwargs: Any) -> None:  # noqa: ANN401
         super().__init__(logs_dir, model_name, *args, **kwargs)
         self.api_base, self.settings_path = api_base, settings
         self.max_steps, self.max_cost = max_steps, max_cost
+        self.keep_dependencies = keep_dependencies  # checked with the other options, in _config
         self.run_dir: Any = None  # store.run_dir.RunDir of the trial's run, once made
         self._loop_agent: Any = None  # the loop's Agent, once its LiveRun exists (for a stop request)
         self._sandbox: Any = None
@@ -118,7 +127,8 @@ class CairnAgent(BaseAgent):
 
         run = self.run_dir = RunDir.create(private, {"task": instruction, "status": "running",
                                                      "config": cfg.model_dump(mode="json")})
-        sandbox = self._sandbox = backend("harbor")(environment, loop, cfg.sandbox, run.cairn_dir)
+        sandbox = self._sandbox = backend("harbor")(environment, loop, cfg.sandbox, run.cairn_dir,
+                                                    keep_dependencies=self.keep_dependencies)
         try:
             # Started before the log, so the step-0 checkpoint holds the work directory as the task gave it.
             sandbox.start()
@@ -139,6 +149,7 @@ class CairnAgent(BaseAgent):
 
         def opened(live: Any) -> None:  # noqa: ANN401 - runs.compose.LiveRun
             self._loop_agent = live.agent
+            sandbox.on_unfollow = lambda note: _unfollowed(run, live.agent, note)
             if sandbox.cancelled:
                 self._stop_between_actions()
 
@@ -176,6 +187,7 @@ class CairnAgent(BaseAgent):
             raise UsageError(invalid_setting(exc)) from None
         if cfg.mcp.servers:
             raise UsageError("MCP servers are not available to cairn in a Harbor environment yet")
+        self.keep_dependencies = _flag(self.keep_dependencies, "keep_dependencies")
         return cfg
 
     def _finish(self, context: AgentContext, private: Path) -> None:
@@ -197,9 +209,41 @@ class CairnAgent(BaseAgent):
             context.metadata = {**(context.metadata or {}), "cairn_run": run.id, "cairn_status": read_view(run).status}
             self.logs_dir.mkdir(parents=True, exist_ok=True)
             (self.logs_dir / TRAJECTORY).write_text(json.dumps(trajectory(run), indent=2, ensure_ascii=False))
-            shutil.copytree(run.root, self.logs_dir / run.id, symlinks=True, dirs_exist_ok=True)
+            shutil.copytree(run.root, self.logs_dir / run.id, symlinks=True, dirs_exist_ok=True,
+                            ignore=None if self.keep_dependencies is True else _dependencies_in(run.workspace))
         finally:
             shutil.rmtree(private, ignore_errors=True)
+
+
+def _unfollowed(run: RunDir, agent: Loop, note: str) -> None:
+    """The work directory grew past what is followed (in the loop's thread, at a checkpoint): the run's log
+    gets a Notice, once (`cairn show` prints it), and run.json's `harbor` says so too."""
+    from orchestrator import events as ev
+
+    agent.emit(ev.Notice(step=agent.state.step, text=note))
+    harbor = run.read_meta().get("harbor") or {}
+    run.update_meta(harbor={**harbor, "workspace_follows_workdir": False, "workspace_note": note})
+
+
+def _dependencies_in(workspace: Path) -> Callable[[str, list[str]], list[str]]:
+    """An `ignore` for shutil.copytree: the dependency and cache folders under the run's workspace/ are left
+    out of the copy (a backstop: the sandbox never brings them back)."""
+    from orchestrator.sandbox.harbor.scan import not_followed
+
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        inside = Path(folder) == workspace or workspace in Path(folder).parents
+        return not_followed(folder, names) if inside else []
+
+    return ignore
+
+
+def _flag(value: object, name: str) -> bool:
+    """An `--ak NAME=true|false` (Harbor gives a bool when the value reads as one)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, str)) and str(value).strip().lower() in ("1", "true", "yes", "0", "false", "no"):
+        return str(value).strip().lower() in ("1", "true", "yes")
+    raise UsageError(f"--ak {name}= takes true or false, not {value!r}")
 
 
 def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:  # noqa: ANN401

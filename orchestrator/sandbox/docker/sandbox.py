@@ -17,6 +17,7 @@ workspace, runs, and says so in its result under "sandbox_restarted".
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import docker
@@ -24,7 +25,7 @@ from docker.models.containers import Container
 
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import SandboxError, ToolError
-from orchestrator.sandbox.calls import op_result, with_defaults
+from orchestrator.sandbox.calls import DEFAULT_OP_SECONDS, OpGate, Recorded, op_result, with_defaults
 from orchestrator.sandbox.docker import container as containers
 from orchestrator.sandbox.docker import ownership
 from orchestrator.sandbox.docker.engine import connect
@@ -64,6 +65,7 @@ class DockerSandbox:
         self.replaced: str | None = None
         self._owners: dict[str, tuple[Path, tuple[int, int]]] = {}  # see give_back_files
         self._died: str | None = None  # why the toolbox died during a call, told by the next call
+        self._gate, self._healing, self._recorded = OpGate(), threading.RLock(), Recorded()
 
     @property
     def network_enabled(self) -> bool:
@@ -113,20 +115,25 @@ class DockerSandbox:
     def call(self, op: str, journal_key: str | None = None, **args: object) -> dict:
         """Run one toolbox op and return its result. Raises ToolError when the op fails (ok: false).
         `journal_key`: the tool call the op carries out; the toolbox journals it under that key (PROTOCOL.md,
-        "The journal")."""
-        restarted = None
-        if self.toolbox is None:
-            self.start()
-        elif self._died or not self.toolbox.alive():
-            restarted = self._restart(self._died or self._why_dead())
-        args, timeout = self._with_defaults(op, args)
-        try:
-            response = self.toolbox.request(op, args, timeout, call=journal_key)
-        except ToolboxDied as exc:
-            # The op may have run in part (a command that ate all memory), so it is not run again.
-            self._died = self._why_dead(exc.message)
-            raise ToolError(f"the sandbox died during this call: {self._died}; "
-                            f"the next call starts a fresh one on the same workspace") from exc
+        "The journal"). Threads may call at once: read-only ops then run side by side, others one at a time."""
+        with self._gate.enter(op):
+            with self._healing:  # one thread starts the sandbox again; those after it find it well
+                restarted = None
+                if self.toolbox is None:
+                    self.start()
+                elif self._died or not self.toolbox.alive():
+                    restarted = self._restart(self._died or self._why_dead())
+                toolbox = self.toolbox
+            args, timeout = self._with_defaults(op, args)
+            recorded = self._recorded.take()
+            try:
+                response = toolbox.request(op, args, timeout, call=journal_key, recorded=recorded)
+            except ToolboxDied as exc:
+                self._recorded.give_back(recorded)
+                # The op may have run in part (a command that ate all memory), so it is not run again.
+                self._died = self._why_dead(exc.message)
+                raise ToolError(f"the sandbox died during this call: {self._died}; "
+                                f"the next call starts a fresh one on the same workspace") from exc
         return op_result(response, restarted)
 
     def interrupt(self) -> bool:
@@ -134,6 +141,11 @@ class DockerSandbox:
         answers at once, saying so. Safe from any thread."""
         toolbox = self.toolbox
         return toolbox.interrupt() if toolbox is not None else False
+
+    def recorded(self, journal_key: str) -> None:
+        """The run has logged the outcome of the call journaled under `journal_key`: the next request tells
+        the toolbox, which drops its record (PROTOCOL.md, "The journal")."""
+        self._recorded.add(journal_key)
 
     @property
     def instance(self) -> str | None:
@@ -178,6 +190,8 @@ class DockerSandbox:
         """Give the agent's files back (see give_back_files), then stop the container: kept with `keep`,
         else removed. The workspace stays; calling stop twice is fine."""
         running = self.toolbox is not None and self.toolbox.alive()  # else the next session gives them back
+        if running and self.toolbox is not None:
+            self._tell_recorded()
         if self.toolbox is not None:
             self.toolbox.close()
             self.toolbox = None
@@ -188,6 +202,15 @@ class DockerSandbox:
             finally:
                 (containers.stop if self.keep else containers.remove)(self.client, self.container.id)
                 self.container = None
+
+    def _tell_recorded(self) -> None:
+        """Before the toolbox ends: the calls logged since the last request, so their records go too."""
+        recorded = self._recorded.take()
+        if recorded:
+            try:
+                self.toolbox.request("ping", {}, DEFAULT_OP_SECONDS, recorded=recorded)
+            except ToolboxDied:
+                pass  # they stay in the journal, which a resume reads by key: harmless
 
     def remove(self) -> None:
         """Stop the sandbox and remove its container, kept or not."""

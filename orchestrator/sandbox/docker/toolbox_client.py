@@ -107,7 +107,9 @@ class ToolboxDied(SandboxError):
 
 
 class ToolboxClient:
-    """One toolbox process in one container, and the JSON-line conversation with it."""
+    """One toolbox process in one container, and the JSON-line conversation with it. Several threads may
+    each have a request in flight (read-only ops go together: sandbox/calls.py's OpGate says which may
+    be sent); whichever of them is reading the stream hands the others their answers, by id."""
 
     def __init__(self, api: docker.APIClient, container_id: str, argv: list[str]) -> None:
         self.api, self.container_id, self.argv = api, container_id, argv
@@ -117,9 +119,12 @@ class ToolboxClient:
         self._demux = Demux()
         self._stdout = bytearray()  # stdout payload, not yet split into lines
         self._next_id = 0
-        self._running: int | None = None  # the id of the request that waits for its answer
-        self._sending = threading.Lock()  # an interrupt may be sent from another thread (a person's stop)
         self._dead: str | None = None
+        self._sending = threading.Lock()  # requests, and an interrupt, come from several threads
+        self._arrived = threading.Condition()  # guards what follows
+        self._answers: dict[int, dict] = {}  # answers read for requests that wait for them
+        self._waiting: set[int] = set()
+        self._reading = False  # a thread is reading the stream
 
     def start(self, timeout: float) -> dict:
         """Start the toolbox and wait for its ready line; return the ready result (pid, uid, version)."""
@@ -132,60 +137,104 @@ class ToolboxClient:
         self.ready = message["result"]
         return self.ready
 
-    def request(self, op: str, args: dict, timeout: float, call: str | None = None) -> dict:
+    def request(self, op: str, args: dict, timeout: float, call: str | None = None,
+                recorded: list[str] | None = None) -> dict:
         """Send one request and return its response ({"id", "ok", "result" | "error"}).
 
         `call`: the key of the tool call this request carries out; the toolbox then journals its start
-        and its outcome (PROTOCOL.md, "The journal"). Send one only after the outcomes of all earlier
-        calls are recorded: a call's start begins the journal afresh.
+        and its outcome (PROTOCOL.md, "The journal"). `recorded`: keys of calls whose outcomes the run
+        has logged; the toolbox drops their records.
 
         Raises ToolboxDied if the toolbox is gone, or gives no answer within `timeout` seconds (then it is
         considered stuck: this client is done, and the caller starts a new toolbox).
         """
-        if self._dead:
-            raise ToolboxDied(self._dead)
-        self._next_id += 1
-        rid = self._next_id
-        request = {"id": rid, "op": op, "args": args, **({"call": call} if call else {})}
-        line = json.dumps(request, ensure_ascii=False) + "\n"
-        try:
-            with self._sending:
+        with self._sending:
+            if self._dead:
+                raise ToolboxDied(self._dead)
+            self._next_id += 1
+            rid = self._next_id
+            request = {"id": rid, "op": op, "args": args, **({"call": call} if call else {}),
+                       **({"recorded": recorded} if recorded else {})}
+            line = json.dumps(request, ensure_ascii=False) + "\n"
+            with self._arrived:
+                self._waiting.add(rid)
+            try:
                 self._sock.sendall(line.encode("utf-8", "surrogateescape"))
-                self._running = rid
-        except OSError as exc:  # EPIPE, ECONNRESET: the exec is over
-            self._die(f"cannot write to the toolbox ({exc.strerror or exc})")
-        deadline = time.monotonic() + timeout
+            except OSError as exc:  # EPIPE, ECONNRESET: the exec is over
+                self._die(f"cannot write to the toolbox ({exc.strerror or exc})")
         try:
-            while True:
-                message = self._read_message(deadline, f"the answer to {op}")
-                # Skip what belongs to an older request; the protocol answers in order, one at a time.
-                if message.get("id") in (rid, None):
-                    return message
+            return self._answer(rid, time.monotonic() + timeout, f"the answer to {op}")
         finally:
-            self._running = None
+            with self._arrived:
+                self._waiting.discard(rid)
+                self._answers.pop(rid, None)
+
+    def _answer(self, rid: int, deadline: float, waiting_for: str) -> dict:
+        """The answer to request `rid`: read from the stream by this thread, or by another that is reading."""
+        while True:
+            with self._arrived:
+                while True:
+                    if rid in self._answers:
+                        return self._answers.pop(rid)
+                    if self._dead:
+                        raise ToolboxDied(self._dead)
+                    if not self._reading:
+                        self._reading = True
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        self._dead = f"{waiting_for} did not come from the toolbox in time"
+                        raise ToolboxDied(self._dead)
+                    self._arrived.wait(left)
+            try:
+                message = self._read_message(deadline, waiting_for)
+            finally:
+                with self._arrived:
+                    self._reading = False
+                    self._arrived.notify_all()
+            # An answer with no id (a request the toolbox could not read) is the reader's own.
+            found = message.get("id")
+            if found in (rid, None):
+                return message
+            with self._arrived:
+                if found in self._waiting:  # else: the answer to a request nobody waits for any more
+                    self._answers[found] = message
+                    self._arrived.notify_all()
 
     def interrupt(self) -> bool:
-        """Ask the toolbox to cut the request that runs now short (PROTOCOL.md, "Interrupting an op"); it
-        answers it at once. Safe from any thread; False when no request waits for its answer."""
+        """Ask the toolbox to cut the requests that wait for their answers short (PROTOCOL.md, "Framing": an
+        interrupt line); the one that can be (a command, a session's wait) answers at once. Safe from any
+        thread; False when no request waits."""
+        with self._arrived:
+            waiting = sorted(self._waiting)
+        if not waiting or self._dead:
+            return False
+        lines = b"".join(json.dumps({"op": "interrupt", "id": rid}).encode() + b"\n" for rid in waiting)
         with self._sending:
-            rid = self._running
-            if rid is None or self._dead:
-                return False
             try:
-                self._sock.sendall(json.dumps({"op": "interrupt", "id": rid}).encode() + b"\n")
+                self._sock.sendall(lines)
             except OSError:
-                return False  # the request's own read will find the stream broken
+                return False  # the requests' own reads will find the stream broken
         return True
 
     def alive(self) -> bool:
-        """Whether the toolbox is still there, without waiting: a closed stream shows as readable."""
-        if self._dead:
-            return False
+        """Whether the toolbox is still there, without waiting: a closed stream shows as readable. While
+        another thread reads the stream, it is there as far as anyone can tell now."""
+        with self._arrived:
+            if self._dead:
+                return False
+            if self._reading:
+                return True
+            self._reading = True
         try:
             while select.select([self._sock], [], [], 0)[0]:
                 self._receive()
         except ToolboxDied:
             return False
+        finally:
+            with self._arrived:
+                self._reading = False
+                self._arrived.notify_all()
         return True
 
     @property

@@ -26,7 +26,7 @@ from typing import Any
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import SandboxError
 from orchestrator.ports import ExecStream
-from orchestrator.sandbox.calls import op_result, with_defaults
+from orchestrator.sandbox.calls import OpGate, Recorded, op_result, with_defaults
 from orchestrator.sandbox.toolbox_files import CAIRN_DIR
 from orchestrator.sandbox_image.toolbox.channel import Host
 from orchestrator.sandbox_image.toolbox.errors import ToolError as ToolboxError
@@ -72,7 +72,8 @@ class LocalSandbox:
         self.cairn = self._directory(cairn)
         self._toolbox: Toolbox | None = None
         self._ids = itertools.count(1)
-        self._running: int | None = None  # the id of the op that runs now
+        self._gate, self._recorded = OpGate(), Recorded()
+        self._running: set[int] = set()  # the ids of the ops that run now
 
     def _directory(self, path: str | Path | None) -> Path:
         if path is None:
@@ -108,25 +109,35 @@ class LocalSandbox:
                                 host=Host(self._never_readable), env=env, watch_limits=False)
 
     def call(self, op: str, journal_key: str | None = None, **args: Any) -> dict[str, Any]:
-        """Run one toolbox op; its result, or ToolError with the toolbox's one-line error."""
-        self.start()
-        args, _timeout = with_defaults(self.cfg, op, args)  # the op's own timeout bounds it here
-        request = {"id": next(self._ids), "op": op, "args": args}
-        self._running = request["id"]
-        if journal_key:
-            request["call"] = journal_key
-        try:
-            return op_result(self._toolbox.handle(json.dumps(request).encode()))
-        finally:
-            self._running = None
+        """Run one toolbox op; its result, or ToolError with the toolbox's one-line error. Threads may
+        call at once: read-only ops then run side by side, others one at a time (as in a container)."""
+        with self._gate.enter(op):
+            self.start()
+            args, _timeout = with_defaults(self.cfg, op, args)  # the op's own timeout bounds it here
+            request = {"id": next(self._ids), "op": op, "args": args}
+            if journal_key:
+                request["call"] = journal_key
+            recorded = self._recorded.take()
+            if recorded:
+                request["recorded"] = recorded
+            self._running.add(request["id"])
+            try:
+                return op_result(self._toolbox.handle(json.dumps(request).encode()))
+            finally:
+                self._running.discard(request["id"])
+
+    def recorded(self, journal_key: str) -> None:
+        """The run has logged this call's outcome: the next op tells the journal to drop its record."""
+        self._recorded.add(journal_key)
 
     def interrupt(self) -> bool:
-        """Cut the op that runs now (in another thread) short, as the host of a toolbox in a container
-        does: an interrupt line on the toolbox's channel."""
-        rid, toolbox = self._running, self._toolbox
-        if rid is None or toolbox is None:
+        """Cut the ops that run now (in other threads) short, as the host of a toolbox in a container does:
+        an interrupt line on the toolbox's channel."""
+        running, toolbox = sorted(self._running), self._toolbox
+        if not running or toolbox is None:
             return False
-        os.write(self._keep_open, json.dumps({"op": "interrupt", "id": rid}).encode() + b"\n")
+        os.write(self._keep_open, b"".join(json.dumps({"op": "interrupt", "id": rid}).encode() + b"\n"
+                                           for rid in running))
         return True
 
     def give_back_files(self) -> list[str]:
@@ -150,6 +161,9 @@ class LocalSandbox:
         """Kill the shell, its sessions and what they started; remove the directories this sandbox made."""
         toolbox, self._toolbox = self._toolbox, None
         if toolbox is not None:
+            recorded = self._recorded.take()  # the calls logged since the last op: their records go too
+            if recorded:
+                toolbox.handle(json.dumps({"id": 0, "op": "ping", "recorded": recorded}).encode())
             toolbox.close()
             os.close(self._never_readable)
             os.close(self._keep_open)

@@ -15,7 +15,9 @@ SPEC = function_spec(
     "agent_delegate",
     "Hand a self-contained sub-task to a sub-agent: it starts with a fresh context (your task text only), "
     "works in the same work directory with the same tools, and you wait for it. You get back its summary and "
-    "the paths it wrote. Good for a well-defined piece of work whose details you do not need to see.",
+    "the paths it wrote. Good for a well-defined piece of work whose details you do not need to see. Several "
+    "agent_delegate calls in one answer run at the same time, each in its own context: give independent "
+    "sub-tasks (that do not write the same files) together.",
     {
         "task": {**STRING, "description": "The sub-task, complete: what to do, where, and what to report."},
         "max_steps": {"type": "integer", "description": "Step budget of the sub-agent (optional; capped)."},

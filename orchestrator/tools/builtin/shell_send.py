@@ -26,16 +26,19 @@ def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
 TOOL = Tool(
     function_spec(
         "shell_send",
-        "Type keys into a terminal session started with shell_start, wait, and get what it showed since "
-        "the last answer (a full-screen program: its whole screen) and whether it still runs. In `keys` a "
+        "Type keys into a terminal session started with shell_start and get what it showed since the last "
+        "answer (a full-screen program: its whole screen) and whether it still runs. The answer comes as soon "
+        "as the program has taken the keys and waits for input again (a REPL's next prompt) or exits, else "
+        "after `wait` seconds. In `keys` a "
         "newline is Enter, and these are keys: <Enter> <Tab> <Esc> <Backspace> <Up> <Down> <Left> <Right> "
         "and <C-a> ... <C-z> (<C-c> interrupts, <C-d> ends input); anything else is typed as it is. Empty "
         "keys only wait and read: the way to follow a long job.",
         {
             "session": {**STRING, "description": "The session's name, as shell_start gave it."},
             "keys": {**STRING, "description": "What to type, e.g. \"print(x)\\n\" or \"<C-c>\"; \"\" to only read."},
-            "wait": {"type": "number", "description": f"Seconds to wait before answering, 0 to {MAX_WAIT:g} "
-                     f"(optional, default {DEFAULT_WAIT:g}); sooner if the program exits."},
+            "wait": {"type": "number", "description": f"Seconds to wait at most, 0 to {MAX_WAIT:g} (optional, "
+                     f"default {DEFAULT_WAIT:g}); the answer comes sooner when the program waits for input or "
+                     "exits, so a busy one gets all of it."},
         },
         ["session", "keys"],
     ),

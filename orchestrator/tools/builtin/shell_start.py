@@ -26,17 +26,19 @@ TOOL = Tool(
         "shell_start",
         "Start a program in a terminal session of its own that keeps running after this call: a server, "
         "a long build or training run, a REPL or debugger, anything that asks questions or draws a "
-        "full-screen UI. It starts in the work directory. You get what it printed in the first `wait` "
-        "seconds (sooner if it exits) and whether it still runs; continue with shell_send, end it with "
-        "shell_stop. Everything it prints is also kept in /cairn/sessions/<session>.log. For a command "
-        "that simply finishes, use shell_exec.",
+        "full-screen UI. It starts in the work directory. The answer comes as soon as the program waits for "
+        "input (a prompt, a REPL ready) or exits, else after `wait` seconds: what it printed, and whether it "
+        "still runs and waits for input. Continue with shell_send, end it with shell_stop. Everything it "
+        "prints is also kept in /cairn/sessions/<session>.log. For a command that simply finishes, use "
+        "shell_exec.",
         {
             "command": {**STRING, "description": "The command line, run by bash (e.g. `python3 -m http.server "
                         "8000`, `python3`, `bash`)."},
             "session": {**STRING, "description": "A name for the session (optional; by default the program's "
                         "name)."},
-            "wait": {"type": "number", "description": f"Seconds to wait before answering, 0 to {MAX_WAIT:g} "
-                     f"(optional, default {DEFAULT_WAIT:g})."},
+            "wait": {"type": "number", "description": f"Seconds to wait at most, 0 to {MAX_WAIT:g} (optional, "
+                     f"default {DEFAULT_WAIT:g}); the answer comes sooner when the program waits for input or "
+                     "exits, so a busy one (a server, a build) gets all of it."},
         },
         ["command"],
     ),

@@ -45,6 +45,8 @@ def footer(r: dict[str, Any], stopped: bool) -> str:
     name, seconds = r["session"], float(r.get("seconds") or 0)
     if stopped:
         state = f"[session {name} stopped ({r.get('note') or 'done'}); exit code {r.get('exit_code')}]"
+    elif r.get("running") and r.get("waits_for_input"):
+        state = f"[session {name} is still running ({duration(seconds)} so far) and waits for input; type with shell_send]"
     elif r.get("running"):
         state = f"[session {name} is still running ({duration(seconds)} so far); read on or type with shell_send]"
     else:
@@ -53,6 +55,9 @@ def footer(r: dict[str, Any], stopped: bool) -> str:
     note = r.get("note")
     if not stopped and isinstance(note, str) and note.startswith("interrupted"):
         lines.append(f"[{note}]")
+    if r.get("unseen"):  # the toolbox could not tell whether it waits for input: the whole wait was waited
+        lines.append(f"[cairn cannot see here whether it waits for input ({r['unseen']}); so this answer came after "
+                     "the whole wait]")
     if r.get("not_kept"):
         lines.append(f"[{r['not_kept']:,} bytes it printed past the log's size limit were counted, not kept]")
     if r.get("sandbox_restarted"):

@@ -90,7 +90,7 @@ def item(e: Any) -> dict[str, Any] | None:
         return {**base, "t": "critic", "text": clip(e.text), "path": e.path}
     if isinstance(e, ev.ApprovalAsked):
         return {**base, "t": "asked", "id": e.call_id, "name": e.name, "line": named(e.name, e.arguments),
-                "arguments": e.arguments, "why": e.why}
+                "arguments": clip(pretty(e.arguments)), "why": e.why}
     if isinstance(e, ev.ApprovalAnswered):
         return {**base, "t": "answered", "id": e.call_id, "line": answer_line(e)}
     return None
