@@ -16,8 +16,8 @@
   var timeline = document.getElementById("timeline");
   var RESULT_SHOWN = 4000;
   var LIVE_CHARS = 64 * 1024;  // of a running call's output kept on the page (the end of it)
-  var autoOpened = null;
-  var LIVE_TOOLS = { shell_exec: true, shell_start: true, shell_send: true };  // calls whose output streams  // the step the page opened because it was the newest of a live run
+  var autoOpened = null;  // the step the page opened because it was the newest of a live run
+  var LIVE_TOOLS = { shell_exec: true, shell_start: true, shell_send: true };  // calls whose output streams
 
   document.getElementById("run-id").textContent = runId;
   document.title = "cairn run " + runId;
