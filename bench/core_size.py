@@ -60,6 +60,15 @@ OUTSIDE = (
     # 2026-11-25
     ("orchestrator/context/span_files.py", "the text of the files a digest or a summary leaves for reading back "
                                            "(digest_file, summary_file, replaced_messages): no request holds it"),
+    # 2026-11-27
+    ("orchestrator/llm/first_request.py", "what a first request imports, done ahead while the container starts, "
+                                          "and litellm's MCP check skipped: start-up speed, not the call"),
+    ("orchestrator/llm/answer.py", "how a stream's chunks add up to one answer (text, reasoning, the pieces of "
+                                   "each tool call, usage): the wire format's detail, not the call"),
+    ("orchestrator/agent/stop_signals.py", "took stop_now and the mark of a model request in flight: a "
+                                           "person's stop, a policy around the loop (it already held the signals)"),
+    ("orchestrator/agent/recovery.py", "took finish_approval_step: the rest of a step that stopped for an "
+                                       "approval, beside the rest of a step a crash cut off"),
 )
 
 

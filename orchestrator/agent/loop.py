@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from orchestrator import events as ev
 from orchestrator.agent import approvals, critic, parallel, recovery
 from orchestrator.agent.check import check_done
 from orchestrator.agent.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
 from orchestrator.agent.state import RunState
-from orchestrator.agent.stop_signals import stop_requests, stop_signals
+from orchestrator.agent.stop_signals import model_request, stop_requests, stop_signals
 from orchestrator.config import RunConfig
 from orchestrator.context import CannotCompact, TokenCounter, build_request, compact, needs_compaction
 from orchestrator.context import TODO_MAX_BYTES, render_tail, shape_result, todo_cut_note
@@ -61,7 +60,7 @@ class Loop:
         self.summary_usage: dict[str, Any] = {}  # the last summary request's, until its compaction is recorded
         self.cut_off: list[tuple[ToolCall, Callable[[int], Observation]]] = []  # calls to finish (see recover)
         self.approval_step = False  # the last step stopped for an approval: its calls go on (see recover)
-        self.waiting_for_model = False  # a model request is in flight (see asking)
+        self.waiting_for_model = False  # a model request is in flight (agent/stop_signals.py)
         self.emitting = threading.RLock()
 
     def emit(self, event: ev._Event) -> None:
@@ -82,7 +81,7 @@ class Loop:
                 if self.cut_off:
                     recovery.finish_cut_off_step(self)  # first: the results of a step's calls follow the calls
                 elif self.approval_step:
-                    self.finish_approval_step()
+                    recovery.finish_approval_step(self)
                 if message:
                     self.emit(ev.UserMessage(step=self.state.step, text=message, source=source))
                 if self.stop_requested:
@@ -185,7 +184,7 @@ class Loop:
 
     def _call(self, request: Any, tool_choice: Any, step: int) -> Reply:
         estimated = self.counter.estimate(request)
-        with self.asking():
+        with model_request(self):
             reply = self.model.complete(request.messages, self.state.tools, tool_choice, history_end=request.history_end)
         self.counter.calibrate(reply.usage.prompt_tokens, estimated)
         self.notices = []  # they were shown
@@ -216,7 +215,7 @@ class Loop:
     def summarize(self, messages: list[dict]) -> str:
         """The agent's own request with the summary instruction appended (context/compaction.py
         `summary_request`): the same tools, none callable, so the provider's cache serves its prefix."""
-        with self.asking():
+        with model_request(self):
             reply = self.model.complete(messages, self.state.tools, "none", history_end=len(messages) - 1)
         self.summary_usage = reply.usage.model_dump()  # recorded with the compaction (`compact`)
         return reply.message.get("content") or "(the model gave no summary)"
@@ -327,39 +326,12 @@ class Loop:
         if done.commit or done.skipped:
             self.emit(ev.Checkpoint(step=step, commit=done.commit, skipped=done.skipped))
 
-    def stop_now(self, by: str) -> None:
-        """A person's stop (Ctrl-C, `cairn stop`, the page's Stop): the op that runs now is cut short and a
-        model request in flight ends, so the run ends `interrupted` within a moment, its call recorded as
-        interrupted. Safe from another thread and from a signal handler: it only sets and asks."""
-        self.stop_requested, self.stopped_by = True, by
-        self.sandbox.interrupt()
-        cancel = getattr(self.model, "cancel", None)  # the Model port's clients that can (llm/client.py)
-        if cancel is not None and self.waiting_for_model:  # else no request to end: nothing is left pending
-            cancel()
-
-    @contextmanager
-    def asking(self) -> Iterator[None]:
-        """While a model request is in flight (a stop then ends it: see stop_now)."""
-        self.waiting_for_model = True
-        try:
-            yield
-        finally:
-            self.waiting_for_model = False
-
     def recover(self) -> None:
         """After a stop or a crash: the calls a crash cut off are closed, never run again (agent/recovery.py)."""
         recovery.recover(self)
 
     def journal_key(self, step: int, call: ToolCall) -> str:
         return self.run_dir.journal_key(step, call.id)
-
-    def finish_approval_step(self) -> None:
-        """The rest of the step that stopped for an approval (orchestrator/agent/approvals.py): the answered call
-        and the calls after it run now, in order, and the step ends as every step does."""
-        self.approval_step, step = False, self.state.step
-        calls = list(self.state.open_calls.values())
-        # Named after their call ids: the step's earlier calls may have taken the plain names.
-        self.end_step(step, self.run_tools(calls, step, seen={call.name for call in calls}))
 
     # -- the edges --------------------------------------------------------------------------------
 

@@ -52,6 +52,10 @@ class Recovering(Protocol):
 
     def checkpoint(self, step: int) -> None: ...
 
+    def run_tools(self, calls: list[ToolCall], step: int, seen: set[str] | None = None) -> Any: ...
+
+    def end_step(self, step: int, ending: Any) -> None: ...
+
 
 def recover(agent: Recovering) -> None:
     record = agent.run_dir.read_journal()
@@ -140,6 +144,15 @@ def finish_cut_off_step(agent: Recovering) -> None:
             agent.finish(call, step, Observation("not executed: the run stopped before this call", error=True))
     forget_the_rest(agent, agent.run_dir.read_journal())
     agent.checkpoint(step)
+
+
+def finish_approval_step(agent: Recovering) -> None:
+    """The rest of the step that stopped for an approval (agent/approvals.py): the answered call and the
+    calls after it run now, in order, and the step ends as every step does."""
+    agent.approval_step, step = False, agent.state.step
+    calls = list(agent.state.open_calls.values())
+    # Named after their call ids: the step's earlier calls may have taken the plain names.
+    agent.end_step(step, agent.run_tools(calls, step, seen={call.name for call in calls}))
 
 
 def forget_the_rest(agent: Recovering, record: journal.Journal) -> None:

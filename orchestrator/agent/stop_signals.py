@@ -11,7 +11,7 @@ from types import FrameType
 from typing import Iterator, Protocol
 
 from orchestrator import events as ev
-from orchestrator.ports import Progress, Store
+from orchestrator.ports import Model, Progress, Sandbox, Store
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 WATCH_SECONDS = 0.2  # how often a drive looks for a `cairn stop`: a stop lands within about this
@@ -23,10 +23,32 @@ class Stoppable(Protocol):
     stop_requested: bool
     stopped_by: str | None
     state: Progress
+    sandbox: Sandbox
+    model: Model
+    waiting_for_model: bool
 
     def emit(self, event: ev.Event) -> None: ...
 
-    def stop_now(self, by: str) -> None: ...
+
+def stop_now(agent: Stoppable, by: str) -> None:
+    """A person's stop (Ctrl-C, `cairn stop`, the page's Stop): the op that runs now is cut short and a
+    model request in flight ends, so the run ends `interrupted` within a moment, its call recorded as
+    interrupted. Safe from another thread and from a signal handler: it only sets and asks."""
+    agent.stop_requested, agent.stopped_by = True, by
+    agent.sandbox.interrupt()
+    cancel = getattr(agent.model, "cancel", None)  # the Model port's clients that can (llm/client.py)
+    if cancel is not None and agent.waiting_for_model:  # else no request to end: nothing is left pending
+        cancel()
+
+
+@contextmanager
+def model_request(agent: Stoppable) -> Iterator[None]:
+    """While a model request is in flight: a stop then ends it (see stop_now)."""
+    agent.waiting_for_model = True
+    try:
+        yield
+    finally:
+        agent.waiting_for_model = False
 
 
 @contextmanager
@@ -44,7 +66,7 @@ def stop_signals(agent: Stoppable) -> Iterator[None]:
             raise KeyboardInterrupt  # a second one stops at once
         agent.emit(ev.Notice(step=agent.state.step, text=f"{name}: stopping now (the running command is cut "
                                                          "short; the same again ends cairn at once)"))
-        agent.stop_now(name)
+        stop_now(agent, name)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
     try:
@@ -63,7 +85,7 @@ def stop_requests(agent: Stoppable, store: Store) -> Iterator[None]:
     def watch() -> None:
         while not done.wait(WATCH_SECONDS):
             if store.stop_request() == "now":
-                agent.stop_now("cairn stop")
+                stop_now(agent, "cairn stop")
                 return
 
     watcher = threading.Thread(target=watch, name="cairn-stop-watch", daemon=True)

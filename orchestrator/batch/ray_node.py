@@ -28,6 +28,7 @@ from orchestrator import events as ev
 from orchestrator.ports import Progress
 from orchestrator.store.event_log import EventLog
 from orchestrator.store.run_dir import RunDir
+from orchestrator.agent.stop_signals import stop_now
 
 LOCAL_RUNS_ENV = "CAIRN_RAY_RUNS_DIR"  # a node's own runs directory, where it does not share the driver's
 REPORT_S = 0.25  # a node's runs' progress goes to the Hub in one call at most this often
@@ -311,7 +312,7 @@ def carry_out(spec: dict[str, Any], hub: Any, node_id: str, taken: dict[str, Any
         thread.join(STOP_POLL_S)  # returns as soon as the run ends; meanwhile, a Ctrl-C of the driver?
         if not stopped and opened.get("run") is not None and stopped_by:
             agent = opened["run"].agent
-            agent.stop_now(stopped_by[0])
+            stop_now(agent, stopped_by[0])
             stopped = True
     if not shared:
         display.bring_back()  # the run as it ended (pid file gone, run.json final)

@@ -37,6 +37,7 @@ from orchestrator.runs.new_run import progress_to
 from orchestrator.errors import CairnError, UsageError
 from orchestrator.status import Status
 from orchestrator.store.run_dir import RunDir
+from orchestrator.agent.stop_signals import stop_now
 
 RESUMABLE = ("interrupted",)  # and `running` runs whose process is gone (crashed)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # both stop every run now
@@ -205,7 +206,7 @@ class Batch:
     def _stop_now(self, name: str) -> bool:
         """Asks every run to stop now (its running command cut short); False where none can be asked."""
         for live in list(self.live_runs.values()):
-            live.agent.stop_now(name)
+            stop_now(live.agent, name)
         return True
 
     def _stop_at_once(self) -> None:

@@ -21,11 +21,9 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import functools  # noqa: E402
-import importlib  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterable  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import httpx  # noqa: E402
@@ -34,36 +32,18 @@ from orchestrator.config import ModelConfig  # noqa: E402
 from orchestrator.llm.direct import direct_endpoint  # noqa: E402
 from orchestrator.llm.endpoint import endpoint_of, is_openai_named, provider_of  # noqa: E402
 from orchestrator.llm.facts import ModelFacts, litellm_module, model_facts  # noqa: E402
-from orchestrator.llm import openai_compat  # noqa: E402
+from orchestrator.llm import first_request, openai_compat  # noqa: E402
 from orchestrator.llm.cost import cost_usd  # noqa: E402
+from orchestrator.llm.answer import Answer  # noqa: E402
 from orchestrator.llm.inflight import interruptible, pause, watched  # noqa: E402
 from orchestrator.llm.retry import NoAnswer, Retry, classify, is_read_timeout, one_line  # noqa: E402
 from orchestrator.llm.scripted import DEFAULT_CONTEXT_WINDOW, ScriptedServer, load_script, script_spec  # noqa: E402
 from orchestrator.llm.scripted import scripted_server  # noqa: E402
-from orchestrator.llm.tokenizer import encoding  # noqa: E402
-from orchestrator.llm.types import ContextOverflow, Reply, ToolCall, Usage, assistant_message  # noqa: E402
+from orchestrator.llm.types import ContextOverflow, Reply, assistant_message  # noqa: E402
 
 FALLBACK_CONTEXT_WINDOW = 128_000
 WATCH_GRACE = 5.0  # seconds the watch on a request allows beyond httpx's own read timeout
 EPHEMERAL = {"type": "ephemeral"}
-
-
-@functools.cache
-def _without_mcp_gateway() -> dict:
-    """litellm.completion's flag to skip its MCP gateway, where this litellm has one.
-
-    Given tools, litellm first checks whether any is a tool of its proxy's MCP gateway, and importing
-    that check's code (the mcp package, the proxy's types) costs about half a second of CPU on the
-    first request. cairn's tools are plain functions and never such tools, so the check is skipped with
-    the flag litellm sets on its own inner calls. It is passed only to a litellm whose completion()
-    reads it (litellm keeps it out of the provider's request): an older one would send it on.
-    """
-    import inspect
-
-    completion = inspect.unwrap(litellm_module().completion)
-    code = getattr(completion, "__code__", None)
-    reads_it = code is not None and "_skip_mcp_handler" in code.co_consts
-    return {"_skip_mcp_handler": True} if reads_it else {}
 
 
 def _request_errors() -> tuple[type[BaseException], ...]:
@@ -268,18 +248,9 @@ class LLM:
         return ModelFacts() if self._script is not None else model_facts(self.cfg.model)
 
     def preload(self) -> None:
-        """Do now the work a first request would do before it is sent: import what its client imports
-        lazily, load the tokenizer. A start calls it while the container starts (LiveRun), so the first
-        request goes out at once when the sandbox is ready."""
-        if self._direct is None:
-            litellm_module()
-        modules = openai_compat.FIRST_REQUEST_MODULES if self._direct is not None else FIRST_REQUEST_MODULES
-        for name in modules:
-            try:
-                importlib.import_module(name)
-            except ImportError:
-                pass  # a library laid out otherwise: its first request imports what it needs, a little later
-        encoding()
+        """Do now the work a first request would do before it is sent (llm/first_request.py). A start calls
+        it while the container starts (LiveRun), so the first request goes out at once when it is ready."""
+        first_request.preload(direct=self._direct is not None)
 
     @property
     def _idle(self) -> float:
@@ -289,14 +260,14 @@ class LLM:
             return self.cfg.request_timeout
         return min(self.cfg.stream_idle_timeout, self.cfg.request_timeout)
 
-    def _send(self, request: dict, on_text: Callable[[str], None] | None) -> _Answer:
+    def _send(self, request: dict, on_text: Callable[[str], None] | None) -> Answer:
         def open_answer() -> Iterable[object]:
             if self._direct is not None:
                 return self._direct.complete(request)
-            response = litellm_module().completion(**request, **_without_mcp_gateway())
+            response = litellm_module().completion(**request, **first_request.without_mcp_gateway())
             return response if self.stream else [response]
 
-        answer, began = _Answer(), False
+        answer, began = Answer(), False
         try:
             # The watch is a backstop to httpx's read timeout, a little later: httpx's clock starts at
             # the socket, this one before litellm has even built the request.
@@ -310,67 +281,3 @@ class LLM:
                 raise NoAnswer(self._idle, began) from e
             raise
         return answer
-
-
-@dataclass
-class _Answer:
-    """One answer assembled from a stream's chunks, or from a whole response (one chunk, so to speak)."""
-
-    content: str = ""
-    reasoning: str = ""  # litellm's `reasoning_content` (Anthropic's thinking, DeepSeek's, vLLM's parsers)
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    finish_reason: str | None = None
-    raw_usage: object | None = None  # litellm's Usage, kept for litellm's cost calculation
-
-    def add(self, chunk: object, on_text: Callable[[str], None] | None) -> None:
-        self.raw_usage = getattr(chunk, "usage", None) or self.raw_usage  # the last chunk's, in a stream
-        for choice in getattr(chunk, "choices", None) or []:
-            self.finish_reason = choice.finish_reason or self.finish_reason
-            # A stream's chunk carries a delta; a whole response, the message (its calls without an index).
-            delta = getattr(choice, "delta", None) or choice.message
-            thought = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
-            if isinstance(thought, str):  # what some servers send directly as `reasoning`
-                self.reasoning += thought
-            if delta.content:
-                self.content += delta.content
-                if on_text is not None:
-                    on_text(delta.content)
-            for piece in delta.tool_calls or []:
-                self._add_tool_call_piece(piece)
-
-    def _add_tool_call_piece(self, piece: object) -> None:
-        index = getattr(piece, "index", None)
-        if index is None:  # whole calls without an index (a whole response, some providers): one call per id
-            known = [c.id for c in self.tool_calls]
-            index = known.index(piece.id) if piece.id in known else len(self.tool_calls)
-        while len(self.tool_calls) <= index:
-            self.tool_calls.append(ToolCall(id="", name="", arguments=""))
-        call = self.tool_calls[index]
-        call.id = piece.id or call.id
-        function = piece.function
-        if function is not None:
-            # Some servers repeat the name in every delta; only the first one counts.
-            call.name = call.name or function.name or ""
-            call.arguments += function.arguments or ""
-
-    def usage(self, cost: float | None, latency_s: float) -> Usage:
-        """The answer's usage as the provider reported it (zeros where it did not)."""
-        def reported(holder: object, name: str) -> int:
-            return getattr(holder, name, None) or 0
-
-        return Usage(
-            prompt_tokens=reported(self.raw_usage, "prompt_tokens"),
-            cached_tokens=reported(getattr(self.raw_usage, "prompt_tokens_details", None), "cached_tokens"),
-            cache_write_tokens=reported(self.raw_usage, "cache_creation_input_tokens"),
-            completion_tokens=reported(self.raw_usage, "completion_tokens"),
-            cost_usd=cost,
-            latency_s=latency_s,
-        )
-
-
-# What litellm and the openai client import on the first request with tools, not before: about 1 s of
-# CPU (measured with python -X importtime on a one-step run; litellm's MCP check is skipped).
-FIRST_REQUEST_MODULES = ("openai.resources", "litellm.proxy.openai_files_endpoints.common_utils",
-                         "litellm._service_logger", "httpcore",
-                         "litellm.types.litellm_core_utils.streaming_chunk_builder_utils")
-

@@ -33,7 +33,7 @@ from docker.utils import parse_repository_tag
 
 from orchestrator.errors import SandboxError, first_line
 from orchestrator.sandbox import toolbox_files
-from orchestrator.sandbox.docker.engine import connect
+from orchestrator.sandbox.docker.engine import connect, has_image
 from orchestrator.version import __version__
 
 Progress = Callable[[str], None]
@@ -95,19 +95,19 @@ def build_image(
     # Two runs of a batch may both find the image missing; the lock makes the second one wait and
     # then find it built, instead of building it (or debootstrapping) a second time.
     with _build_lock():
-        if not force and _image_exists(client, tag):
+        if not force and has_image(client, tag):
             return tag
         started = time.monotonic()
         announce(f"building the sandbox image {tag} (once for this version of cairn; about a minute)")
         if base is None:
             base = _choose_base(client, say)
-        elif not _image_exists(client, base):
+        elif not has_image(client, base):
             _pull(client, base, say)
         with tempfile.TemporaryDirectory(prefix="cairn-image-") as context:
             _write_context(files, Path(context))
             _docker_build(client, Path(context), tag,
                           {"BASE": base, "CAIRN_BUILD_HASH": digest, "CAIRN_VERSION": __version__}, say)
-    if not _image_exists(client, tag):
+    if not has_image(client, tag):
         raise SandboxError(f"docker build ended without error but {tag} is not in the engine")
     announce(f"built {tag} on {base} in {time.monotonic() - started:.0f} s")
     return tag
@@ -178,7 +178,7 @@ def _build_lock() -> Iterator[None]:
 
 def _choose_base(client: docker.DockerClient, say: Progress) -> str:
     for present in (DEFAULT_BASE, LOCAL_BASE):
-        if _image_exists(client, present):
+        if has_image(client, present):
             return present
     if _registry_reachable(DEFAULT_BASE):
         try:
@@ -291,7 +291,7 @@ def _import_root(client: docker.DockerClient, root: Path, image: str) -> None:
             raise SandboxError(
                 f"tar of the debootstrap root failed: {_one_line(tar_errors.read().decode(errors='replace'))}"
             )
-    if '"error' in str(answer) or not _image_exists(client, image):
+    if '"error' in str(answer) or not has_image(client, image):
         raise SandboxError(f"docker import of the debootstrap root failed: {_one_line(str(answer))}")
 
 
@@ -382,14 +382,6 @@ def _run_step(step: str, argv: list[str], say: Progress, env: dict[str, str] | N
 def _step_failed(step: str, reason: str, tail: deque[str]) -> SandboxError:
     log = "\n".join(f"    {line}" for line in tail) or "    (no output)"
     return SandboxError(f"{step} failed: {reason}", hint=f"last lines of its log:\n{log}")
-
-
-def _image_exists(client: docker.DockerClient, image: str) -> bool:
-    try:
-        client.api.inspect_image(image)
-    except docker.errors.ImageNotFound:
-        return False
-    return True
 
 
 def _one_line(text: str) -> str:
