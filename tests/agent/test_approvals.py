@@ -474,14 +474,20 @@ def test_on_a_terminal_each_answer_y_a_n_and_e_does_what_it_says(terminal):
                     {"approvals": {"shell_patterns": ["^echo deploy"]}})
     screen = pane.wait_for(PROMPT)
     assert "── approval needed ── shell_exec" in screen and "    echo deploy 1" in screen
-    pane.type("y")
+    pane.keys("y")  # one key answers, without Enter
     pane.wait_for(PROMPT, 2)
-    pane.type("a")  # always for the pattern: deploy 3 runs unasked
+    pane.keys("a")  # always for the pattern: deploy 3 runs unasked
     screen = pane.wait_for(PROMPT, 3)
     assert "web_fetch reaches the network" in screen and "echo deploy 3" in screen
-    pane.type("n", "no fetching today")
+    pane.keys("n")
+    pane.wait_for("reason, told to the model")  # on the same line
+    pane.type("no fetching today")
     pane.wait_for(PROMPT, 4)
-    pane.type("e", '{"command": broken', '{"command": "echo edited"}')
+    pane.keys("e")
+    pane.wait_for("the arguments as one JSON line")
+    pane.type('{"command": broken')
+    pane.wait_for("; again")
+    pane.type('{"command": "echo edited"}')
     screen = pane.wait_for("EXIT=")
     assert "not valid JSON" in screen and "EXIT=0" in screen
 
