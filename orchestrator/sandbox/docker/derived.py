@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from orchestrator.errors import SandboxError
 from orchestrator.sandbox.docker import image as images
-from orchestrator.sandbox.docker.engine import connect
+from orchestrator.sandbox.docker.engine import connect, has_image
 
 
 def derived_image(base: str, repository: str, key: Any, body: list[str], *, what: str, names: str,
@@ -46,7 +46,7 @@ def derived_image(base: str, repository: str, key: Any, body: list[str], *, what
     lines += [*body, f"USER {user}"]
     lines += [f"LABEL {name}={shlex.quote(value)}" for name, value in (labels or {}).items()]
     with images._build_lock():
-        if images._image_exists(client, tag):
+        if has_image(client, tag):
             return tag
         say(f"installing {what} into {tag} (once; with the network on): {names}")
         started = time.monotonic()
