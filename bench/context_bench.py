@@ -50,6 +50,13 @@ compaction rewrites, cache-block rounding; cached prefix and history; summaries;
 formats in bench/trajectories.py) against the same raw agent, with the same breakdown.
 `--sweep` measures the marks and the preview size over seeds and windows (bench/context_sweep.py).
 
+`--say N` has the person speak N times in each run (`with_person`: short instructions at evenly spaced
+steps, the same for every policy, the raw agent included), and cairn keeps their words word for word
+through every compaction (context/person.py); `--keep-said off` compacts them like any message, as cairn
+did before. `--vary-framing off` frames every result in the plain form (context/framing.py). `--compare`
+runs cairn a second time in the same run with both off, and prints it beside (a column of its own on the
+scripted workloads, a line `before: ...` on real runs).
+
 A fourth run is cairn again with `--critic-every 10` (orchestrator/agent/critic.py: after every tenth step, a
 critic request of the task, the plan and the last ten steps, answered in ~270 tokens, whose note enters
 the next request's tail). Its figures are the line before the last:
@@ -101,6 +108,7 @@ from orchestrator.context import (  # noqa: E402
     shape_result,
 )
 from orchestrator.context.compaction import SUMMARY_DIR  # noqa: E402
+from orchestrator.context.framing import frame_result, framing  # noqa: E402
 from orchestrator.context.pointers import pointer_path  # noqa: E402
 from orchestrator.context.offload import obs_path  # noqa: E402
 from orchestrator.agent.critic import CRITIC_DIR, critic_request, tail_text  # noqa: E402
@@ -172,6 +180,7 @@ class Turn:
     verbatim: tuple[Message, ...]  # the turn as the baselines keep it: no offload, no shaping
     verbatim_tokens: int  # raw cl100k tokens of `verbatim`, for the baselines' cheap estimates
     rereads: str | None = None  # an extra step: the id of the earlier call whose output it brings back
+    said_after: str | None = None  # what the person says once this turn's results are in (`with_person`)
 
     @property
     def holds(self) -> frozenset[str]:
@@ -598,6 +607,32 @@ def _cut_lines(text: str, chars: int) -> str:
 REREAD_RATE = 0.10  # of the steps (after the first), chosen with their own seeded generator
 
 
+PERSON = ["Keep the public API exactly as it is.", "Run the whole test suite before you call it done.",
+          "Do not add new dependencies; the standard library is enough.", "Write the CHANGELOG entry last.",
+          "The failing test on Python 3.12 matters most; start there.", "Leave the vendored code alone.",
+          "Use the existing fixtures in conftest.py rather than new ones.", "Keep each commit small and focused."]
+
+
+def with_person(turns: Sequence[Turn], count: int, seed: int) -> list[Turn]:
+    """The turns with the person speaking `count` times (`Turn.said_after`), at evenly spaced steps between a
+    tenth and nine tenths of the run: one to four instructions each, drawn with their own generator, so the
+    turns stay as they were. The baselines get each message in the turn's verbatim messages too."""
+    rng = random.Random(f"person-{seed}")
+    turns = list(turns)
+    if not count or len(turns) < 3:
+        return turns
+    places = sorted({min(len(turns) - 2, max(0, round(len(turns) * (0.1 + 0.8 * i / max(1, count - 1)))))
+                     for i in range(count)})
+    for i in places:
+        text = " ".join(rng.sample(PERSON, rng.randint(1, 4)))
+        said = {"role": "user", "content": text}
+        turn = turns[i]
+        turns[i] = Turn(turn.step, turn.message, turn.calls, turn.todo, turn.kind, turn.output_tokens,
+                        (*turn.verbatim, said), turn.verbatim_tokens + count_tokens(canonical_json(said)),
+                        turn.rereads, text)
+    return turns
+
+
 def make_references(turns: Sequence[Turn], seed: int, rate: float = REREAD_RATE) -> dict[int, Call]:
     """Which steps need the content of an earlier observation, and which: step -> that call.
 
@@ -870,8 +905,12 @@ Send = Callable[[int, list[Message], list[dict[str, Any]], int, bool], int]
 
 def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | None,
               cfg: ContextConfig | None = None, references: dict[int, Call] | None = None,
-              critic_every: int | None = None, task: str = TASK) -> list[StepTime]:
+              critic_every: int | None = None, task: str = TASK, seed: int = DEFAULT_SEED,
+              keep_said: bool = True) -> list[StepTime]:
     """Drive the real context engine the way the loop does; return each step's context-work time.
+
+    Each result is framed as the loop frames it (context/framing.py, by `seed` and its number in the run);
+    the person's words (`Turn.said_after`) are kept through compaction unless `keep_said` is false.
 
     Before a step that needs an earlier observation (`references`) which is not in the request
     whole, one extra step reads it back (`read_back_turn`), through the same path as any step.
@@ -892,6 +931,7 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
     summaries = 0
     times: list[StepTime] = []
     played = 0  # steps, reread steps included: the loop's step counter
+    results = 0  # tool results so far: the number of the next one, which picks its framing
     note: CriticNote | None = None
 
     def whole(call: Call) -> bool:
@@ -933,7 +973,8 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
 
         # the model call (not timed): accounting, and summaries made by this step's compaction
         if ledger is not None:
-            ledger.new_messages = 1 + len(turns_played[-1].calls) if turns_played else 0
+            last = turns_played[-1] if turns_played else None
+            ledger.new_messages = 1 + len(last.calls) + bool(last.said_after) if last else 0
         prompt = send(turn.step, request.messages, request.tools, turn.output_tokens, turn.rereads is not None)
         if ledger is not None:
             # The request compaction built (`summary_request`): this step's, instruction appended.
@@ -953,18 +994,27 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
             # as Agent.step labels a repeated tool; a reread is a second turn of its step, so labelled too
             label = call.id if call.name in seen or turn.rereads else None
             seen.add(call.name)
+            form = framing(seed, results, cfg.vary_framing)
+            results += 1
             shaped = shape_result(turn.step, call.name, call.result, cfg=cfg, count=counter.count_text,
                                   save=files.__setitem__, call_id=label)
+            content = frame_result(shaped.content, "", call.name, form, shaped.offloaded_to)
             ids += 1
-            history.append(f"e{ids}", {"role": "tool", "tool_call_id": call.id, "content": shaped.content},
+            history.append(f"e{ids}", {"role": "tool", "tool_call_id": call.id, "content": content},
                            turn.step, kind="tool", tool=call.name, call_id=call.id, error=call.error,
                            offloaded_to=shaped.offloaded_to)
             holders.setdefault(turn.rereads or call.id, []).append(f"e{ids}")
+            # What a pointer's file must hold: the whole output when it was offloaded, else the result as
+            # the context held it (framed).
+            originals[call.id] = call.result if shaped.offloaded_to else content
+        if turn.said_after:  # the person's message, delivered before the next request (loop.take_messages)
+            ids += 1
+            history.append(f"e{ids}", {"role": "user", "content": turn.said_after}, turn.step, kind="user",
+                           said=turn.said_after if keep_said else None)
         t.shape = time.perf_counter() - started
         turns_played.append(turn)
         times.append(t)
         played += 1
-        originals.update({c.id: c.result for c in turn.calls})
         originals[turn.message.get("tool_calls", [{}])[0].get("id", "") + "/text"] = str(turn.message.get("content") or "")
         if critic_every and played % critic_every == 0 and ledger is not None:
             recent = [e.message for e in history if e.step > turn.step - critic_every]
@@ -978,8 +1028,9 @@ def run_cairn(turns: Sequence[Turn], window: int, send: Send, ledger: Ledger | N
 def check_pointers(history: History, files: dict[str, str], originals: dict[str, str]) -> None:
     """Every pointer left in the history names a saved file holding what it replaced, byte for byte.
 
-    `originals` maps a call id to its result as the tool returned it, and `<call id>/text` to the
-    assistant's text of that call's message. Raises AssertionError naming the first that does not resolve.
+    `originals` maps a call id to its result as the tool returned it (as the context held it, framed, when
+    it was not offloaded), and `<call id>/text` to the assistant's text of that call's message. Raises
+    AssertionError naming the first that does not resolve.
     """
     for entry in history:
         if entry.kind in ("summary", "digest"):
@@ -1028,7 +1079,8 @@ def _request_key(messages: list[Message], tools: list[dict[str, Any]]) -> str:
 
 
 def measure_cairn(turns: Sequence[Turn], window: int, repeats: int, cfg: ContextConfig | None = None,
-                  references: dict[int, Call] | None = None, task: str = TASK) -> tuple[Ledger, list[list[StepTime]]]:
+                  references: dict[int, Call] | None = None, task: str = TASK,
+                  keep_said: bool = True) -> tuple[Ledger, list[list[StepTime]]]:
     """One accounted run, then `repeats - 1` timing-only runs that must send the same bytes.
 
     The repeats skip the tokenizing and caching (minutes over three runs) and calibrate the counter
@@ -1050,8 +1102,9 @@ def measure_cairn(turns: Sequence[Turn], window: int, repeats: int, cfg: Context
             raise AssertionError(f"step {step}: a repeat sent other bytes than the accounted run")
         return sizes[key]
 
-    runs = [run_cairn(turns, window, accounted, ledger, cfg, references, task=task)]
-    runs += [run_cairn(turns, window, replayed, None, cfg, references, task=task) for _ in range(repeats - 1)]
+    runs = [run_cairn(turns, window, accounted, ledger, cfg, references, task=task, keep_said=keep_said)]
+    runs += [run_cairn(turns, window, replayed, None, cfg, references, task=task, keep_said=keep_said)
+             for _ in range(repeats - 1)]
     return ledger, runs
 
 
@@ -1202,7 +1255,7 @@ def _config(args: argparse.Namespace, **overrides: Any) -> ContextConfig:
     fields = {"high_water": args.high_water, "low_water": args.low_water, "preview_lines": args.preview_lines,
               "preview_chars": args.preview_chars, "keep_recent_results": args.keep_recent_results,
               "keep_recent_turns": args.keep_recent_turns, "compact_growth": args.compact_growth,
-              "digest_budget": args.digest_budget}
+              "digest_budget": args.digest_budget, "vary_framing": args.vary_framing == "on"}
     return ContextConfig(**(fields | overrides))
 
 
@@ -1235,6 +1288,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
                         help="cairn also compacts above the low mark after this share of the window's growth (0: off)")
     parser.add_argument("--digest-budget", type=float, default=defaults.digest_budget,
                         help="cairn folds the earlier digests into one line past this share of the window (0: never)")
+    parser.add_argument("--say", type=int, default=0, metavar="N",
+                        help="the person speaks N times in each run (the same messages for every policy)")
+    parser.add_argument("--keep-said", choices=["on", "off"], default="on",
+                        help="cairn keeps the person's words through compaction (off: compacted, as before)")
+    parser.add_argument("--vary-framing", choices=["on", "off"], default="on" if defaults.vary_framing else "off",
+                        help="cairn varies how results are framed (context.vary_framing)")
+    parser.add_argument("--compare", action="store_true",
+                        help="also run cairn with --vary-framing off --keep-said off (as before issue 32), beside")
     parser.add_argument("--sweep", action="store_true",
                         help="instead of one run: cairn's marks and preview size over seeds and windows, as a table")
     args = parser.parse_args(argv)
@@ -1253,7 +1314,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         return {}
     cfg = _config(args)
 
-    turns = _workload(args.workload, steps, args.seed)
+    turns = with_person(_workload(args.workload, steps, args.seed), args.say, args.seed)
     references = make_references(turns, args.seed, args.rereads)
     kinds = {k: sum(t.kind == k for t in turns) for k in ("small", "medium", "large", "failure")}
     observed = sum(t.observation_tokens() for t in turns)
@@ -1267,11 +1328,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
           f"{_fmt_int(observed)} observation tokens; {todo_rewrites} todo rewrites; "
           f"{len(references)} steps need an earlier observation again")
 
-    cairn, runs = measure_cairn(turns, window, max(1, args.repeats), cfg, references)
+    cairn, runs = measure_cairn(turns, window, max(1, args.repeats), cfg, references, keep_said=args.keep_said == "on")
+    before = None
+    if args.compare:  # cairn as before issue 32, in the same run: results in the plain form, the person's words compacted
+        before = measure_cairn(turns, window, 1, cfg.model_copy(update={"vary_framing": False}), references,
+                               keep_said=False)[0]
+        before.name = "cairn, before"
     fresh = run_summarize(turns, window, False, references) if args.summary_request != "appended" else None
     appended = run_summarize(turns, window, True, references) if args.summary_request != "fresh" else None
     raw = run_drop_oldest(turns, 10**12, None, "raw, no limit") if args.workload == "real-shaped" else None
-    ledgers = [cairn, run_drop_oldest(turns, window, references), *(x for x in (fresh, appended, raw) if x)]
+    ledgers = [cairn, *(x for x in (before,) if x), run_drop_oldest(turns, window, references),
+               *(x for x in (fresh, appended, raw) if x)]
 
     rows: list[tuple[str, Callable[[Ledger], str]]] = [
         ("requests (incl. summarize)", lambda led: _fmt_int(led.requests)),
@@ -1354,6 +1421,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         result |= {"compactions": float(cairn.compactions), "summaries": float(cairn.summaries),
                    "cost_vs_raw": cairn.cost / raw.cost, "floor_vs_raw": cost_floor(turns, raw, cfg)[0] / raw.cost}
         line += f" compactions={cairn.compactions} summaries={cairn.summaries} cost_vs_raw={result['cost_vs_raw']:.3f}"
+    if before is not None:
+        result |= {"before_cache_hit": before.cache_hit, "before_cost_vs_summarize": _ratio(before.cost, fresh),
+                   "before_cost_vs_appended": _ratio(before.cost, appended),
+                   **({"before_cost_vs_raw": before.cost / raw.cost} if raw is not None else {})}
+        print(f"\nbefore (the plain form, the person's words compacted): cache_hit={before.cache_hit:.3f} "
+              f"cost_vs_summarize={_fmt_ratio(result['before_cost_vs_summarize'])} "
+              f"cost_vs_appended={_fmt_ratio(result['before_cost_vs_appended'])}"
+              + (f" cost_vs_raw={result['before_cost_vs_raw']:.3f}" if raw is not None else ""))
     critic = Ledger(f"cairn, critic every {CRITIC_EVERY}")
     run_cairn(turns, window, lambda step, messages, tools, output, reread: critic.account(
         prompt_tokens_of(messages, tools), output, reread), critic, cfg, references, critic_every=CRITIC_EVERY)

@@ -64,21 +64,27 @@ def decide(messages: list[dict[str, Any]]) -> dict[str, Any]:
         return _done()
     appended = re.fullmatch(_pattern(APPEND), command)
     checked = re.fullmatch(_pattern(CHECK), command)
+    # It reads a result as a model does, whatever its framing (orchestrator/context/framing.py).
+    lines = result.splitlines()
     if appended:
         n = int(appended.group(1))
-        if result.startswith("not executed"):
+        if any(line.startswith("not executed") for line in lines):
             return _append(n)
-        if "[exit code 0," in result:
+        if _EXIT_0.search(result) and "killed" not in result:
             return _done() if n == LINES else _append(n + 1)
         return _check(n)  # killed, or an error: it may or may not be there
     if checked:
         n = int(checked.group(1))
-        if result.startswith("present\n"):
+        if "present" in lines:
             return _done() if n == LINES else _append(n + 1)
-        if result.startswith("absent\n"):
+        if "absent" in lines:
             return _append(n)
         return _check(n)
     raise ValueError(f"the ledger model did not make this call: {name} {command!r}")
+
+
+# "[exit code 0, 0.2 s]" and the other forms of that line: "exit code 0", "exit 0 after", "exit status 0".
+_EXIT_0 = re.compile(r"\bexit(?: code| status)? 0\b")
 
 
 def _pattern(template: str) -> str:

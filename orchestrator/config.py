@@ -127,11 +127,20 @@ class LimitsConfig(Settings):
     max_steps: int | None = Field(100, ge=1)
     max_cost: float | None = Field(None, ge=0, description="USD.")
     max_tokens: int | None = Field(None, ge=1, description="Prompt plus completion tokens over the run.")
-    max_wall_seconds: float | None = Field(None, gt=0)
+    max_wall_seconds: float | None = Field(
+        None, gt=0, description="Wall-clock time the run may take, in seconds or as a duration (90m, 1h30m; "
+        "--max-time): the time its drives took, summed over resumes; the time it sat stopped does not count.")
     child_max_steps: int = Field(30, ge=1, description="Step budget of a sub-agent (agent_delegate); its "
                                  "max_steps argument can only lower it.")
     delegate_depth: int = Field(1, ge=0, description="How deep sub-agents nest: 1 lets the agent delegate but not "
                                 "its sub-agents; 0 turns agent_delegate off (the tool stays listed).")
+
+    @field_validator("max_wall_seconds", mode="before")
+    @classmethod
+    def _a_duration(cls, value: object) -> object:
+        from orchestrator.sizes import parse_duration
+
+        return parse_duration(value) if isinstance(value, str) else value  # ValueError: one line, with the name
 
 
 class ContextConfig(Settings):
@@ -156,6 +165,10 @@ class ContextConfig(Settings):
     digest_budget: float = Field(
         0.03, ge=0, lt=1, description="Once the digests pass this share of the window, they all fold into one "
         "line naming the file that holds them (0: never).")
+    vary_framing: bool = Field(
+        True, description="Vary, from one tool result to the next, how results are framed (a header, the exit "
+        "line, the sentence pointing at a saved output), so the model does not copy the pattern of near-identical "
+        "calls; the output itself never changes, and a resume sends the same bytes. False: one plain form.")
 
     @field_validator("low_water")
     @classmethod

@@ -32,6 +32,9 @@ class RunStarted(_Event):
     task: str
     system_prompt: str
     tools: list[dict[str, Any]]
+    # The run's seed (context/framing.py: how each tool result is framed). None in runs made before it:
+    # RunState derives one from the event's time.
+    seed: int | None = None
 
 
 class UserMessage(_Event):
@@ -81,6 +84,9 @@ class Compaction(_Event):
     kind: Literal["pointers", "digest", "summary"]
     replacements: dict[str, str] = Field(default_factory=dict)  # history message id -> new content
     span: list[str] = Field(default_factory=list)  # ids of the messages a summary replaces
+    # Of those, the person's (their messages, a denied call's reason): they stay, in order, just before the
+    # summary, as they are (None) or as the message this text (context/person.py: a reason, a long one's head).
+    kept: dict[str, str | None] = Field(default_factory=dict)
     summary: str | None = None
     summary_path: str | None = None
     tokens_before: int
@@ -185,6 +191,13 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 _adapter: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def new_seed() -> int:
+    """A run's seed (RunStarted.seed): random, recorded once, the same at every resume."""
+    import secrets
+
+    return secrets.randbits(31)
 
 
 def parse_event(line: str) -> Event:

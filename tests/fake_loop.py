@@ -23,8 +23,9 @@ __all__ = ["Outcome", "call", "done", "play", "resume", "text_of", "tool_message
 
 def play(tmp_path: Path, turns: list[dict[str, Any]], task: str = "test task", script_extra: dict | None = None,
          settings: dict | None = None) -> Outcome:
-    """Runs the script to its end on the in-memory ports and returns what happened."""
-    base: dict[str, Any] = {}
+    """Runs the script to its end on the in-memory ports and returns what happened. Results are framed in
+    one plain form unless `settings` turn `context.vary_framing` on (its forms follow the run's random seed)."""
+    base: dict[str, Any] = {"context": {"vary_framing": False}}
     for key, value in (settings or {}).items():
         base.setdefault(key, {}).update(value) if isinstance(value, dict) else base.__setitem__(key, value)
     cfg = RunConfig.model_validate(base)

@@ -47,12 +47,14 @@ def done(summary: str = "done") -> dict[str, Any]:
 
 def play(tmp_path: Path, turns: list[dict[str, Any]], task: str = "test task", script_extra: dict | None = None,
          settings: dict | None = None, message: str | None = None) -> Outcome:
-    """Writes the script, runs it to its end in a real sandbox, and returns what happened."""
+    """Writes the script, runs it to its end in a real sandbox, and returns what happened. Results are framed
+    in one plain form unless `settings` turn `context.vary_framing` on (its forms follow the run's random seed)."""
     script = tmp_path / f"script-{len(list(tmp_path.glob('script-*.json')))}.json"
     script.write_text(json.dumps({"turns": turns, **(script_extra or {})}))
     log = tmp_path / "requests.jsonl"
     log.unlink(missing_ok=True)
-    base = {"model": {"model": f"scripted:{script}", "retry_base_seconds": 0.01, "request_timeout": 3}}
+    base = {"model": {"model": f"scripted:{script}", "retry_base_seconds": 0.01, "request_timeout": 3},
+            "context": {"vary_framing": False}}
     for key, value in (settings or {}).items():
         base.setdefault(key, {}).update(value) if isinstance(value, dict) else base.__setitem__(key, value)
     cfg = RunConfig.model_validate(base)

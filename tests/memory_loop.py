@@ -39,8 +39,10 @@ class MemoryOutcome:
 def play(tmp_path: Path, turns: list[dict[str, Any]], task: str = "test task", script_extra: dict | None = None,
          settings: dict | None = None, before: Callable[[MemoryStore], None] | None = None) -> MemoryOutcome:
     """Runs the script to its end on the in-memory ports and returns what happened. `before(store)`: what
-    the person does before the first step (`say`, `request_stop`)."""
-    cfg = RunConfig.model_validate(settings or {})
+    the person does before the first step (`say`, `request_stop`). Results are framed in one plain form
+    unless `settings` turn `context.vary_framing` on (its forms follow the run's random seed)."""
+    settings = {**(settings or {}), "context": {"vary_framing": False, **(settings or {}).get("context", {})}}
+    cfg = RunConfig.model_validate(settings)
     sandbox = LocalSandbox(tmp_path / "workspace", tmp_path / "cairn", cfg=cfg.sandbox)
     store = MemoryStore(task, cfg, cairn_dir=sandbox.cairn)
     if before is not None:

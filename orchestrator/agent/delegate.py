@@ -119,7 +119,7 @@ def _new_child_run(parent: Parent, call_id: str, step: int, task: str, cfg: RunC
                     "config": cfg.model_dump(mode="json")})
     s = parent.state
     run.events.append(ev.RunStarted(task=task, system_prompt=s.system_prompt, tools=s.tools,
-                                    parent=parent.run_dir.top_run.id, call_id=call_id, depth=depth))
+                                    parent=parent.run_dir.top_run.id, call_id=call_id, depth=depth, seed=ev.new_seed()))
     return run
 
 
@@ -272,7 +272,7 @@ def child_limits(parent: Parent, requested: int | None) -> LimitsConfig:
         if update["max_tokens"] <= 0:
             raise BadCall("the run's token budget is spent: there is none left for a sub-agent")
     if limits.max_wall_seconds is not None:
-        update["max_wall_seconds"] = limits.max_wall_seconds - (time.time() - totals.started)
+        update["max_wall_seconds"] = limits.max_wall_seconds - totals.elapsed()
         if update["max_wall_seconds"] <= 0:
             raise BadCall("the run's time budget is spent: there is none left for a sub-agent")
     return limits.model_copy(update=update)

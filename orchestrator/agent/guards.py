@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from orchestrator.config import LimitsConfig
+from orchestrator.sizes import format_duration
 
 
 class Finished(Exception):
@@ -28,11 +29,16 @@ class Totals:
     completion_tokens: int = 0
     cost_usd: float = 0.0
     cost_known: bool = True  # False once any call had an unknown price
-    started: float = field(default_factory=time.time)
+    started: float = field(default_factory=time.time)  # when the current drive began (RunState sets it)
+    spent_seconds: float = 0.0  # what the run's earlier drives took: the time it sat stopped is not in it
 
     @property
     def cache_hit_ratio(self) -> float:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def elapsed(self, now: float | None = None) -> float:
+        """Wall-clock seconds the run has been driven: its earlier drives and this one up to `now`."""
+        return self.spent_seconds + max(0.0, (time.time() if now is None else now) - self.started)
 
 
 def check_budget(limits: LimitsConfig, totals: Totals, next_step: int, now: float | None = None) -> None:
@@ -44,16 +50,17 @@ def check_budget(limits: LimitsConfig, totals: Totals, next_step: int, now: floa
         raise Finished("budget", f"the token limit ({limits.max_tokens}) is reached ({spent} used)")
     if limits.max_cost is not None and totals.cost_known and totals.cost_usd >= limits.max_cost:
         raise Finished("budget", f"the cost limit (${limits.max_cost:.4f}) is reached (${totals.cost_usd:.4f})")
-    elapsed = (now or time.time()) - totals.started
-    if limits.max_wall_seconds is not None and elapsed >= limits.max_wall_seconds:
-        raise Finished("budget", f"the time limit ({limits.max_wall_seconds:g} s) is reached")
+    if limits.max_wall_seconds is not None and totals.elapsed(now) >= limits.max_wall_seconds:
+        raise Finished("budget", f"the time limit ({format_duration(limits.max_wall_seconds)}) is reached "
+                                 f"({format_duration(totals.elapsed(now))} used)")
 
 
 def is_last_step(limits: LimitsConfig, step: int) -> bool:
     return limits.max_steps is not None and step >= limits.max_steps
 
 
-def budget_notice(limits: LimitsConfig, totals: Totals, step: int) -> str:
+def budget_notice(limits: LimitsConfig, totals: Totals, step: int, now: float | None = None) -> str:
+    """The tail's line on what is left: steps, cost, tokens and time, those the run has a limit for."""
     parts = []
     if limits.max_steps is not None:
         parts.append(f"step {step} of {limits.max_steps}")
@@ -62,6 +69,11 @@ def budget_notice(limits: LimitsConfig, totals: Totals, step: int) -> str:
         parts.append(f"cost {cost} of ${limits.max_cost:.2f}")
     if limits.max_tokens is not None:
         parts.append(f"tokens {totals.prompt_tokens + totals.completion_tokens} of {limits.max_tokens}")
+    if limits.max_wall_seconds is not None:
+        used = totals.elapsed(now)
+        left = max(0.0, limits.max_wall_seconds - used)
+        parts.append(f"time {format_duration(used)} used of {format_duration(limits.max_wall_seconds)}, "
+                     f"{format_duration(left)} left")
     text = "Budget: " + ", ".join(parts) + "." if parts else ""
     if is_last_step(limits, step):
         text += " This is the last step: call task_done with a summary of where things stand."

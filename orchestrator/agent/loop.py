@@ -14,6 +14,7 @@ from orchestrator import events as ev
 from orchestrator.agent import approvals, critic, parallel, recovery
 from orchestrator.agent.check import check_done
 from orchestrator.agent.guards import Finished, LoopGuard, budget_notice, check_budget, is_last_step
+from orchestrator.agent.in_flight import work_in_flight
 from orchestrator.agent.state import RunState
 from orchestrator.agent.stop_signals import model_request, stop_requests, stop_signals
 from orchestrator.config import RunConfig
@@ -26,7 +27,6 @@ from orchestrator.ports import DiskLimit, Display, Model, Sandbox, Store, ToolSa
 from orchestrator.status import Status
 from orchestrator.tools.outcome import AskUser, BadCall, Observation, TaskDone
 from orchestrator.tools.registry import Registry, ToolContext, force
-from orchestrator.tools.sessions.status import session_notices
 
 
 class Loop:
@@ -167,7 +167,7 @@ class Loop:
                 raise Finished("failed", f"the context is still too long after compaction: {again}") from again
 
     def prepare(self, step: int, allow_compaction: bool = True) -> Any:
-        notices = [n for n in [budget_notice(self.cfg.limits, self.state.totals, step), *self.notices, *session_notices(self)] if n]
+        notices = [n for n in [budget_notice(self.cfg.limits, self.state.totals, step), *self.notices, *work_in_flight(self)] if n]
         todo, cut = self.read_todo()
         note = self.state.critic_note  # made after the last step, or before a stop: shown once
         tail = render_tail(todo, notices, cut, critic.tail_text(note) if note else None)
@@ -278,7 +278,7 @@ class Loop:
                label: str | None = None) -> None:
         shaped = shape_result(step, call.name, observation.text, cfg=self.cfg.context, count=self.counter.count_text,
                               save=self.save_file, saved_path=observation.saved_path, call_id=label)
-        content = "\n".join(part for part in (shaped.content.rstrip("\n"), observation.footer) if part)
+        content = self.state.framed(shaped, observation.footer, call.name, self.cfg.context.vary_framing)
         whole = "\n".join(part for part in (observation.text.rstrip("\n"), observation.footer) if part)
         self.emit(ev.ToolFinished(
             step=step, call_id=call.id, name=call.name, content=content, error=observation.error,

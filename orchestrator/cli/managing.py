@@ -204,10 +204,11 @@ def gc(
 
 
 def _duration(text: str) -> float:
-    """`30s`, `30m`, `12h`, `7d`, `2w` in seconds."""
-    import re
+    """`30s`, `30m`, `12h`, `7d`, `2w` (or `1h30m`, or a number of seconds) in seconds."""
+    from orchestrator.sizes import parse_duration
 
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
-    if not match:
-        raise UsageError(f"--older-than {text!r} is not a duration: give a number and a unit, e.g. 30m, 12h, 7d")
-    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[match.group(2)]
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise UsageError(f"--older-than {text!r} is not a duration: give a number and a unit, e.g. 30m, 12h, "
+                         "7d") from None

@@ -35,6 +35,7 @@ def run(
     max_steps: Optional[int] = typer.Option(None, "--max-steps", metavar="N", min=1, rich_help_panel=LIMITS, help="Model calls at most (default 100)."),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", metavar="USD", min=0, rich_help_panel=LIMITS, help="Dollars at most."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", metavar="N", min=1, rich_help_panel=LIMITS, help="Prompt plus completion tokens at most."),
+    max_time: Optional[str] = typer.Option(None, "--max-time", metavar="DURATION", rich_help_panel=LIMITS, help="Wall-clock time at most: 90m, 1h30m, 45s or a number of seconds. The model is told the time used and left; the time the run sits stopped does not count."),
     network: Optional[str] = typer.Option(None, "--network", metavar="none|bridge", rich_help_panel=SANDBOX, help="The sandbox's network: none (the default, unless the template says otherwise) or bridge."),
     image: Optional[str] = typer.Option(None, "--image", metavar="IMAGE", rich_help_panel=SANDBOX, help="Sandbox image (default: the one cairn builds); any Linux image works."),
     workdir: Optional[str] = typer.Option(None, "--workdir", metavar="PATH", rich_help_panel=WORKSPACE, help="The agent works in PATH (e.g. /app; default /workspace): the image's content there becomes the run's workspace, mounted back at PATH."),
@@ -71,7 +72,8 @@ def run(
     try:
         cfg = resolve_config({
             "model": {"model": model, "api_base": api_base},
-            "limits": {"max_steps": max_steps, "max_cost": max_cost, "max_tokens": max_tokens},
+            "limits": {"max_steps": max_steps, "max_cost": max_cost, "max_tokens": max_tokens,
+                       "max_wall_seconds": _max_time(max_time)},
             "sandbox": {"network": network, "image": image, "user": sandbox_user, "workdir": workdir,
                         "max_disk": max_disk, "runtime": runtime, "lockdown": True if lockdown else None},
             "check": {"command": check, "rounds": check_rounds},
@@ -127,6 +129,7 @@ def resume(
     network: Optional[str] = typer.Option(None, "--network", help="none or bridge: the sandbox's network from now on."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1, help="Raise the step limit."),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0, help="Raise the cost limit (USD)."),
+    max_time: Optional[str] = typer.Option(None, "--max-time", metavar="DURATION", help="The run's time limit from now on (90m, 1h30m, 45s or seconds), its earlier drives counted: raise it to go on after the time ran out."),
     from_step: Optional[int] = typer.Option(None, "--from-step", min=0,
                                             help="Fork a new run from the end of step N, and continue that."),
     critic_every: Optional[int] = typer.Option(None, "--critic-every", metavar="N", min=0, help="From now on, every N steps a critic model call reviews the last N steps (0: no critic)."),
@@ -143,14 +146,15 @@ def resume(
     is untrusted: its settings that reach this machine need --trust, --safe-defaults or your own values."""
     from orchestrator.runs.resume import Resumption, fork, prepare
 
+    max_seconds = _max_time(max_time)  # a wrong duration is said before the run is taken
     run_dir = _find(runs_dir, run_ref)
     if from_step is not None:
         source, run_dir = run_dir, fork(run_dir, from_step, message, _runs_dir(runs_dir))
         typer.echo(f"run {run_dir.id}: forked from run {source.id} at step {from_step}", err=True)
         typer.echo(run_dir.id, err=json_output)  # the new run's id alone, for a script (stderr with --json)
     wanted = Resumption(message=message, model=model, api_base=api_base, network=network, max_steps=max_steps,
-                        max_cost=max_cost, critic_every=critic_every, critic_model=critic_model, approve=approve,
-                        trust=trust, safe_defaults=safe_defaults)
+                        max_cost=max_cost, max_seconds=max_seconds, critic_every=critic_every,
+                        critic_model=critic_model, approve=approve, trust=trust, safe_defaults=safe_defaults)
     terminal = _can_ask(json_output)
 
     def ask(question: str) -> str | None:  # the agent's question, put to the person at this terminal
@@ -159,6 +163,17 @@ def resume(
 
     ready = prepare(run_dir, wanted, ask=ask if terminal else None, approvals_on_terminal=terminal)
     _drive(run_dir, ready.cfg, json_output, message=ready.message, resumed=True, source=ready.source)
+
+
+def _max_time(value: Optional[str]) -> Optional[float]:
+    """`--max-time`'s seconds, or a one-line usage error that says what a duration looks like."""
+    from orchestrator.sizes import parse_duration
+
+    try:
+        return parse_duration(value) if value is not None else None
+    except ValueError:
+        raise UsageError(f"--max-time {value!r} is not a duration: give 90m, 1h30m, 45s or a number of "
+                         "seconds") from None
 
 
 def _approve_mode(value: Optional[str]) -> Optional[str]:
@@ -209,7 +224,7 @@ def approve(
     run_dir.release()  # answered; a resume (below, or later) takes it as its own
     if and_resume:
         resume(run_dir.id, message=None, model=None, api_base=None, network=None, max_steps=None, max_cost=None,
-               from_step=None, critic_every=None, critic_model=None, approve=None, trust=False, safe_defaults=False,
+               max_time=None, from_step=None, critic_every=None, critic_model=None, approve=None, trust=False, safe_defaults=False,
                runs_dir=runs_dir, json_output=False)
 
 

@@ -31,6 +31,9 @@ Three moves, cheapest first:
    not yet compacted) with the instruction appended as one user message, so the provider's prefix
    cache serves all of it but that message, as Claude Code and Codex CLI send theirs.
 
+The person's words are never compacted away (context/person.py): their messages in a span a digest or a
+summary replaces stay, word for word and in order, just before the message that replaces it.
+
 Every pointer resolves to a file in the workspace, and the event log keeps every byte besides.
 The result is a `Compaction` event, applied with `History.apply`: the same call a resume makes, so
 a live history and a replayed one cannot drift apart.
@@ -45,6 +48,7 @@ from orchestrator.config import ContextConfig
 from orchestrator.context.digest import make_digest
 from orchestrator.context.history import Entry, History, replaced_message
 from orchestrator.context.offload import CAIRN_DIR, Save, call_arguments, is_big, obs_path, with_arguments
+from orchestrator.context.person import KEPT, keep
 from orchestrator.context.pointers import argument_pointer, pointer_text, text_pointer
 from orchestrator.context.span_files import summary_file
 from orchestrator.context.tokens import TokenCounter, canonical_json
@@ -138,16 +142,17 @@ def compact(
     # else a summary; a digest still, when no summary can be made.
     span = [] if fits(total) or (digest and fits(total - digest.removed + digest.tokens, (cfg.low_water + cfg.high_water) / 2)) else (
         _oldest_span(turns, protected, tokens, cfg, fits))
-    kind, span_ids, summary, summary_path = "pointers", [], None, None
+    kind, span_ids, summary, summary_path, kept = "pointers", [], None, None, {}
     after = "after turning old results into pointers and summarizing old turns"
     if digest is not None and not span:
         for path, text in digest.files:
             save(path, text)
         total += digest.tokens - digest.removed
-        kind, span_ids, summary, summary_path = "digest", digest.ids, digest.message, digest.path
+        kind, span_ids, summary, summary_path, kept = "digest", digest.ids, digest.message, digest.path, digest.kept
         after = "after turning old results into pointers and folding old turns"
     elif span:
-        total -= sum(tokens[entry.id] for entry in span)
+        kept, kept_tokens = keep(span, counter, save)  # (a long message's whole text goes to a file first)
+        total += kept_tokens - sum(tokens[entry.id] for entry in span)
         # Hopeless even if the summary were empty: say so before paying for the summary.
         _fail_if_over(estimate(total), window, "even with every older turn summarized away")
         replaced = [
@@ -161,13 +166,13 @@ def compact(
         # A sub-agent shares the workspace: its prefix keeps its summaries from overwriting the parent's.
         summary_path = f"{SUMMARY_DIR}/{summary_prefix}{next_summary_number:03d}.md"
         save(summary_path, summary_file(next_summary_number, step, text, span, replaced))
-        summary = summary_message(next_summary_number, summary_path, span, text)
+        summary = summary_message(next_summary_number, summary_path, span, text, bool(kept))
         total += counter.message({"role": "user", "content": summary})
         kind, span_ids = "summary", [entry.id for entry in span]
 
     _fail_if_over(estimate(total), window, after)
     event = Compaction(
-        step=step, kind=kind, span=span_ids, summary=summary, summary_path=summary_path,
+        step=step, kind=kind, span=span_ids, summary=summary, summary_path=summary_path, kept=kept,
         # A message inside the span disappears into the summary or digest; its pointer lives on in the file.
         replacements={id: content for id, content in replacements.items() if id not in span_ids},
         tokens_before=estimate(history.tokens()), tokens_after=estimate(total),
@@ -204,8 +209,8 @@ def _pointers(
     for entry in entries:
         if fits(total):
             break
-        if entry.id in recent or entry.pointer or entry.kind not in ("tool", "assistant"):
-            continue
+        if entry.id in recent or entry.pointer or entry.kind not in ("tool", "assistant") or entry.said is not None:
+            continue  # (a call the person denied keeps their reason whole: context/person.py)
         if entry.kind == "tool":
             message, files = _result_pointer(entry)
         else:
@@ -320,10 +325,10 @@ def _oldest_span(
     span: list[Entry] = []
     for turn in turns[: max(0, len(turns) - protected)]:
         span.extend(turn)
-        remaining -= sum(tokens[entry.id] for entry in turn)
+        remaining -= sum(tokens[entry.id] for entry in turn if entry.said is None)  # the person's words stay
         if fits(remaining):
             break
-    return span if sum(tokens[entry.id] for entry in span) > cfg.summary_tokens else []
+    return span if sum(tokens[entry.id] for entry in span if entry.said is None) > cfg.summary_tokens else []
 
 
 def summary_request(
@@ -334,21 +339,22 @@ def summary_request(
     the history as the last request sent it, every byte but that message's is a prefix the provider
     has cached."""
     instruction = (
-        f"[cairn is compacting your context: the messages of steps {span[0].step} to {span[-1].step} above "
-        "will be replaced by a summary you write now, and saved whole to a file you can read. Summarize those "
-        "steps for yourself: decisions, facts learned, files written, errors met and their state, and every "
-        "file path mentioned. Answer with the summary only, in plain text; call no tool.]"
+        f"[cairn is compacting your context: the messages of steps {span[0].step} to {span[-1].step} above, "
+        "but the person's, will be replaced by a summary you write now, and saved whole to a file you can read. "
+        "Summarize those steps for yourself: decisions, facts learned, files written, errors met and their state, "
+        "and every file path mentioned. Answer with the summary only, in plain text; call no tool.]"
     )
     return [*prefix, *messages, {"role": "user", "content": instruction}]
 
 
-def summary_message(number: int, path: str, span: list[Entry], text: str) -> str:
-    """The history message that stands for a summarized span."""
+def summary_message(number: int, path: str, span: list[Entry], text: str, kept: bool = False) -> str:
+    """The history message that stands for a summarized span (`kept`: the person's messages of those steps
+    stay above it)."""
     first, last = span[0].step, span[-1].step
     return (
         f"[Summary {number:03d} of the earlier work (steps {first} to {last}), written by cairn when the "
         f"context filled up. The file {path} holds this summary, the path of every saved output of "
-        "those steps, and the replaced messages whole; read it with file_read when you need a detail.]\n\n"
+        f"those steps, and the replaced messages whole; read it with file_read when you need a detail.{KEPT * kept}]\n\n"
         + text
     )
 

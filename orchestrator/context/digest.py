@@ -19,6 +19,7 @@ from typing import Any
 
 from orchestrator.context.history import Entry, replaced_message
 from orchestrator.context.offload import CAIRN_DIR, call_arguments, count_lines, obs_path
+from orchestrator.context.person import digest_line, keep
 from orchestrator.context.pointers import error_line, pointer_path
 from orchestrator.context.span_files import digest_file
 from orchestrator.context.tokens import TokenCounter
@@ -44,7 +45,8 @@ class Digest:
     path: str
     files: list[tuple[str, str]]  # (path, text): the digest's own file, and results that had none
     tokens: int  # of the digest message
-    removed: int  # tokens of the span it replaces, as they will be after the pointer pass
+    removed: int  # tokens of the span it replaces, as they will be after the pointer pass, less what stays
+    kept: dict[str, str | None]  # the person's words in the span, which stay before it (Compaction.kept)
 
 
 def make_digest(
@@ -64,7 +66,9 @@ def make_digest(
     Unless the digests since the last summary, with the new one, pass `budget` raw tokens (0: no
     budget): then the earlier ones fold into one line before the new digest, naming its file, which
     holds them whole. A line a step piles up to thousands of tokens read at every step of a long run,
-    and would in the end need a summary (a model call); the fold costs no call and loses nothing.
+    and would in the end need a summary (a model call); the fold costs no call and loses nothing. The
+    person's messages in the span, and between the earlier digests, stay before the new message
+    (context/person.py).
     (Keeping the newest earlier digests whole beside the fold line, within part of the budget, was
     measured: at the default budget it never kept one, so the fold takes them all.)"""
     start = max((i + 1 for i, turn in enumerate(old) if turn[0].kind in ("summary", "digest")), default=0)
@@ -93,27 +97,30 @@ def make_digest(
     message = digest_message(span, messages, path, results, errors)
     digest_tokens = counter.message({"role": "user", "content": message})
     first = span[0].step
-    if budget and earlier and sum(tokens[e.id] for e in earlier) + digest_tokens > budget:
-        first, last = _steps(earlier)
+    if budget and earlier and sum(tokens[e.id] for e in earlier if e.kind == "digest") + digest_tokens > budget:
+        first, last = _steps([e for e in earlier if e.kind == "digest"])
         message = fold_line(first, last, path) + "\n\n" + message
         span, messages = [*earlier, *span], [*(e.message for e in earlier), *messages]
         digest_tokens = counter.message({"role": "user", "content": message})
-    removed = sum(tokens[entry.id] for entry in span)
+    kept, kept_tokens = keep(span, counter, lambda path, text: files.append((path, text)))
+    removed = sum(tokens[entry.id] for entry in span) - kept_tokens
     if digest_tokens >= removed:
         return None
     files.append((path, digest_file(step, span, messages, message, first)))
-    return Digest([e.id for e in span], message, path, files, digest_tokens, removed)
+    return Digest([e.id for e in span], message, path, files, digest_tokens, removed, kept)
 
 
 def _earlier_digests(before: list[list[Entry]]) -> list[Entry]:
     """The digests that end `before` (the turns up to the new digest's span), back to the last summary:
-    they are one run of messages, each digest having replaced all the turns since the one before it."""
+    they are one run of messages, each digest having replaced all the turns since the one before it, with
+    the person's messages each kept before its digest among them (from the first digest on)."""
     earlier: list[Entry] = []
     for turn in reversed(before):
-        if turn[0].kind != "digest" or len(turn) > 1:
+        if len(turn) > 1 or not (turn[0].kind == "digest" or turn[0].said is not None):
             break
         earlier.insert(0, turn[0])
-    return earlier
+    # It ends with a digest when there is one. Those kept before the first are where a fold would put them.
+    return earlier[[e.kind for e in earlier].index("digest"):] if earlier else []
 
 
 def _steps(digests: Sequence[Entry]) -> tuple[int, int]:
@@ -155,8 +162,8 @@ def digest_message(span: Sequence[Entry], messages: Sequence[dict[str, Any]], pa
         elif entry.kind == "tool":
             lines.append("  -> " + _result(entry, results.get(entry.id), errors.get(entry.id)))
         else:
-            text = str(message.get("content") or "").strip().replace("\n", " ")
-            lines.append(f"{entry.step}: [{entry.kind} message] {_cut(text, MAX_ARGUMENT_CHARS)}")
+            text = _cut(str(message.get("content") or "").strip().replace("\n", " "), MAX_ARGUMENT_CHARS)
+            lines.append(digest_line(entry, text))
     return "\n".join(lines)
 
 

@@ -3,6 +3,10 @@
 It is append-only, because every byte that stays put is a byte the provider's prefix cache can
 reuse. The one exception is a compaction, and a compaction is an event in the log: `apply` replays it,
 so a history rebuilt from the events after a resume is byte for byte the history the run had.
+
+What the person said is never compacted away: a message of theirs (and the reason they gave for denying a
+call) that a digest or a summary replaces stays, word for word and in order, just before the message
+that stands for its span (`kept_entry`), so every later request holds it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class Entry:
     call_id: str | None = None
     error: bool = False
     offloaded_to: str | None = None  # where the whole result text is, if not in the message
+    said: str | None = None  # the person's words it carries (their message; a denied call's reason): kept
     pointer: bool = False  # a compaction replaced the content with a pointer
 
     @property
@@ -72,8 +77,10 @@ class History:
         call_id: str | None = None,
         error: bool = False,
         offloaded_to: str | None = None,
+        said: str | None = None,
     ) -> Entry:
-        """Add a message at the end. It is copied, so the caller's dict can change without harm."""
+        """Add a message at the end. It is copied, so the caller's dict can change without harm. `said`:
+        the person's words the message carries, which no compaction drops (see `kept_entry`)."""
         if id in self._index:
             raise ValueError(f"history already has a message with id {id!r}")
         message = _copy_message(message)
@@ -83,14 +90,15 @@ class History:
         if kind == "tool":
             call_id = call_id or message.get("tool_call_id")
             tool = tool or message.get("name")
-        entry = Entry(id, message, step, kind, self.counter.message(message), tool, call_id, error, offloaded_to)
+        entry = Entry(id, message, step, kind, self.counter.message(message), tool, call_id, error, offloaded_to, said)
         self._index[id] = len(self._entries)
         self._entries.append(entry)
         self._tokens += entry.tokens
         return entry
 
     def apply(self, event: Compaction) -> None:
-        """Replay a compaction: pointer replacements first, then the summarized span, if any.
+        """Replay a compaction: pointer replacements first, then the summarized span, if any, with the
+        person's words in it (`event.kept`) left before the message that replaces it.
 
         Applying an event twice changes nothing the second time, so the loop may both let `compact`
         apply it and send it through the same path as every recorded event.
@@ -147,8 +155,9 @@ class History:
     def _replace_span(self, event: Compaction) -> None:
         if not event.span or event.summary is None or event.summary_path is None:
             raise ValueError(f"a {event.kind} compaction needs a span, a summary and a summary_path")
-        if summary_id(event.summary_path) in self._index and not any(id in self._index for id in event.span):
-            return  # applied already
+        # Applied already: its message is in, and the span's messages are gone, but for the person's.
+        if summary_id(event.summary_path) in self._index and not (set(event.span) - set(event.kept)) & self._index.keys():
+            return
         start = self._position(event.span[0])
         if [entry.id for entry in self._entries[start : start + len(event.span)]] != event.span:
             raise ValueError(f"compaction span {event.span[0]}..{event.span[-1]} is not a run of the history")
@@ -158,8 +167,9 @@ class History:
         if summary.id in self._index:
             raise ValueError(f"history already has a summary with id {summary.id!r}")
         removed = self._entries[start : start + len(event.span)]
-        self._entries[start : start + len(event.span)] = [summary]
-        self._tokens += summary.tokens - sum(entry.tokens for entry in removed)
+        kept = [kept_entry(entry, event.kept[entry.id], self.counter) for entry in removed if entry.id in event.kept]
+        self._entries[start : start + len(event.span)] = [*kept, summary]
+        self._tokens += summary.tokens + sum(e.tokens for e in kept) - sum(entry.tokens for entry in removed)
         self._index = {entry.id: i for i, entry in enumerate(self._entries)}
 
     def _position(self, id: str) -> int:
@@ -198,6 +208,15 @@ def _copy_message(value: Any) -> Any:  # noqa: ANN401 - a message, or any value 
     if type(value) is list:
         return [_copy_message(item) for item in value]
     return value if type(value) in _ATOMIC else copy.deepcopy(value)
+
+
+def kept_entry(entry: Entry, text: str | None, counter: TokenCounter) -> Entry:
+    """What stays in the history of `entry`, one of the person's, when a digest or summary replaces its span:
+    the entry itself (`text` None), or a message of the person's words with the `text` the compaction recorded
+    (context/person.py: a denied call's reason, as the call goes into the digest; a very long message's head)."""
+    message = {"role": "user", "content": text}
+    return entry if text is None else Entry(entry.id if entry.kind == "user" else f"said-{entry.id}", message,
+                                            entry.step, "user", counter.message(message), pointer=True, said=entry.said)
 
 
 def summary_id(summary_path: str) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.config import ContextConfig
+from orchestrator.context.framing import read_back
 
 Save = Callable[[str, str], None]
 """`save(path, text)` writes text to a path of the sandbox (absolute, or relative to the work directory)."""
@@ -97,7 +98,8 @@ def shape_result(
 
 
 def preview(text: str, path: str, cfg: ContextConfig) -> str:
-    """Head and tail of `text`, framed by where the whole text is and how to read it."""
+    """Head and tail of `text`, framed by where the whole text is and how to read it (context/framing.py
+    words that last sentence in the result's form)."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # a final newline ends the last line; it does not start another
@@ -109,10 +111,7 @@ def preview(text: str, path: str, cfg: ContextConfig) -> str:
         parts.append(_cap_head("\n".join(lines[:keep]), cfg.preview_chars))
         parts.append(f"[... {len(lines) - 2 * keep} lines omitted ...]")
         parts.append(_cap_tail("\n".join(lines[-keep:]), cfg.preview_chars))
-    parts.append(
-        f'[Read the whole output with file_read(path="{path}", offset=..., limit=...): '
-        "a window of lines at a time.]"
-    )
+    parts.append(read_back(path))
     return "\n".join(parts)
 
 

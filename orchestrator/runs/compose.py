@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from orchestrator.config import RunConfig
 from orchestrator.errors import EXIT_BUDGET, EXIT_DONE, EXIT_FAILED, EXIT_INTERRUPTED, CairnError
 from orchestrator import events as ev
+from orchestrator.runs.first_checkpoint import Checkpointing
 from orchestrator.runs.new_run import progress, start_log
 from orchestrator.store.liveness import write_pid_file
 from orchestrator.store.run_dir import RunDir
@@ -83,15 +84,26 @@ class LiveRun:
             cfg = self.cfg = restore_secrets(cfg)  # never stored: read from the run's agent.json again
         self.hub = None
         run.cairn_dir.mkdir(exist_ok=True)  # a run made before cairn/ existed gets one now
-        self.sandbox = sandbox if sandbox is not None else self._docker_sandbox()
+        # The workspace's first checkpoint is taken in a thread, beside the container's start and the model
+        # library's load: only the first call that can change the workspace waits for it. From then on
+        # the host's kernel says what changed (runs/first_checkpoint.py): a step's checkpoint and the
+        # files given back cost what the step changed.
+        self.checkpointing = Checkpointing(run)
+        try:
+            self.sandbox = sandbox if sandbox is not None else self._docker_sandbox()
+        except BaseException:
+            self.checkpointing.close()
+            raise
         # The container starts (I/O on the engine) while this thread loads the model library (CPU): a
         # start waits for the longer of the two, not for both (bench/startup_bench.py).
         self._starting = _Starting(self.sandbox)
         try:
             self.agent = self._make_agent(display)
+            self.checkpointing.log_through(self.agent.emit)
         except BaseException:
             self._starting.wait()  # a half-started sandbox is stopped, never left running
             self.sandbox.stop()
+            self.checkpointing.close()
             raise
 
     def _docker_sandbox(self) -> SandboxPort:
@@ -113,7 +125,7 @@ class LiveRun:
         carried = carried_machine(run)
         return backend("docker")(run.id, run.workspace, cfg.sandbox, image=carried or image, cairn_mount=run.cairn_dir,
                                  external=run.external_workspace is not None, keep=True, run_dir=run.root,
-                                 machine=carried is not None)
+                                 machine=carried is not None, watch=self.checkpointing.watch)
 
     def _make_agent(self, display: Display) -> Loop:
         """The agent's Loop with its ports: this sandbox, the model's client (which imports litellm: only
@@ -156,6 +168,7 @@ class LiveRun:
             self._starting.result()
         except BaseException:
             self.sandbox.stop()
+            self.checkpointing.close()
             raise
         try:
             if self.hub is not None:
@@ -194,7 +207,10 @@ class LiveRun:
     def __exit__(self, *exc: object) -> None:
         if self.hub is not None:
             self.hub.close()
-        self.sandbox.stop()  # stopped and kept: the run's next drive starts it again
+        try:
+            self.sandbox.stop()  # stopped and kept: the run's next drive starts it again
+        finally:
+            self.checkpointing.close()
         (self.run.state / "pid").unlink(missing_ok=True)
         self.run.release()  # no-op for a drive that did not hold it
 

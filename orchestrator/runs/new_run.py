@@ -97,14 +97,16 @@ def copy_workdir(run: RunDir, cfg: RunConfig) -> None:
 
 def start_log(run: RunDir, task: str, cfg: RunConfig, extra_tools: list[dict[str, Any]] | None = None,
               offered: Sequence[str] | None = None) -> None:
-    """The first events: RunStarted with the run's system prompt (its profile, the project's AGENTS.md) and
-    fixed tool list (built-in, or those of them `offered`, then the run's own, then MCP), and step 0."""
+    """The first event: RunStarted with the run's system prompt (its profile, the project's AGENTS.md) and
+    fixed tool list (built-in, or those of them `offered`, then the run's own, then MCP). Step 0, the
+    workspace's first checkpoint, is taken by the run's first drive, while its first request goes out
+    (runs/first_checkpoint.py)."""
     # AGENTS.md is read once, here: the prompt stays the same for the whole run, so the prefix cache holds.
     instructions = read_instructions(run.workspace, cfg.sandbox.workdir)
     prompt = system_prompt(cfg.system_prompt_extra, cfg.sandbox.workdir, cfg, instructions)
     builtin = [t for t in BUILTIN_TOOLS if offered is None or t["function"]["name"] in offered]
-    run.events.append(ev.RunStarted(task=task, system_prompt=prompt, tools=canonical(builtin + list(extra_tools or []))))
-    initial_checkpoint(run)
+    run.events.append(ev.RunStarted(task=task, system_prompt=prompt, tools=canonical(builtin + list(extra_tools or [])),
+                                    seed=ev.new_seed()))
 
 
 def clone(url: str, ref: str | None, dest: Path) -> None:
@@ -154,14 +156,6 @@ def add_missing_files(template: Path, workspace: Path) -> None:
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
-
-
-def initial_checkpoint(run: RunDir) -> None:
-    """Step 0: the workspace as the run starts, the base the diff of step 1 is taken against."""
-    from orchestrator.store.checkpoints import Checkpoints
-
-    done = Checkpoints.of(run).commit(0)
-    run.events.append(ev.Checkpoint(step=0, commit=done.commit, skipped=done.skipped))
 
 
 _PROGRESS: list[Callable[[str], None] | None] = [lambda line: print(line, file=sys.stderr, flush=True)]

@@ -40,6 +40,7 @@ class Resumption:
     network: str | None = None
     max_steps: int | None = None
     max_cost: float | None = None
+    max_seconds: float | None = None  # the time limit from now on, the run's earlier drives counted
     critic_every: int | None = None  # 0: no critic from now on
     critic_model: str | None = None
     approve: str | None = None  # never, outside or always: which calls wait for a yes from now on
@@ -154,6 +155,8 @@ def _override(cfg: RunConfig, wanted: Resumption) -> None:
         cfg.limits.max_steps = wanted.max_steps
     if wanted.max_cost is not None:
         cfg.limits.max_cost = wanted.max_cost
+    if wanted.max_seconds is not None:
+        cfg.limits.max_wall_seconds = wanted.max_seconds
     if wanted.critic_every is not None:
         cfg.critic.every = wanted.critic_every or None
     if wanted.critic_model is not None:

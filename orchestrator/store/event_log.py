@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 from orchestrator.events import Event, _Event, dump_event, parse_event
 
@@ -14,8 +15,14 @@ class EventLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # Called once, before the first event of a step past 0 is written: a drive's step 0, taken while
+        # the first request goes out, goes into the log before anything of step 1 (runs/first_checkpoint.py).
+        self.before_step_1: Callable[[], None] | None = None
 
     def append(self, event: _Event) -> None:
+        if self.before_step_1 is not None and event.step > 0:
+            before, self.before_step_1 = self.before_step_1, None
+            before()
         line = (dump_event(event) + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

@@ -42,6 +42,10 @@ class RunDir:
         self._external: Path | None | bool = False  # False: not read yet; None: the run's own workspace/
         self._checkpoints: Any = None  # store.checkpoints.Checkpoints, made at the first checkpoint
         self.lock: Any = None  # the run's RunLock (store/liveness.py) while this process drives it
+        self.changes: Any = None  # the workspace's change list (store/change_list.Subscription) of a live drive
+        # The workspace's first checkpoint, taken in a thread while the first request goes out
+        # (runs/first_checkpoint.py); None when there is none to wait for.
+        self.pending_first_checkpoint: Any = None
 
     # A run made with `cairn run --workspace DIR` works on DIR in place: run.json holds its absolute
     # path under "workspace", and everything (sandbox, checkpoints, inspection, resume) uses it.
@@ -234,13 +238,25 @@ class RunDir:
 
         return journal.read(self.cairn_dir)
 
-    def checkpoint(self, step: int) -> Any:
-        """Commits the workspace after `step` (store/checkpoints.py); what was committed and newly skipped."""
+    def checkpoints(self) -> Any:
+        """The run's store.checkpoints.Checkpoints, from its change list when a drive watches the workspace."""
         if self._checkpoints is None:
             from orchestrator.store.checkpoints import Checkpoints
 
-            self._checkpoints = Checkpoints.of(self)
-        return self._checkpoints.commit(step)
+            self._checkpoints = Checkpoints(self.state / "checkpoints.git", self.workspace, changes=self.changes)
+        return self._checkpoints
+
+    def forget_checkpoints(self) -> None:
+        """The next checkpoint starts afresh (a new drive): its change list and what it knew are gone."""
+        if self._checkpoints is not None:
+            self._checkpoints.close()
+        self._checkpoints = None
+
+    def checkpoint(self, step: int) -> Any:
+        """Commits the workspace after `step` (store/checkpoints.py); what was committed and newly skipped."""
+        if self.pending_first_checkpoint is not None:
+            self.pending_first_checkpoint.wait()
+        return self.checkpoints().commit(step)
 
     def read_meta(self) -> dict[str, Any]:
         """run.json; a UsageError in one line when it is missing, not JSON or not a JSON object."""

@@ -55,7 +55,7 @@ class MemoryStore:
         self.checkpoints: list[int] = []  # the steps after which the workspace would have been committed
         self.events.append(ev.RunStarted(task=task, system_prompt=system_prompt(cfg.system_prompt_extra,
                                                                                 cfg.sandbox.workdir),
-                                         tools=canonical(BUILTIN_TOOLS)))
+                                         tools=canonical(BUILTIN_TOOLS), seed=ev.new_seed()))
 
     def read_meta(self) -> dict[str, Any]:
         """run.json's record, as inspection reads it (`cairn show`'s timeline works on this store too)."""

@@ -497,7 +497,8 @@ def test_on_a_terminal_each_answer_y_a_n_and_e_does_what_it_says(terminal):
     assert answers == [(True, "terminal", False, None, None), (True, "terminal", True, None, None),
                        (True, "always", False, None, None), (False, "terminal", False, "no fetching today", None),
                        (True, "terminal", False, None, '{"command": "echo edited"}')]
-    results = [e.content for e in run.events.read()[0] if e.type == "tool_finished"]
+    # As the tools gave them (a run of `cairn run` frames each result in one of several forms in the context).
+    results = [e.output or e.content for e in run.events.read()[0] if e.type == "tool_finished"]
     assert results[3] == "denied by the user: no fetching today"
     assert results[4].startswith("edited\n") and "it ran with: {\"command\": \"echo edited\"}" in results[4]
 

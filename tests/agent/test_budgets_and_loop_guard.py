@@ -1,11 +1,20 @@
-"""Budgets and the loop guard, as pure functions."""
+"""Budgets and the loop guard, as pure functions; the time budget over a run's drives, and a run it ends."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from orchestrator.config import LimitsConfig
-from orchestrator.agent.guards import Finished, LoopGuard, Totals, check_budget, is_last_step, repeating_pattern, signature
+from orchestrator import events as ev
+from orchestrator.agent.state import RunState
+from orchestrator.config import ContextConfig, LimitsConfig
+from orchestrator.context import TokenCounter
+from orchestrator.errors import UsageError
+from orchestrator.runs.settings import resolve_config, settings_file
+from orchestrator.agent.guards import (Finished, LoopGuard, Totals, budget_notice, check_budget, is_last_step,
+                                      repeating_pattern, signature)
+from tests.fake_loop import call, done, play, turn
 
 
 def test_the_token_budget_stops_before_the_next_call():
@@ -68,3 +77,61 @@ def test_a_new_episode_gets_a_new_warning():
     assert guard.check(["a", "a", "a"])
     assert guard.check(["a", "a", "a", "b"]) is None
     assert guard.check(["a", "a", "a", "b", "c", "c", "c"])
+
+
+def _driven(*statuses: tuple[float, str], last: float | None = None) -> RunState:
+    """A run's state after status changes at the given times (and a last event at `last`)."""
+    state = RunState(ContextConfig(), TokenCounter())
+    state.apply(ev.RunStarted(ts=0.0, task="t", system_prompt="s", tools=[], seed=1))
+    for ts, status in statuses:
+        state.apply(ev.StatusChanged(ts=ts, status=status))
+        if last is not None and status == "running" and ts < last:
+            state.apply(ev.Notice(ts=last, text="the last event before a crash"))
+    return state
+
+
+def test_the_time_budget_counts_the_drives_not_the_time_the_run_sat_stopped():
+    state = _driven((100.0, "running"), (160.0, "waiting"), (10_000.0, "running"))
+    assert state.totals.elapsed(now=10_030.0) == 90.0  # 60 s, then 30 s; not the hours it waited
+    check_budget(LimitsConfig(max_wall_seconds=91), state.totals, next_step=2, now=10_030.0)
+    with pytest.raises(Finished, match=r"the time limit \(1m 30s\) is reached \(1m 30s used\)") as ended:
+        check_budget(LimitsConfig(max_wall_seconds=90), state.totals, next_step=2, now=10_030.0)
+    assert ended.value.status == "budget"
+
+
+def test_a_drive_a_crash_cut_off_counts_up_to_its_last_event():
+    state = _driven((100.0, "running"), (5_000.0, "running"), last=130.0)
+    assert state.totals.elapsed(now=5_010.0) == 40.0
+
+
+def test_the_tail_says_the_time_used_and_left_beside_the_other_budgets():
+    totals = Totals(started=1000.0)
+    line = budget_notice(LimitsConfig(max_steps=50, max_wall_seconds=5400), totals, 3, now=1000.0 + 754)
+    assert line == "Budget: step 3 of 50, time 12m 34s used of 1h 30m, 1h 17m left."
+    assert "time" not in budget_notice(LimitsConfig(), totals, 3)  # no limit, nothing said
+
+
+def test_a_time_limit_reads_a_duration_as_people_write_it():
+    assert LimitsConfig(max_wall_seconds="1h30m").max_wall_seconds == 5400
+    assert LimitsConfig(max_wall_seconds="90").max_wall_seconds == 90
+    with pytest.raises(ValueError, match="is not a duration"):
+        LimitsConfig(max_wall_seconds="soon")
+
+
+def test_a_settings_file_or_a_templates_cairn_json_sets_the_time_as_a_duration_and_a_bad_one_is_one_line(tmp_path):
+    path = tmp_path / "cairn.json"  # a template's cairn.json is read as a settings file is, one layer below
+    path.write_text(json.dumps({"limits": {"max_wall_seconds": "2h"}}))
+    assert resolve_config({}, layers=[settings_file(path)]).limits.max_wall_seconds == 7200
+    path.write_text(json.dumps({"limits": {"max_wall_seconds": "two hours"}}))
+    with pytest.raises(UsageError) as caught:
+        settings_file(path)
+    assert caught.value.message == (f"--settings {path}: invalid setting limits.max_wall_seconds: Value error, 'two hours' "
+                                    "is not a duration; give a number of seconds or one with units s, m, h, d (e.g. 90m, "
+                                    "1h30m, 45s)")
+
+
+def test_a_run_whose_time_runs_out_ends_budget(tmp_path):
+    out = play(tmp_path, [turn(call("shell_exec", command="sleep 1.2")), done()],
+               settings={"limits": {"max_wall_seconds": 1}})
+    assert out.status == "budget"
+    assert "the time limit (1s) is reached" in out.doc["error"]["reason"]

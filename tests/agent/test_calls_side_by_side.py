@@ -57,7 +57,7 @@ def test_reads_in_one_answer_start_together_and_their_results_come_back_in_order
         turn(*(call("file_write", path=f"{name}.txt", content=f"text of {name}\n") for name in ("a", "b", "c"))),
         turn(*reads, call("shell_exec", command="cat a.txt"), reads[2]),
         done()]})
-    out = played(tmp_path, model)
+    out = played(tmp_path, model, {"context": {"vary_framing": False}})  # each result as the tool gave it
     assert out.status == "done"
     step2 = [e for e in raw_events(out.run) if e.get("step") == 2 and e["type"].startswith("tool_")]
     # The three reads begin before any ends (the display shows them running together); the shell

@@ -7,6 +7,7 @@ alone, as it would after a crash, and the test reads the journal on the host to 
 
 from __future__ import annotations
 
+import functools
 import http.server
 import importlib.util
 import json
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.context.framing import FRAMINGS, frame_result
 from orchestrator.store import journal
 from tests.loop_helpers import call, done, turn
 from tests.sandbox_fixtures import TOOLBOX
@@ -49,7 +51,8 @@ def result_of(evs: list[dict[str, Any]], command_part: str) -> dict[str, Any]:
            if command_part in c["function"]["arguments"]]
     assert len(ids) == 1, ids
     [finished] = [e for e in evs if e["type"] == "tool_finished" and e["call_id"] == ids[0]]
-    return finished
+    # As the tool gave it: the context's copy (`content`) is framed in one of several forms (context/framing.py).
+    return {**finished, "content": finished.get("output") or finished["content"]}
 
 
 def freeze_once_journaled(cairn: Cairn, proc: subprocess.Popen, state: str) -> None:
@@ -188,7 +191,9 @@ def test_a_kill_in_the_middle_of_three_fetches_side_by_side_loses_none_and_repea
     evs = events(cairn.runs_dir)
     check_invariants(evs)
     finished = [e for e in evs if e["type"] == "tool_finished" and e["name"] == "web_fetch"]
-    assert [e["content"].split("\n", 1)[1] for e in finished] == [f"page /{name}" for name in "abc"], "none lost"
+    # As the tool gave each (the context frames a result in one of several forms: context/framing.py).
+    given = [e.get("output") or e["content"] for e in finished]
+    assert [text.split("\n", 1)[1] for text in given] == [f"page /{name}" for name in "abc"], "none lost"
     assert not any(e["error"] for e in finished)
     assert sorted((run.workspace / "served.log").read_text().split()) == ["/a", "/b", "/c"], "none asked twice"
     assert "page /c" in json.dumps(requests(log)[0]["messages"]), "the model sees the true results"
@@ -348,17 +353,22 @@ def crash_bench() -> Any:
     return module
 
 
-def ledger_turn(bench: Any, command: str, result: str) -> dict[str, Any]:
-    """The bench model's next turn after one shell_exec call of `command` that got `result`."""
+def _ledger_turn(bench: Any, command: str, result: str, form: int = 0) -> dict[str, Any]:
+    """The bench model's next turn after one shell_exec call of `command` that got `result` (its output, then
+    its footer from the first line that opens with a bracket), framed in `form` (context/framing.py)."""
+    cut = result.find("[")
+    body, footer = (result[:cut], result[cut:]) if cut >= 0 else (result, "")
     messages = [{"role": "user", "content": "append"},
                 {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
                     "name": "shell_exec", "arguments": json.dumps({"command": command})}}]},
-                {"role": "tool", "tool_call_id": "c1", "content": result}]
+                {"role": "tool", "tool_call_id": "c1", "content": frame_result(body, footer, "shell_exec", form)}]
     return bench.decide(messages)["tool_calls"][0]
 
 
-def test_the_crash_bench_model_reruns_what_did_not_run_and_checks_what_was_killed():
+@pytest.mark.parametrize("form", range(FRAMINGS))
+def test_the_crash_bench_model_reruns_what_did_not_run_and_checks_what_was_killed(form):
     bench = crash_bench()
+    ledger_turn = functools.partial(_ledger_turn, form=form)
     append, check = bench.APPEND.format(n=7), bench.CHECK.format(n=7)
     assert ledger_turn(bench, append, "[exit code 0, 0.2 s]")["arguments"]["command"] == bench.APPEND.format(n=8)
     assert ledger_turn(bench, append, "not executed: the run stopped before this call reached the sandbox"

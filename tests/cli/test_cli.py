@@ -264,3 +264,22 @@ def test_an_ssh_docker_host_runs_the_whole_demo_through_paramiko(runs_dir, sandb
 def _accepts(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.parametrize("value", ["soon", "5x", "-1", "0", "1h30"])
+def test_a_bad_max_time_is_a_one_line_usage_error_for_run_and_resume(runs_dir, value):
+    for command in (["run", "task"], ["resume", "some-run"]):
+        out = cairn_here(*command, "--max-time", value, runs_dir=runs_dir)
+        assert out.returncode == 2
+        assert out.stderr.splitlines() == [f"cairn: error: --max-time {value!r} is not a duration: give 90m, 1h30m, 45s "
+                                           "or a number of seconds"]
+    assert not runs_dir.exists() or not list(runs_dir.iterdir())
+
+
+def test_max_time_is_the_runs_time_limit_and_resume_sets_it_again(runs_dir):
+    no_engine = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}  # the run is made, its sandbox never starts
+    cairn_here("run", "task", "--max-time", "1h30m", runs_dir=runs_dir, env=no_engine)
+    [meta_path] = runs_dir.glob("*/state/run.json")
+    assert json.loads(meta_path.read_text())["config"]["limits"]["max_wall_seconds"] == 5400
+    cairn_here("resume", meta_path.parents[1].name, "--max-time", "7200", runs_dir=runs_dir, env=no_engine)
+    assert json.loads(meta_path.read_text())["config"]["limits"]["max_wall_seconds"] == 7200

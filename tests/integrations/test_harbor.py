@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import subprocess
 from pathlib import Path
@@ -183,6 +184,9 @@ def test_the_scripted_solution_scores_1_and_harbor_gets_the_tokens_trajectory_an
     shown = trial.show()
     assert shown["status"] == "done" and agent["metadata"]["cairn_run"] == shown["id"]
     assert shown["usage"]["prompt_tokens"] == served["prompt"]
+    # The trial's agent timeout (300 s in task.toml) is the run's time limit: the model is told its time.
+    tail = trial.requests[0]["messages"][-1]["content"]
+    assert re.search(r"time \d+s used of (5m|4m \d+s), (5m|4m \d+s) left", tail), tail
     second = shown["steps"][1]["tool_calls"][0]["result"]
     assert second.startswith("/tmp")  # one long-lived shell: the first call's `cd` held for the second
     # The toolbox ran in the task's container: the big write (a request too long for one argument) is there.

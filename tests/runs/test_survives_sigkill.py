@@ -205,8 +205,8 @@ def test_sigkill_during_a_model_call_a_tool_call_and_after_a_result_then_resume_
     check_invariants(evs)
     cut_step, cut_id = the_call(evs, "sleep 300; echo end")
     assert has(evs, "tool_started", cut_step, cut_id)
-    [cut] = [e["content"] for e in evs if e["type"] == "tool_finished" and e["call_id"] == cut_id
-             and e["step"] == cut_step]
+    [cut] = [e.get("output") or e["content"] for e in evs if e["type"] == "tool_finished" and e["call_id"] == cut_id
+             and e["step"] == cut_step]  # as the tool gave it, not as the context frames it
     assert cut.startswith(CUT_OFF), cut
     # Nothing that finished ran twice, and the cut-off command was never run again.
     assert (run.workspace / "log.txt").read_text() == "a\nstart\nc\n"
@@ -370,7 +370,7 @@ def test_export_import_into_a_fresh_runs_dir_and_resume_to_done(tmp_path, sandbo
     assert result.returncode == 0, result.stderr
     assert moved.read_meta()["status"] == "done"
     evs = events(fresh.runs_dir)
-    assert [e["content"] for e in evs if e["type"] == "tool_finished"][-2].startswith("hi")
+    assert [e.get("output") or e["content"] for e in evs if e["type"] == "tool_finished"][-2].startswith("hi")
     check_invariants(evs)
 
 

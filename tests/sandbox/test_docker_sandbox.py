@@ -232,6 +232,41 @@ def test_the_host_user_owns_every_file_the_root_agent_left_in_a_workspace_folder
     assert (cairn_files / "note").stat().st_uid == os.getuid()
 
 
+@pytest.mark.skipif(os.getuid() != 0, reason="making a folder owned by uid 1000 needs root")
+def test_files_are_given_back_from_the_change_list_and_by_a_walk_when_it_is_lost(docker_client, sandbox_image,
+                                                                                  tmp_path, monkeypatch):
+    from orchestrator.sandbox.docker import ownership
+    from orchestrator.store.change_list import ChangeWatch
+
+    folder, cairn_files = tmp_path / "folder", tmp_path / "run" / "cairn"
+    (folder / "old").mkdir(parents=True)
+    cairn_files.mkdir(parents=True)
+    for path in (folder, folder / "old"):
+        os.chown(path, 1000, 1000)
+    watch = ChangeWatch([folder, cairn_files])
+    walks = []
+    walk = ownership.owned_by
+    monkeypatch.setattr(ownership, "owned_by", lambda *a, **k: walks.append(a[0]) or walk(*a, **k))
+    try:
+        with DockerSandbox("test-give-back-list", folder, SandboxConfig(), sandbox_image, docker_client,
+                           cairn_mount=cairn_files, external=True, watch=watch) as box:
+            watch.start()
+            shell(box, "echo a > first")
+            assert box.give_back_files() == ["/workspace"] and walks  # the first time: nothing known, a walk
+            walks.clear()
+            shell(box, "mkdir -p new/deep && echo b > new/deep/f && echo c > old/g && echo d > /cairn/note")
+            assert box.give_back_files() == ["/workspace"]  # (cairn/ is the host user's own: root's, here)
+            assert box.give_back_files() == [] and not walks  # from the change list alone: no walk
+            watch.close()  # the list is lost: the next time is a walk again
+            shell(box, "echo e > after-the-loss")
+            assert box.give_back_files() == ["/workspace"] and walks
+    finally:
+        watch.close()
+    owners = {str(p.relative_to(folder)): p.lstat().st_uid for p in folder.rglob("*")}
+    assert set(owners.values()) == {1000}, owners
+    assert (cairn_files / "note").stat().st_uid == os.getuid()
+
+
 def test_runsc_runs_the_sandbox_under_gvisor(docker_client, sandbox_image, tmp_path):
     if "runsc" not in (docker_client.info().get("Runtimes") or {}):
         pytest.skip("the engine has no runsc runtime (scripts/test-tools.sh registers it on Debian as root)")

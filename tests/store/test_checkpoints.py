@@ -169,3 +169,20 @@ def test_resume_from_a_step_forks_a_run_that_goes_on_to_done(tmp_path, sandbox_i
     assert (fork.workspace / "a.txt").read_text() == "one\n" and not (fork.workspace / "b.txt").exists()
     assert Checkpoints.of(fork).steps()[1] == Checkpoints.of(source).steps()[1]
     assert 2 not in Checkpoints.of(fork).steps()  # the source's later steps are not the fork's
+
+
+def test_the_store_is_packed_as_the_run_goes_and_reads_the_same(tmp_path, monkeypatch):
+    from orchestrator.store import checkpoints
+    from orchestrator.store.checkpoint_log import CheckpointLog
+
+    monkeypatch.setattr(checkpoints, "LOOSE_OBJECTS", 10)
+    monkeypatch.setattr(checkpoints, "PACK_CHECK_EVERY", 4)
+    cp, ws = _cp(tmp_path)
+    for step in range(1, 41):
+        (ws / f"f{step % 7}.txt").write_text(f"step {step}\n")
+        cp.commit(step)
+    assert checkpoints.loose_objects(cp.git_dir) <= 10 + 4 * 4  # at most a few steps' objects since the last pack
+    assert list((cp.git_dir / "objects" / "pack").glob("*.pack")) and (cp.git_dir / "packed-refs").is_file()
+    assert sorted(cp.steps()) == list(range(41)) and len(CheckpointLog.read(cp.git_dir).commits) == 41
+    assert _show(cp, cp.commit_at(39), "f4.txt") == "step 39"
+    assert not (cp.git_dir / "info").exists()  # nothing git would serve to a dumb transport

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator import events as ev
 from orchestrator.config import RunConfig
 from orchestrator.errors import UsageError
 from orchestrator.runs.new_run import create_run
@@ -37,6 +38,8 @@ def _local_run(tmp_path: Path, settings: dict[str, Any] | None = None) -> RunDir
     """A stopped run made here, without a sandbox: its log starts and step 0 is checkpointed."""
     cfg = RunConfig.model_validate({"model": {"model": "scripted:demo"}, **(settings or {})})
     run = create_run(tmp_path / "here", "a task", cfg)
+    taken = Checkpoints.of(run).commit(0)  # as the run's first drive takes it (runs/first_checkpoint.py)
+    run.events.append(ev.Checkpoint(step=0, commit=taken.commit, skipped=taken.skipped))
     run.update_meta(status="stopped")
     run.release()  # stopped: the process that made it no longer drives it
     return run

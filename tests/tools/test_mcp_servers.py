@@ -36,13 +36,15 @@ def config_of(agent: Path | dict, tmp_path: Path, **kw) -> RunConfig:
 def play_config(tmp_path: Path, cfg: RunConfig, turns: list[dict], task: str = "test task", resumed_run=None,
                 message: str | None = None, workspace_files: dict[str, str] | None = None, approve: str = "never"):
     """Like loop_helpers.play, with a whole RunConfig (an agent folder's) and files put in a new workspace.
-    Its MCP calls run unasked (`approve`: never) unless a test is about approvals (tests/agent/test_approvals.py)."""
+    Its MCP calls run unasked (`approve`: never) unless a test is about approvals (tests/agent/test_approvals.py).
+    Results are framed in one plain form, as loop_helpers.play frames them."""
     from orchestrator.runs.new_run import create_run
 
     script = tmp_path / f"script-{len(list(tmp_path.glob('script-*.json')))}.json"
     script.write_text(json.dumps({"turns": turns}))
     cfg = cfg.model_copy(deep=True)
     cfg.approvals.mode = approve
+    cfg.context.vary_framing = False
     cfg.model.model, cfg.model.retry_base_seconds, cfg.model.request_timeout = f"scripted:{script}", 0.01, 3
     log = tmp_path / "requests.jsonl"
     log.unlink(missing_ok=True)

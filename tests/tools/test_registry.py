@@ -112,5 +112,6 @@ def test_the_scripted_model_calls_a_tool_of_the_runs_own(tmp_path: Path, sandbox
     first = json.loads(log.read_text().splitlines()[0])
     assert [t["function"]["name"] for t in first["tools"]][-1] == "file_count_lines"
     finished = [e for e in run.events.read()[0] if e.type == "tool_finished"]
-    assert finished[1].name == "file_count_lines" and finished[1].content == "notes.txt: 3 lines"
+    said = finished[1].output or finished[1].content  # as the tool gave it; the context frames it (framing.py)
+    assert finished[1].name == "file_count_lines" and said == "notes.txt: 3 lines"
     assert not finished[1].error

@@ -202,3 +202,41 @@ def test_a_huge_diff_is_cut_and_the_page_stays_small(tmp_path):
     assert f"cairn diff {run.id} --step 1` prints it whole" in page
     diff = _open_element(page, "diff-1")
     assert "big.txt" in diff and ".cairn/obs.txt" not in diff  # cairn's own files are left out
+
+
+def test_the_report_reads_a_long_run_with_as_many_git_processes_as_a_short_one(tmp_path, monkeypatch):
+    """One `git log` for every step's checkpoint, one diff process for all the steps, one read of all the
+    todo.md versions: not a few git processes per step."""
+    import git
+
+    from tests import fake_loop
+
+    def run_of(steps: int) -> Path:
+        turns = []
+        for i in range(steps):
+            turns.append(turn(call("file_write", path=f"f{i % 3}.txt", content=f"version {i}\n")) if i % 2 else
+                         turn(call("todo_write", content=f"- [ ] step {i}\n")))
+        return fake_loop.play(tmp_path / f"r{steps}", [*turns, done()], settings={"limits": {"max_steps": 50}}).run
+
+    counted: list[list[str]] = []
+    execute = git.cmd.Git.execute
+
+    def counting(self, command, *args, **kwargs):  # noqa: ANN001, ANN202
+        counted.append(list(command))
+        return execute(self, command, *args, **kwargs)
+
+    short, long = run_of(3), run_of(14)
+    monkeypatch.setattr(git.cmd.Git, "execute", counting)
+    processes, pages = [], []
+    for run in (short, long):
+        counted.clear()
+        pages.append(render_report(run))
+        processes.append(len(counted))
+    assert processes[0] == processes[1] <= 6, counted
+    assert "+version 13" in pages[1] and "step 12" in pages[1]  # the last step's diff; the todo it read before
+    from orchestrator.ui.inspect.report_data import rebuilt_requests
+    from orchestrator.ui.inspect.timeline import walk
+
+    requests = rebuilt_requests(long, walk(long)["events"])["requests"]
+    assert len(requests) == 15 and all(len(r["ranges"]) <= 2 for r in requests)  # a request costs two ranges
+    assert requests[-1]["count"] == requests[-1]["recorded"]  # whatever the history's length

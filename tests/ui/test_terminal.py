@@ -147,7 +147,7 @@ def test_ctrl_c_at_the_approval_prompt_denies_the_call_and_stops_the_run(pane, t
     assert f"run {run.id}: interrupted" in screen and f"go on with: cairn resume {run.id}" in screen
     assert "EXIT=130" in screen
     [finished] = [e for e in run.events.read()[0] if e.type == "tool_finished"]
-    assert finished.content.startswith("denied by the user: the person stopped the run (Ctrl-C)")
+    assert (finished.output or finished.content).startswith("denied by the user: the person stopped the run (Ctrl-C)")
 
 
 # -- cairn ls ----------------------------------------------------------------------------------------
@@ -420,7 +420,7 @@ def test_cairn_approve_echoes_the_call_and_resume_goes_on_at_once(tmp_path, runs
     assert approved.returncode == 0, approved.stderr
     assert approved.stdout.startswith(f"run {run.id}: approved:\n  $ echo deployed\n")  # the call it approved
     assert f"run {run.id}: done: shipped" in approved.stderr
-    results = [e.content for e in run.events.read()[0] if e.type == "tool_finished"]
+    results = [e.output or e.content for e in run.events.read()[0] if e.type == "tool_finished"]  # as given, unframed
     assert results[0].startswith("deployed")
 
 

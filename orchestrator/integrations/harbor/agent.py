@@ -1,14 +1,15 @@
 """cairn as a Harbor agent (Harbor: the harness of Terminal-Bench 2.0).
 
     harbor run -p TASK -a orchestrator.harbor:CairnAgent -m MODEL [--ak api_base=URL] [--ak settings=FILE]
-               [--ak max_steps=N] [--ak max_cost=USD] [--ak keep_dependencies=true]
+               [--ak max_steps=N] [--ak max_cost=USD] [--ak max_time=DURATION] [--ak keep_dependencies=true]
 
 An external agent: cairn's loop runs here, on the host, in a thread of its own; the tools act in the
 task's environment through Harbor's environment interface (sandbox.py). The model's key is read from
 this host's environment by the model client, and never goes into the environment (Harbor's `--ae`
 variables reach every exec there; keys are not taken that way). Each trial's agent log directory gets
 cairn's run directory (so `cairn show/report/diff RUN --runs-dir <trial>/agent` work) and the run as an
-ATIF trajectory, `trajectory.json`; Harbor's AgentContext gets the run's tokens and cost.
+ATIF trajectory, `trajectory.json`; Harbor's AgentContext gets the run's tokens and cost. The trial's agent
+timeout is the run's time limit (time_budget.py), so the model is told the time it has and left.
 
 The run directory lives in a private folder of this host while the run goes on and is copied to the log
 directory at its end: Harbor mounts that directory into some environments, and a run's state (its log,
@@ -25,6 +26,7 @@ import json
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -56,11 +58,11 @@ class CairnAgent(BaseAgent):
 
     def __init__(self, logs_dir: Path, model_name: str | None = None, *args: Any,  # noqa: ANN401
                  api_base: str | None = None, settings: str | None = None, max_steps: int | str | None = None,
-                 max_cost: float | str | None = None, keep_dependencies: bool | str = False,
-                 **kwargs: Any) -> None:  # noqa: ANN401
+                 max_cost: float | str | None = None, max_time: float | str | None = None,
+                 keep_dependencies: bool | str = False, **kwargs: Any) -> None:  # noqa: ANN401
         super().__init__(logs_dir, model_name, *args, **kwargs)
         self.api_base, self.settings_path = api_base, settings
-        self.max_steps, self.max_cost = max_steps, max_cost
+        self.max_steps, self.max_cost, self.max_time = max_steps, max_cost, max_time
         self.keep_dependencies = keep_dependencies  # checked with the other options, in _config
         self.run_dir: Any = None  # store.run_dir.RunDir of the trial's run, once made
         self._loop_agent: Any = None  # the loop's Agent, once its LiveRun exists (for a stop request)
@@ -77,6 +79,10 @@ class CairnAgent(BaseAgent):
         """Nothing to install: the toolbox goes in when the run starts (and a Python, if it needs one)."""
 
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
+        from orchestrator.integrations.harbor.time_budget import trial_agent_timeout
+
+        timeout = trial_agent_timeout(environment)  # Harbor's clock started as it called this method
+        deadline = time.monotonic() + timeout if timeout else None
         cfg = self._config()
         workdir = (await environment.exec("pwd")).stdout
         cfg.sandbox.workdir = (workdir or "/").strip() or "/"
@@ -84,7 +90,7 @@ class CairnAgent(BaseAgent):
         cfg.system_prompt_extra = "\n".join(filter(None, [HARBOR_PROMPT, cfg.system_prompt_extra]))
         private = Path(tempfile.mkdtemp(prefix="cairn-harbor-"))
         done = asyncio.get_running_loop().create_future()
-        worker = threading.Thread(target=self._drive, args=(instruction, cfg, environment, private, done),
+        worker = threading.Thread(target=self._drive, args=(instruction, cfg, environment, private, done, deadline),
                                   name="cairn-harbor-run", daemon=True)
         worker.start()
         try:
@@ -106,17 +112,17 @@ class CairnAgent(BaseAgent):
     # -- the run, in its own thread ---------------------------------------------------------------
 
     def _drive(self, instruction: str, cfg: Any, environment: BaseEnvironment, private: Path,  # noqa: ANN401
-               done: asyncio.Future) -> None:
+               done: asyncio.Future, deadline: float | None = None) -> None:
         loop = done.get_loop()
         try:
-            status = self._go(instruction, cfg, environment, loop, private)
+            status = self._go(instruction, cfg, environment, loop, private, deadline)
         except BaseException as exc:  # noqa: BLE001 - handed to the event loop, which raises it
             loop.call_soon_threadsafe(_settle, done, None, exc)
             return
         loop.call_soon_threadsafe(_settle, done, status, None)
 
     def _go(self, instruction: str, cfg: Any, environment: BaseEnvironment,  # noqa: ANN401
-            loop: asyncio.AbstractEventLoop, private: Path) -> str:
+            loop: asyncio.AbstractEventLoop, private: Path, deadline: float | None = None) -> str:
         from orchestrator import events as ev
         from orchestrator.sandbox.backends import backend
         from orchestrator.runs.compose import mark_failed
@@ -147,6 +153,11 @@ class CairnAgent(BaseAgent):
             run.release()  # Harbor's process goes on to other trials: drive() would have let go of it too
             raise
 
+        if deadline is not None:  # what is left of the trial's time once the sandbox is up: the run's limit
+            left = max(1.0, deadline - time.monotonic())
+            cfg.limits.max_wall_seconds = min(cfg.limits.max_wall_seconds or left, left)
+            run.update_meta(config=cfg.model_dump(mode="json"))
+
         def opened(live: Any) -> None:  # noqa: ANN401 - runs.compose.LiveRun
             self._loop_agent = live.agent
             sandbox.on_unfollow = lambda note: _unfollowed(run, live.agent, note)
@@ -168,7 +179,8 @@ class CairnAgent(BaseAgent):
     # -- settings and results ---------------------------------------------------------------------
 
     def _config(self) -> Any:  # noqa: ANN401 - config.RunConfig
-        """The run's config: `-m`, `--ak api_base=`, `--ak settings=FILE`, `--ak max_steps=`, `max_cost=`."""
+        """The run's config: `-m`, `--ak api_base=`, `--ak settings=FILE`, `--ak max_steps=`, `max_cost=`,
+        `max_time=` (a duration; the trial's own timeout caps it)."""
         from pydantic import ValidationError
 
         from orchestrator.runs.settings import invalid_setting, resolve_config, settings_file
@@ -181,6 +193,8 @@ class CairnAgent(BaseAgent):
             options["limits"]["max_steps"] = self.max_steps
         if self.max_cost is not None:
             options["limits"]["max_cost"] = self.max_cost
+        if self.max_time is not None:
+            options["limits"]["max_wall_seconds"] = self.max_time
         try:
             cfg = resolve_config(options, layers=layers)
         except ValidationError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.context.framing import exit_line
 from orchestrator.tools.outcome import Observation
 from orchestrator.tools.registry import STRING, Tool, ToolContext, function_spec
 
@@ -12,7 +13,7 @@ def run(args: dict[str, Any], ctx: ToolContext) -> Observation:
     # The sandbox fills in the output limits; the timeout is decided here, where the footer names it.
     timeout = ctx.cfg.shell_timeout(args.get("timeout"))
     r = ctx.op("shell", command=args["command"], timeout=timeout, save_as=ctx.obs_path)
-    footer = f"[exit code {r['exit_code']}, {r['duration_ms'] / 1000:.1f} s]"
+    footer = exit_line(r["exit_code"], r["duration_ms"] / 1000)  # its form varies in the context (framing.py)
     if r.get("timed_out"):
         footer = (f"[timed out after {timeout:g} s; the command's processes were killed; exit code 124. To run "
                   "something longer, start it with shell_start and read it later with shell_send]")

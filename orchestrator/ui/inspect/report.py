@@ -6,7 +6,7 @@ through `html.escape`; on top of that, the page's Content-Security-Policy allows
 (by hash), so even a slip in escaping could not run anything.
 
 Files changed per step come from the workspace checkpoints (`state/checkpoints.git`, one commit per
-step, `git diff-tree` between consecutive ones) when the run has them, else from the tool calls that
+step, all read in one `git log`: store/checkpoint_log.py) when the run has them, else from the tool calls that
 write files (file_write, file_edit, todo_write; what a shell command changed is not seen then).
 
 Each step also shows its durations (on a time axis: report_time.py), its diff, and the messages of its
@@ -32,6 +32,7 @@ from orchestrator.ui.inspect.report_data import rebuilt_requests, sessions, step
 from orchestrator.ui.inspect.report_time import Axis, seconds, step_clock, time_axis
 from orchestrator.ui.inspect.timeline import approval_line, check_line, critic_line, new_step, step_lines, timeline, walk
 from orchestrator import events as ev
+from orchestrator.store.checkpoint_log import CheckpointLog
 from orchestrator.store.run_dir import RunDir
 from orchestrator.tools.outcome import WRITING_TOOLS
 from orchestrator.tools.sessions.readable import call_summary
@@ -66,18 +67,21 @@ def report_data(run: RunDir) -> dict[str, Any]:
     todos = [{"step": n, "content": content} for n, step in sorted(steps.items()) for call in step["calls"]
              if call["name"] == "todo_write" and isinstance(content := _todo_content(call["raw"]), str)]
     files_source = "checkpoints"
-    changes = _checkpoint_changes(run, walked["events"])
+    log = CheckpointLog.of(run)  # every step's checkpoint, read once
+    changes = _checkpoint_changes(log)
     if changes is None:
         files_source = "tool calls"
         changes = _tool_call_changes(steps)
     for n, files in changes.items():
         steps.setdefault(n, _page_step(new_step(n), children))["files"] = files
     times = step_times(walked["events"])
-    diffs = step_diffs(run, sorted(n for n in steps if n > 0))
-    requests = rebuilt_requests(run, walked["events"])
+    diffs = step_diffs(run, sorted(n for n in steps if n > 0), log)
+    requests = rebuilt_requests(run, walked["events"], log)
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for r in requests["requests"]:
+        by_step.setdefault(r["step"], []).append(r)
     for n, step in steps.items():
-        step.update(time=times.get(n), diff=diffs.get(n),
-                    requests=[r for r in requests["requests"] if r["step"] == n])
+        step.update(time=times.get(n), diff=diffs.get(n), requests=by_step.get(n, []))
     return {**doc, "steps": [steps[n] for n in sorted(steps) if n > 0], "preamble": steps.get(0),
             "todos": todos, "files_source": files_source, "check_rounds": walked["checks"],
             "sessions": sessions(walked["events"]), "requests": requests}
@@ -108,27 +112,14 @@ def _todo_content(raw: str) -> str | None:
     return content if isinstance(content, str) else None
 
 
-def _checkpoint_changes(run: RunDir, events: list[Any]) -> dict[int, list[tuple[str, str]]] | None:
+def _checkpoint_changes(log: CheckpointLog | None) -> dict[int, list[tuple[str, str]]] | None:
     """Files changed per step, from consecutive checkpoint commits; None when the run has none."""
-    from git import GitCommandError
-
-    from orchestrator.store.checkpoints import make_git, tree_changes
-
-    git_dir = run.state / "checkpoints.git"
-    commits = [(e.step, e.commit) for e in events if isinstance(e, ev.Checkpoint) and e.commit]
-    if not git_dir.is_dir() or not commits:
+    if log is None:
         return None
-    g = make_git(git_dir)
     out: dict[int, list[tuple[str, str]]] = {}
-    previous = None
-    for step, commit in commits:
-        try:
-            pairs = tree_changes(g, previous, commit)
-        except GitCommandError:
-            return None
-        if pairs:
-            out.setdefault(step, []).extend(pairs)
-        previous = commit
+    for commit in log.commits:
+        if commit.changes:
+            out.setdefault(commit.step, []).extend((change.status, change.path) for change in commit.changes)
     return out
 
 

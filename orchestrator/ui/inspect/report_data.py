@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from orchestrator import events as ev
+from orchestrator.store.checkpoint_log import BATCH_BYTES, Change, CheckpointLog, StepCommit
 from orchestrator.store.run_dir import RunDir
 
 DIFF_STEP_BYTES = 48 * 1024  # of one step's diff, at most
@@ -80,29 +81,33 @@ def sessions(events: list[Any]) -> list[tuple[float, float]]:
 # -- diffs ----------------------------------------------------------------------------------------
 
 
-def step_diffs(run: RunDir, steps: list[int]) -> dict[int, dict[str, Any]]:
+def step_diffs(run: RunDir, steps: list[int], log: CheckpointLog | None) -> dict[int, dict[str, Any]]:
     """Per step that changed files: `text` (a unified diff, perhaps cut), `bytes` (its whole size, or at
     least DIFF_STEP_BYTES + 1 when git was stopped early), `cut` (a note when cut, else None).
-    Empty for a run without checkpoints."""
+    Empty for a run without checkpoints. Read from `log` (store/checkpoint_log.py): the steps whose changed
+    blobs are small are diffed in one git process, each big one in a process stopped at the bound."""
     from orchestrator.ui.inspect.changes import CAIRN_OWN, EMPTY_TREE
-    from orchestrator.store.checkpoints import Checkpoints, make_git
 
-    cp = Checkpoints.of(run)
-    commits = cp.steps()
-    if not commits:
+    if log is None:
         return {}
-    g = make_git(cp.git_dir)
+    wanted = set(steps)
+    commits = [c for c in log.commits if c.step in wanted and c.step > 0 and _own_changes(c)]
+    sizes = log.blob_sizes({b for c in commits for ch in _own_changes(c) for b in (ch.old, ch.new) if b})
+    small = [c for c in commits if sum(sizes.get(b, 0) + 100 for ch in _own_changes(c) for b in (ch.old, ch.new) if b)
+             <= BATCH_BYTES]
+    patches = log.patches([c.commit for c in small], CAIRN_OWN)
     out: dict[int, dict[str, Any]] = {}
-    for n in steps:
-        if n not in commits:
-            continue  # a step that made no commit changed nothing
-        before = cp.commit_at(n - 1, commits) or EMPTY_TREE
-        if before == commits[n]:
-            continue
-        data, whole = _read_bounded(g, ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames",
-                                        before, commits[n], "--", *CAIRN_OWN], DIFF_STEP_BYTES)
-        if data:
-            out[n] = {"text": data, "bytes": whole, "cut": None}
+    for c in commits:
+        if c.commit in patches:
+            whole = patches[c.commit]
+            data = whole if len(whole) <= DIFF_STEP_BYTES else whole[: whole.rfind(b"\n", 0, DIFF_STEP_BYTES) + 1]
+            text, size = data.decode("utf-8", "replace"), len(whole)
+        else:
+            before = c.parent or EMPTY_TREE
+            text, size = _read_bounded(log.git, ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames",
+                                                 before, c.commit, "--", *CAIRN_OWN], DIFF_STEP_BYTES)
+        if text:
+            out[c.step] = {"text": text, "bytes": size, "cut": None}
     _fit(out, DIFF_PAGE_BYTES)
     for n, d in out.items():
         if len(d["text"].encode()) < d["bytes"] or d["bytes"] > DIFF_STEP_BYTES:
@@ -110,6 +115,11 @@ def step_diffs(run: RunDir, steps: list[int]) -> dict[int, dict[str, Any]]:
                         f"{'over ' if d['bytes'] > DIFF_STEP_BYTES else ''}{d['bytes']:,}; "
                         f"`cairn diff {run.id} --step {n}` prints it whole")
     return out
+
+
+def _own_changes(commit: StepCommit) -> list[Change]:
+    """What a step changed, without cairn's own files (changes.CAIRN_OWN: `.cairn` at the top)."""
+    return [ch for ch in commit.changes if ch.path != ".cairn" and not ch.path.startswith(".cairn/")]
 
 
 def _read_bounded(g: Any, args: list[str], limit: int) -> tuple[str, int]:
@@ -155,22 +165,27 @@ def _fit(diffs: dict[int, dict[str, Any]], budget: int) -> None:
 # -- requests -------------------------------------------------------------------------------------
 
 
-def rebuilt_requests(run: RunDir, events: list[Any]) -> dict[str, Any]:
+def rebuilt_requests(run: RunDir, events: list[Any], log: CheckpointLog | None = None) -> dict[str, Any]:
     """The messages of every model request of the run, rebuilt from its log: `messages`, each distinct
     message once, and `requests`, one per `model_request` event (`step`, `index` among the run's
     requests, `ranges` of message numbers, [first, count], in order). Shared prefixes are stored once,
-    so 300 steps do not cost 300 copies of the history."""
-    from orchestrator.context import TokenCounter, build_request, render_tail
+    so 300 steps do not cost 300 copies of the history.
+
+    Linear in the run: each history message is serialized once (the history's entries are never changed
+    in place: a compaction puts new ones in, history.py), the history's numbers are kept as it grows,
+    not gathered again for each request, and the tails (one per request) are numbered after all the
+    history's messages, so that a request's history is one range and a request costs two."""
+    from orchestrator.context import TokenCounter, render_tail
     from orchestrator.agent.guards import Finished, LoopGuard, budget_notice
     from orchestrator.agent.state import RunState
     from orchestrator.store.trust import safe_config
 
     cfg = safe_config(run.read_meta(), run.id)
     state = RunState(cfg.context, TokenCounter())
-    todo = _TodoAt(run)
-    table: dict[str, int] = {}
-    messages: list[Any] = []
+    todo = _TodoAt(run, log)
+    numbers = _Numbers()
     requests: list[dict[str, Any]] = []
+    tails: list[dict[str, Any]] = []
     guard, guarded, notices, sessions_seen = LoopGuard(), 0, [], 0
     for e in events:
         if isinstance(e, ev.StatusChanged) and e.status == "running":
@@ -191,43 +206,89 @@ def rebuilt_requests(run: RunDir, events: list[Any]) -> dict[str, Any]:
                     notices.append(warning)
             said = [n for n in [budget_notice(cfg.limits, state.totals, e.step), *notices] if n]
             text, cut = todo.before(e.step)
-            request = build_request(state.system_prompt, state.tools, state.task, state.history,
-                                    render_tail(text, said, cut))
-            numbers = [_number(m, table, messages) for m in request.messages]
-            requests.append({"step": e.step, "index": len(requests), "ranges": _ranges(numbers),
-                             "count": len(numbers), "recorded": e.messages})
+            # The request as build_request makes it: the system prompt, the task, the history, the tail.
+            head = [numbers.of({"role": "system", "content": state.system_prompt}),
+                    numbers.of({"role": "user", "content": state.task})]
+            history = numbers.history(state.history.entries)
+            tails.append({"role": "user", "content": render_tail(text, said, cut)})
+            requests.append({"step": e.step, "index": len(requests), "ranges": _join(_ranges(head), history),
+                             "count": len(head) + sum(n for _, n in history) + 1, "recorded": e.messages})
             notices = []
         state.apply(e)
-    return {"messages": messages, "requests": requests}
+        if isinstance(e, ev.Compaction):
+            numbers.compacted()
+    for request, tail in zip(requests, tails):
+        request["ranges"] = _join(request["ranges"], [[numbers.of(tail), 1]])
+    return {"messages": numbers.messages, "requests": requests}
 
 
-def _number(message: dict[str, Any], table: dict[str, int], messages: list[Any]) -> int:
-    key = json.dumps(message, sort_keys=True, ensure_ascii=False)
-    if key not in table:
-        table[key] = len(messages)
-        messages.append(message)
-    return table[key]
+class _Numbers:
+    """Each distinct message gets a number, its place in `messages`; the history's numbers are kept as
+    ranges that grow with it."""
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+        self.table: dict[str, int] = {}
+        self.entries: list[Any] = []  # the history's entries numbered so far, and their ranges
+        self.ranges: list[list[int]] = []
+
+    def of(self, message: dict[str, Any]) -> int:
+        key = json.dumps(message, sort_keys=True, ensure_ascii=False)
+        if key not in self.table:
+            self.table[key] = len(self.messages)
+            self.messages.append(message)
+        return self.table[key]
+
+    def compacted(self) -> None:
+        self.entries, self.ranges = [], []  # numbered again at the next request
+
+    def history(self, entries: tuple[Any, ...]) -> list[list[int]]:
+        """The ranges of the history's messages; only entries not seen before are serialized."""
+        known = len(self.entries)
+        if known > len(entries) or (known and entries[known - 1] is not self.entries[-1]):
+            self.compacted()  # changed otherwise than by growing: number it again
+            known = 0
+        for entry in entries[known:]:
+            self.entries.append(entry)
+            k = self.of(entry.message)
+            if self.ranges and self.ranges[-1][0] + self.ranges[-1][1] == k:
+                self.ranges[-1][1] += 1
+            else:
+                self.ranges.append([k, 1])
+        return [list(r) for r in self.ranges]
+
+
+def _join(*parts: list[list[int]]) -> list[list[int]]:
+    """Ranges one after the other, a range that goes on where the one before ends merged into it."""
+    out: list[list[int]] = []
+    for part in parts:
+        for first, count in part:
+            if out and out[-1][0] + out[-1][1] == first:
+                out[-1] = [out[-1][0], out[-1][1] + count]
+            else:
+                out.append([first, count])
+    return out
 
 
 def _ranges(numbers: list[int]) -> list[list[int]]:
-    out: list[list[int]] = []
-    for k in numbers:
-        if out and out[-1][0] + out[-1][1] == k:
-            out[-1][1] += 1
-        else:
-            out.append([k, 1])
-    return out
+    return _join([[k, 1] for k in numbers])
 
 
 class _TodoAt:
     """todo.md as the loop read it before a step: from the checkpoint of the step before, read the way
-    the sandbox's toolbox reads it for the tail (the first TODO_MAX_BYTES, whole lines)."""
+    the sandbox's toolbox reads it for the tail (the first TODO_MAX_BYTES, whole lines). All its versions
+    are read at once, from the checkpoints' log."""
 
-    def __init__(self, run: RunDir) -> None:
-        from orchestrator.store.checkpoints import Checkpoints
-
-        self.cp = Checkpoints.of(run)
-        self.commits = self.cp.steps()
+    def __init__(self, run: RunDir, log: CheckpointLog | None) -> None:
+        self.log = log
+        self.blob_at: dict[str, str | None] = {}  # commit -> todo.md's blob there
+        blob = None
+        for c in log.commits if log is not None else []:
+            for change in c.changes:
+                if change.path == "todo.md":
+                    blob = change.new
+            self.blob_at[c.commit] = blob
+        self.contents = log.blobs({b for b in self.blob_at.values() if b}) if log is not None else {}
         self.workdir = "/workspace"
         try:
             self.workdir = run.read_meta()["config"]["sandbox"].get("workdir") or self.workdir
@@ -235,18 +296,12 @@ class _TodoAt:
             pass
 
     def before(self, step: int) -> tuple[str | None, str | None]:
-        from git import GitCommandError
-
         from orchestrator.context import TODO_MAX_BYTES, todo_cut_note
-        from orchestrator.store.checkpoints import make_git
 
-        commit = self.cp.commit_at(step - 1, self.commits) if self.commits else None
-        if commit is None:
-            return None, None
-        try:
-            data = make_git(self.cp.git_dir).execute(["git", "cat-file", "blob", f"{commit}:todo.md"],
-                                                      stdout_as_string=False)
-        except GitCommandError:
+        commit = self.log.at(step - 1) if self.log is not None else None
+        blob = self.blob_at.get(commit.commit) if commit is not None else None
+        data = self.contents.get(blob) if blob else None
+        if data is None:
             return None, None
         if b"\0" in data[:8192]:
             return None, None  # the toolbox refuses a binary file; the loop then shows no plan

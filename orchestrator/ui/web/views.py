@@ -13,6 +13,7 @@ from typing import Any
 from orchestrator.agent.approvals import subject
 from orchestrator.ui.inspect.listing import list_runs, row_of
 from orchestrator.ui.inspect.chart import chart as report_chart
+from orchestrator.store.checkpoint_log import CheckpointLog
 from orchestrator.ui.inspect.report_data import sessions, step_diffs, step_times
 from orchestrator.ui.inspect.report_time import time_axis
 from orchestrator.ui.inspect.timeline import step_text, walk
@@ -62,7 +63,7 @@ def step_whole(run: RunDir, n: int) -> str | None:
 
 def diff(run: RunDir, n: int) -> dict[str, Any] | None:
     """What step `n` changed, bounded as the report bounds it (report_data.step_diffs)."""
-    return step_diffs(run, [n]).get(n)
+    return step_diffs(run, [n], CheckpointLog.of(run)).get(n)
 
 
 def todo(run: RunDir) -> str | None:
