@@ -1,6 +1,6 @@
 """`cairn serve` in a real browser: how soon a logged event shows, and how fast a big list and a long run load.
 
-    python bench/serve_bench.py [--events 30] [--runs 1000] [--long 10000]
+    python bench/serve_bench.py [--events 30] [--runs 1000] [--long 10000] [--only events,output,list,long]
 
 Needs Debian's chromium and the playwright package (the test extras); no Docker and no model: the runs
 are written here, event by event, with cairn's own EventLog, as a run's process writes them.
@@ -9,6 +9,12 @@ are written here, event by event, with cairn's own EventLog, as a run's process 
   and the time until its step is on the page is taken (Playwright waits on the DOM). Baseline in the same
   run: `cairn watch` on the same run, the time until it prints that event's line. Median and 90th
   percentile over `--events` appends, one every ~0.3 s. Target: median under 0.5 s.
+- **output → browser.** A run's page is open while a command runs (a `shell_exec` started in the log);
+  a line is appended to the command's live output (`cairn/live/shell.out`, as the toolbox writes it),
+  and the time until the page's live pane shows it is taken. Baseline in the same run: `cairn watch`
+  on the same run, the time until it prints that line (`│ ...`; it follows a command that has run two
+  seconds, as `cairn run` does). Median and 90th percentile over `--events` lines. Target: median under
+  0.5 s.
 - **the list.** `--runs` finished runs (17 events each): the time from asking for the list page until
   it is on screen (every run in it, drawn 100 rows at a time as one scrolls), then the time to scroll
   to its last run, and the JSON behind it alone; baseline: `cairn ls --json` (a fresh process, as a person runs it).
@@ -36,6 +42,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -110,44 +117,88 @@ def in_page(page, *marks: str) -> list[float]:
     return [int(page.evaluate(f"document.body.dataset.{mark}")) / 1000 for mark in marks]
 
 
+class LiveRun:
+    """A run this process plays the driver of (it holds its lock: the run is live), with `cairn watch`
+    following it; `seen[n]` is when watch printed the line of mark `n` (found by `pattern`)."""
+
+    def __init__(self, runs_dir: Path, task: str, pattern: str) -> None:
+        self.run = new_run(runs_dir, task)
+        self.run.hold()
+        (self.run.state / "pid").write_text(json.dumps(process_identity(os.getpid())))
+        self.runs_dir, self.pattern, self.seen = runs_dir, re.compile(pattern), {}
+        self.watch: subprocess.Popen | None = None
+
+    def follow(self) -> None:
+        self.watch = subprocess.Popen(cairn("watch", self.run.id, "--runs-dir", str(self.runs_dir)), text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=ENV, cwd=ROOT)
+
+        def read_watch() -> None:
+            for line in self.watch.stdout:
+                found = self.pattern.search(line)
+                if found:
+                    self.seen.setdefault(int(found.group(1)), time.perf_counter())
+
+        threading.Thread(target=read_watch, daemon=True).start()
+
+    def measure(self, count: int, make: Callable[[int], None], shown: Callable[[int], None]) -> tuple[list[float], list[float]]:
+        """For each n, `make(n)` (then the time runs), `shown(n)` returns once the page shows it; then
+        cairn watch's time for the same n. Seconds, the page's and watch's."""
+        browser, terminal = [], []
+        try:
+            for n in range(1, count + 1):
+                made = time.perf_counter()
+                make(n)
+                shown(n)
+                browser.append(time.perf_counter() - made)
+                deadline = time.monotonic() + 10
+                while n not in self.seen and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                if n in self.seen:
+                    terminal.append(self.seen[n] - made)
+                time.sleep(0.3)
+        finally:
+            self.watch.terminate()
+            self.watch.wait()
+            self.run.release()
+        return browser, terminal
+
+
+def figures_of(prefix: str, watch_name: str, browser: list[float], terminal: list[float]) -> dict[str, float]:
+    return {f"{prefix}_to_browser_median_s": statistics.median(browser),
+            f"{prefix}_to_browser_p90_s": percentile(browser, 0.9),
+            watch_name: statistics.median(terminal) if terminal else float("nan")}
+
+
 def bench_events(page, base: str, runs_dir: Path, count: int) -> dict[str, float]:
-    run = new_run(runs_dir, "live")
-    run.hold()  # this process plays the run's driver: it is live while the bench appends its events
-    (run.state / "pid").write_text(json.dumps(process_identity(os.getpid())))  # this process plays the live run
-    watch = subprocess.Popen(cairn("watch", run.id, "--runs-dir", str(runs_dir)), stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, env=ENV, cwd=ROOT)
-    seen: dict[int, float] = {}
-
-    def read_watch() -> None:
-        for line in watch.stdout:
-            found = re.search(r"bench-(\d+)", line)
-            if found:
-                seen.setdefault(int(found.group(1)), time.perf_counter())
-
-    threading.Thread(target=read_watch, daemon=True).start()
-    page.goto(f"{base}/runs/{run.id}")
+    live = LiveRun(runs_dir, "live", r"bench-(\d+)")
+    live.follow()
+    page.goto(f"{base}/runs/{live.run.id}")
     page.wait_for_selector("body[data-caught-up='1']")
     time.sleep(2.0)  # cairn watch is up and following
-    browser, terminal = [], []
-    try:
-        for n in range(1, count + 1):
-            appended = time.perf_counter()
-            for e in step_events(n)[2:3]:  # the call: a new step
-                run.events.append(e)
-            page.wait_for_selector(f"#step-{n}", timeout=10_000)
-            browser.append(time.perf_counter() - appended)
-            deadline = time.monotonic() + 10
-            while n not in seen and time.monotonic() < deadline:
-                time.sleep(0.005)
-            if n in seen:
-                terminal.append(seen[n] - appended)
-            time.sleep(0.3)
-    finally:
-        watch.terminate()
-        watch.wait()
-        run.release()
-    return {"event_to_browser_median_s": statistics.median(browser), "event_to_browser_p90_s": percentile(browser, 0.9),
-            "cairn_watch_median_s": statistics.median(terminal) if terminal else float("nan")}
+
+    def append(n: int) -> None:
+        for e in step_events(n)[2:3]:  # the call: a new step
+            live.run.events.append(e)
+
+    times = live.measure(count, append, lambda n: page.wait_for_selector(f"#step-{n}", timeout=10_000))
+    return figures_of("event", "cairn_watch_median_s", *times)
+
+
+def bench_output(page, base: str, runs_dir: Path, count: int) -> dict[str, float]:
+    live = LiveRun(runs_dir, "a command's output", r"│ <out-(\d+)>")
+    for e in step_events(1)[:3]:  # a step whose command runs: started, not finished
+        live.run.events.append(e)
+    path = live.run.cairn_dir / "live" / "shell.out"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")  # emptied as the command starts, as the toolbox does
+    live.follow()
+    page.goto(f"{base}/runs/{live.run.id}")
+    page.wait_for_selector("#step-1[open] pre.live-output")
+    time.sleep(3.0)  # cairn watch is up, and follows a command that has run its two seconds
+    with open(path, "ab", buffering=0) as out:
+        times = live.measure(count, lambda n: out.write(f"<out-{n}> compiling module {n}\n".encode()),
+                             lambda n: page.wait_for_selector(f"pre.live-output:has-text('<out-{n}>')", timeout=10_000))
+    return figures_of("output", "output_cairn_watch_median_s", *times)
 
 
 def bench_list(page, base: str, runs_dir: Path, count: int) -> dict[str, float]:
@@ -210,6 +261,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=30)
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--long", type=int, default=10_000)
+    parser.add_argument("--only", default="events,output,list,long", help="the sections to measure")
     args = parser.parse_args()
     if CHROMIUM is None:
         raise SystemExit("serve_bench: no chromium (apt-get install chromium)")
@@ -218,9 +270,9 @@ def main() -> None:
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="cairn-serve-bench-") as tmp, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"])
-        sections = [("events", bench_events, args.events), ("list", bench_list, args.runs),
-                    ("long", bench_long, args.long)]
-        for name, bench, size in sections:
+        sections = [("events", bench_events, args.events), ("output", bench_output, args.events),
+                    ("list", bench_list, args.runs), ("long", bench_long, args.long)]
+        for name, bench, size in [s for s in sections if s[0] in args.only.split(",")]:
             runs_dir = Path(tmp) / name
             runs_dir.mkdir()
             server, url, base = start_server(runs_dir)
@@ -235,18 +287,26 @@ def main() -> None:
             figures.update(result)
             print(f"{name}: " + "  ".join(f"{k}={v:.3f}" for k, v in result.items()), flush=True)
         browser.close()
-    figures["event_ratio_browser_to_watch"] = figures["event_to_browser_median_s"] / figures["cairn_watch_median_s"]
-    figures["list_ratio_page_to_ls"] = figures["list_page_s"] / figures["cairn_ls_json_s"]
-    figures["long_ratio_page_to_show"] = figures["long_run_page_s"] / figures["cairn_show_json_s"]
-    print(f"event → browser: median {figures['event_to_browser_median_s']:.3f} s (target < 0.5 s), "
-          f"cairn watch {figures['cairn_watch_median_s']:.3f} s, ratio {figures['event_ratio_browser_to_watch']:.2f}")
-    figures["load_average_1min"] = os.getloadavg()[0]
-    print(f"list of {args.runs} runs: page {figures['list_page_s']:.3f} s, scrolled to its end in "
-          f"{figures['list_scroll_to_end_s']:.3f} s (JSON {figures['list_json_s']:.3f} s, "
-          f"cold {figures['list_json_cold_s']:.3f} s), cairn ls --json {figures['cairn_ls_json_s']:.3f} s, ratio {figures['list_ratio_page_to_ls']:.2f}")
-    print(f"run of {args.long} events: page {figures['long_run_page_s']:.3f} s, last step opened in "
-          f"{figures['long_run_open_last_step_s']:.3f} s, cairn show --json {figures['cairn_show_json_s']:.3f} s, "
-          f"ratio {figures['long_ratio_page_to_show']:.2f}")
+    f = figures
+    if "event_to_browser_median_s" in f:
+        f["event_ratio_browser_to_watch"] = f["event_to_browser_median_s"] / f["cairn_watch_median_s"]
+        print(f"event → browser: median {f['event_to_browser_median_s']:.3f} s (target < 0.5 s), "
+              f"cairn watch {f['cairn_watch_median_s']:.3f} s, ratio {f['event_ratio_browser_to_watch']:.2f}")
+    if "output_to_browser_median_s" in f:
+        f["output_ratio_browser_to_watch"] = f["output_to_browser_median_s"] / f["output_cairn_watch_median_s"]
+        print(f"output → browser: median {f['output_to_browser_median_s']:.3f} s (target < 0.5 s), "
+              f"cairn watch {f['output_cairn_watch_median_s']:.3f} s, ratio {f['output_ratio_browser_to_watch']:.2f}")
+    if "list_page_s" in f:
+        f["list_ratio_page_to_ls"] = f["list_page_s"] / f["cairn_ls_json_s"]
+        print(f"list of {args.runs} runs: page {f['list_page_s']:.3f} s, scrolled to its end in "
+              f"{f['list_scroll_to_end_s']:.3f} s (JSON {f['list_json_s']:.3f} s, cold {f['list_json_cold_s']:.3f} s), "
+              f"cairn ls --json {f['cairn_ls_json_s']:.3f} s, ratio {f['list_ratio_page_to_ls']:.2f}")
+    if "long_run_page_s" in f:
+        f["long_ratio_page_to_show"] = f["long_run_page_s"] / f["cairn_show_json_s"]
+        print(f"run of {args.long} events: page {f['long_run_page_s']:.3f} s, last step opened in "
+              f"{f['long_run_open_last_step_s']:.3f} s, cairn show --json {f['cairn_show_json_s']:.3f} s, "
+              f"ratio {f['long_ratio_page_to_show']:.2f}")
+    f["load_average_1min"] = os.getloadavg()[0]
     print(" ".join(f"{k}={v:.3f}" for k, v in figures.items()))
 
 

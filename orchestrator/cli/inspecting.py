@@ -91,7 +91,7 @@ def show(
 
 def print_timeline(run_dir: Any, doc: dict[str, Any]) -> None:  # noqa: ANN401 - RunDir, imported lazily
     """`cairn show RUN` as text: the run's state now, its steps, its usage, and how it ended."""
-    from orchestrator.ui.inspect.timeline import check_line, critic_line, one_line, step_lines
+    from orchestrator.ui.inspect.timeline import check_line, critic_line, failed_check_lines, one_line, step_lines
 
     u = doc["usage"]
     cost = f"${u['cost_usd']:.4f}" if u["cost_usd"] is not None else "cost unknown"
@@ -123,8 +123,8 @@ def print_timeline(run_dir: Any, doc: dict[str, Any]) -> None:  # noqa: ANN401 -
         typer.echo(waiting_block(waiting["name"], waiting["arguments"], waiting["why"]))
     if doc["result"]:
         typer.echo(f"result: {clean(doc['result'])}")
-    if doc["check"] is not None:
-        typer.echo(check_line(doc["check"], run_dir))
+    for line in failed_check_lines(doc, run_dir):
+        typer.echo(line)
     if doc["error"]:
         typer.secho(f"{doc['status']}: {clean(doc['error']['reason'])}", fg=_status_colour(doc["status"]))
 
@@ -195,20 +195,25 @@ def diff(
         typer.echo(f"(no changes{where}{'' if step is None else f' in step {step}'})", err=True)
 
 
+REPORT_NAME = "report.html"  # in the run's directory, beside workspace/, cairn/ and state/
+
+
 @app.command()
 def report(
     run_ref: str = typer.Argument(..., metavar="RUN", help=RUN_HELP),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE.html",
-                                          help="The HTML file to write (default: RUN.html in this folder)."),
+                                          help="The HTML file to write (default: report.html in the run's own "
+                                               "directory, beside its workspace)."),
     runs_dir: Optional[Path] = RunsDir,
 ) -> None:
-    """Write one self-contained HTML page of the run (timeline, todo, files, tokens and cost); print its path."""
+    """Write one self-contained HTML page of the run (timeline, todo, files, tokens and cost) beside the
+    run, or where -o says; print its path."""
     from orchestrator.ui.inspect.report import write_report
 
     run_dir = _find(runs_dir, run_ref)
-    out = output or Path(f"{run_dir.id}.html")
+    out = output or run_dir.root.absolute() / REPORT_NAME
     _readable(run_dir, lambda: write_report(run_dir, out))
-    typer.echo(str(out))
+    typer.echo(str(out))  # where it is: the one line, for a person to open and a script to read
 
 
 @app.command()

@@ -233,11 +233,11 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
     from orchestrator.runs.drive import drive
     from orchestrator.ui.chat import EXIT, is_command, next_command, read_message, run_command, waiting_question
     from orchestrator.ui.display import make_display
-    from orchestrator.ui.inspect.timeline import check_line, timeline
+    from orchestrator.ui.inspect.timeline import failed_check_lines, timeline
 
     display = make_display(json_output, chat=interactive)
     display.model_wait = min(cfg.model.stream_idle_timeout, cfg.model.request_timeout)  # "37 s of 60"
-    display.live_output = (run_dir.cairn_dir, "live/shell.out")  # a long command's output, as it comes
+    display.cairn_dir = run_dir.cairn_dir  # a long command's output, as it comes
 
     def more(live: Any, status: str) -> tuple[str, str] | None:
         """After each end: the person's next words and how they are said, or None to finish. A question of
@@ -262,9 +262,14 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
             display.resume()
             return reply, "answer" if asked is not None else "user"
 
+    from orchestrator.runs.new_run import progress_to
+
+    said_before = progress_to(display.progress) if hasattr(display, "progress") else None
     try:
         driven = drive(run_dir, cfg, display, resumed=resumed, message=message, source=source, more=more)
     finally:
+        if hasattr(display, "progress"):
+            progress_to(said_before)
         display.close()
     doc = timeline(run_dir)  # the run's view, as every face shows it, now that its drive is over
     status = doc["status"]
@@ -274,7 +279,7 @@ def _drive(run_dir, cfg: RunConfig, json_output: bool, message: str | None = Non
         said = doc["result"] or (doc["error"] or {}).get("reason")
         typer.secho(f"run {run_dir.id}: {status}" + (f": {clean(said)}" if said else ""), err=True, fg=_status_colour(status))
         if doc["check"] is not None and doc["check"]["passed"] is not None:
-            typer.echo(f"  {check_line(doc['check'], run_dir)}", err=True)
+            typer.echo("\n".join(failed_check_lines(doc, run_dir, indent="  ")), err=True)
         waiting = doc["approval_waiting"]
         if waiting and not waiting["answer"]:  # a person decides from this: the call whole
             from orchestrator.ui.approval_prompt import waiting_block

@@ -24,6 +24,7 @@ import functools  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterable  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import httpx  # noqa: E402
 
@@ -94,8 +95,11 @@ class LLM:
     """One configured model. `complete` may be called from several threads at once (sub-agents working
     side by side, agent/parallel.py): each request keeps its state to itself, and `cancel` stops them all."""
 
-    def __init__(self, cfg: ModelConfig, *, stream: bool = True) -> None:
+    def __init__(self, cfg: ModelConfig, *, stream: bool = True, script_progress: Path | None = None) -> None:
+        """`script_progress`: for a scripted model, the run's file of the turns its script played, so a
+        resumed run goes on from the next turn (llm/scripted.py)."""
         self.cfg = cfg
+        self._script_progress = script_progress
         self.stream = stream
         self.context_window_source = ""  # "config", "script", "litellm" or "fallback": for `cairn doctor`
         self._script_spec = script_spec(cfg.model)
@@ -122,7 +126,7 @@ class LLM:
     @property
     def scripted(self) -> ScriptedServer | None:
         """The loopback server playing the script, when the model is `scripted:…`."""
-        return scripted_server(self._script_spec) if self._script_spec is not None else None
+        return scripted_server(self._script_spec, self._script_progress) if self._script_spec is not None else None
 
     def context_window(self) -> int:
         """Input tokens the model accepts; `context_window_source` says where the figure came from."""

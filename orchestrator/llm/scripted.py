@@ -6,6 +6,11 @@ and the turn semantics are in docs/contracts.md ("The scripted model"); in short
 the next turn, and a turn is an answer (`content`, `tool_calls`, and `reasoning`: the model's thinking,
 sent as `reasoning_content` as litellm gives a reasoning model's) or a failure (`fail`).
 
+A run's model goes on from the turn the run had reached: the server keeps, in the run's
+`state/scripted.json`, how many turns of each script it has played (an answer or a failure, as each
+request takes one), so a resumed run with the same script is answered from the next turn; a script the
+run has not played starts from its first.
+
 Usage is reported like a provider with automatic prefix caching, so cache hit ratios can be tested:
 `prompt_tokens` counts the request, and `cached_tokens` is the longest prefix, in 128-token blocks
 and never under 1,024 tokens, that the request shares with an earlier answered request.
@@ -27,6 +32,7 @@ from pathlib import Path
 from orchestrator.errors import UsageError
 from orchestrator.llm.tokenizer import encoding
 
+SCRIPT_PROGRESS = "scripted.json"  # in a run's state/: how many turns each script (by its digest) played
 SCRIPTED_PREFIX = "scripted:"  # `--model scripted:demo` or `--model scripted:PATH`
 BUILTIN_SCRIPTS = Path(__file__).parent / "scripts"
 NO_MORE_TURNS = "(the script has no more turns)"
@@ -115,18 +121,22 @@ class Response:
 
 
 class ScriptedServer:
-    def __init__(self, script: dict) -> None:
+    def __init__(self, script: dict, progress: Path | None = None) -> None:
+        """`progress`: the file that keeps how many turns the script played for a run (SCRIPT_PROGRESS);
+        the server starts at the turn it names when it names this script."""
         self.script = script
         self.turns: list[dict] = list(script.get("turns", []))
         self.requests: list[dict] = []
-        self._next_turn = 0
+        self.digest = hashlib.sha256(json.dumps(script, sort_keys=True).encode()).hexdigest()
+        self.progress = progress
+        self._next_turn = played(progress, self.digest) if progress is not None else 0
         self._cache = PrefixCache()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self.url: str | None = None
         # Call ids differ between scripts, so a run resumed with a new script never reuses an id.
-        self.id_prefix = hashlib.sha256(json.dumps(script, sort_keys=True).encode()).hexdigest()[:6]
+        self.id_prefix = self.digest[:6]
 
     def start(self) -> str:
         """Serve on a free loopback port in a daemon thread; returns the base URL (…/v1)."""
@@ -166,6 +176,8 @@ class ScriptedServer:
                 return _overflow(window, len(tokens))
             index = self._next_turn
             self._next_turn += 1
+            if self.progress is not None:
+                _keep_progress(self.progress, self.digest, self._next_turn)
             turn = self.turns[index] if index < len(self.turns) else {"content": NO_MORE_TURNS}
             fail = turn.get("fail")
             if fail == "timeout":
@@ -204,14 +216,47 @@ _servers: dict[str, ScriptedServer] = {}
 _servers_lock = threading.Lock()
 
 
-def scripted_server(spec: str) -> ScriptedServer:
-    """The running server for a script (`demo` or a path): started on first use, one per process."""
+def scripted_server(spec: str, progress: Path | None = None) -> ScriptedServer:
+    """The running server for a script (`demo` or a path) and a run (`progress`: its SCRIPT_PROGRESS
+    file): started on first use, one per process for each."""
+    key = f"{spec}\0{progress or ''}"
     with _servers_lock:
-        if spec not in _servers:
-            server = ScriptedServer(load_script(spec))
+        if key not in _servers:
+            server = ScriptedServer(load_script(spec), progress)
             server.start()
-            _servers[spec] = server
-        return _servers[spec]
+            _servers[key] = server
+        return _servers[key]
+
+
+_progress_lock = threading.Lock()  # a run's model and its critic may play two scripts into one file
+
+
+def played(progress: Path, digest: str) -> int:
+    """How many turns of the script with this digest a run's models have played (0 for a script it never
+    played)."""
+    turns = _played(progress).get(digest)
+    return turns if isinstance(turns, int) and not isinstance(turns, bool) and turns >= 0 else 0
+
+
+def _played(progress: Path) -> dict:
+    """The file's {script digest: turns played}; empty when it is missing or is not one."""
+    try:
+        with open(progress, "rb") as f:
+            kept = json.loads(f.read(64 * 1024))
+    except (OSError, ValueError):
+        return {}
+    return kept if isinstance(kept, dict) else {}
+
+
+def _keep_progress(progress: Path, digest: str, turns: int) -> None:
+    """Best effort: a run whose state cannot be written starts its script again on a resume, no worse."""
+    with _progress_lock:
+        try:
+            tmp = progress.with_name(f".{progress.name}.tmp")
+            tmp.write_text(json.dumps({**_played(progress), digest: turns}))
+            os.replace(tmp, progress)
+        except OSError:
+            pass
 
 
 def stop_scripted_servers() -> None:

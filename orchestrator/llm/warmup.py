@@ -36,6 +36,12 @@ def begin(cfg: ModelConfig) -> None:
         _thread.start()
 
 
+def loading() -> bool:
+    """Whether the load `begin` started is still going on."""
+    thread = _thread
+    return thread is not None and thread.is_alive()
+
+
 def wait() -> None:
     """Wait until the load `begin` started (if any) has ended."""
     thread = _thread

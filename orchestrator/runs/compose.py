@@ -133,20 +133,26 @@ class LiveRun:
         from orchestrator.agent.critic import critic_model_config
         from orchestrator.llm import warmup
         from orchestrator.llm.client import LLM
+        from orchestrator.llm.scripted import SCRIPT_PROGRESS
         from orchestrator.agent.loop import Loop
         from orchestrator.agent.delegate import delegate_tool
         from orchestrator.tools.builtin import builtin_tools
 
         if self.model is None:
-            llm = LLM(self.cfg.model)
+            llm = LLM(self.cfg.model, script_progress=self.run.state / SCRIPT_PROGRESS)
+            waited = time.monotonic() if warmup.loading() else None
+            if waited is not None:  # seconds on a busy machine: said, not a silent wait (docs/terminal.md)
+                progress("loading the model library (litellm)")
             warmup.wait()  # the load `run` and `resume` began (llm/warmup.py): then preload finds it done
+            if waited is not None:
+                progress(f"model library loaded in {time.monotonic() - waited:.1f} s")
             llm.preload()  # litellm, unless the model goes without it (llm/client.py)
             llm.on_retry = self._retrying
         tools = Registry([*builtin_tools(delegate_tool(Loop)), *self.own_tools])  # MCP tools join once their servers run
         agent = Loop(self.run, self.cfg, self.sandbox, self.model or llm, display, offered(tools, agent_tools(self.run)))
         critic_cfg = critic_model_config(self.cfg)
         if critic_cfg is not None:  # --critic-model: the critic's own client, its retries logged alike
-            agent.critic_model = LLM(critic_cfg)
+            agent.critic_model = LLM(critic_cfg, script_progress=self.run.state / SCRIPT_PROGRESS)
             agent.critic_model.on_retry = self._retrying
         return agent
 

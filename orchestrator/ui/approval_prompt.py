@@ -1,11 +1,13 @@
 """Asking a person on the terminal whether a tool call may run (orchestrator/agent/approvals.py decides when).
 
-The live display stops (LiveDisplay.ask_approval), the call is shown whole, and one line answers it:
+The live display stops (LiveDisplay.ask_approval), the call is shown whole, and one key answers it (on
+a terminal, without Enter; elsewhere a line):
 
     y  run it, this once
     a  run it, and every later call this answer covers (the tool, or the shell pattern or rule that asked)
     n  do not run it; then an optional reason, which the model is given
-    e  edit the arguments, then run it: in $VISUAL or $EDITOR when one is set, else typed as one JSON line;
+    e  edit the arguments, then run it: typed as one JSON line right after the `e`, or (with nothing
+       typed after it) in $VISUAL or $EDITOR when one is set, else typed as one JSON line when asked;
        what is not a JSON object is said and asked again
 
 The end of input (Ctrl-D) leaves the question unanswered: the run then waits, as it does without a
@@ -27,26 +29,36 @@ from orchestrator.ports import Answer, Question
 from orchestrator.ui.terminal import clean
 
 CHOICES = "[y]es once · [a]lways · [n]o · [e]dit"
+EDITOR_OR_BACK = "\0"  # `e` then Enter alone, on a terminal
 
 
-def ask(question: Question, read: Callable[[str], str] | None = None, out: TextIO | None = None) -> Answer | None:
-    """The person's answer, or None when the input ended before one was given."""
+def ask(question: Question, read: Callable[[str], str] | None = None, out: TextIO | None = None,
+        key: Callable[[str], str] | None = None) -> Answer | None:
+    """The person's answer, or None when the input ended before one was given. `read(prompt)` reads a
+    line; `key(prompt)` one key (on a terminal: the default when neither is given)."""
     out = out or sys.stderr
-    read = read or _reader(out)
+    if read is None:
+        read = _reader(out)
+        if key is None and sys.stdin.isatty():
+            key = _key_reader(out)
     out.write(render(question))
     out.flush()
     try:
         while True:
-            choice = read(f"approve? {CHOICES}: ").strip().lower()
+            choice, rest = _choice(f"approve? {CHOICES}: ", read, key)
             if choice in ("y", "yes"):
                 return Answer(True)
             if choice in ("a", "always"):
                 return Answer(True, always=True)
             if choice in ("n", "no"):
-                reason = read("reason (optional, told to the model): ").strip()
-                return Answer(False, reason or None)
+                if key is None and not rest:  # a line that said only `n`: the reason next (a key asked it already)
+                    rest = read("reason (optional, told to the model): ").strip()
+                out.write(f"(denied: the model is told so{': ' + clean(rest) if rest else ''})\n")
+                return Answer(False, rest or None)
             if choice in ("e", "edit"):
-                edited = _edit(question.arguments, read, out)
+                if rest == EDITOR_OR_BACK and not (os.environ.get("VISUAL") or os.environ.get("EDITOR")):
+                    continue
+                edited = _edit(question.arguments, read, out, "" if rest == EDITOR_OR_BACK else rest)
                 if edited is not None:
                     return Answer(True, arguments=edited)
                 continue
@@ -106,15 +118,33 @@ def _file_body(name: str, args: dict[str, str]) -> str:
                       *(f"+ {line}" for line in args.get("new", "").splitlines())])
 
 
-def _edit(arguments: str, read: Callable[[str], str], out: TextIO) -> str | None:
-    """Edited arguments as a JSON object's text; None to go back to the question."""
+def _choice(prompt: str, read: Callable[[str], str], key: Callable[[str], str] | None) -> tuple[str, str]:
+    """The answer's letter (or word) and what was typed after it on the same line: `e {"command": ...}`.
+    With `key`, the letter is one key; after `e` (or `n`) the rest of the line is read."""
+    if key is None:
+        word, _, rest = read(prompt).strip().partition(" ")
+        return word.lower(), rest.strip()
+    letter = key(prompt).lower()
+    if letter == "n":
+        return letter, read(" · reason, told to the model (Enter: none): ").strip()
+    if letter == "e":  # the JSON on the same line; Enter alone: the editor, or back to the question
+        editor = "edit them in $EDITOR" if os.environ.get("VISUAL") or os.environ.get("EDITOR") else "back"
+        return letter, read(f" · the arguments as one JSON line (Enter: {editor}): ").strip() or EDITOR_OR_BACK
+    return letter, ""
+
+
+def _edit(arguments: str, read: Callable[[str], str], out: TextIO, given: str = "") -> str | None:
+    """Edited arguments as a JSON object's text; None to go back to the question. `given`: the JSON
+    typed on the line of the answer, tried first."""
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
     try:
         text = json.dumps(json.loads(arguments or "{}"), indent=2, ensure_ascii=False)
     except json.JSONDecodeError:
         text = arguments
     while True:
-        if editor:
+        if given:
+            text, given = given, ""
+        elif editor:
             text = _in_editor(editor, text, out)
             if text is None:
                 return None
@@ -149,6 +179,35 @@ def _in_editor(editor: str, text: str, out: TextIO) -> str | None:
         return None
     finally:
         os.unlink(path)
+
+
+def _key_reader(out: TextIO) -> Callable[[str], str]:
+    """One key from the terminal, without Enter (cbreak mode: Ctrl-C still interrupts), echoed with the
+    end of the line unless it is `e` or `n`, whose line goes on. Ctrl-D is the end of input."""
+    import termios
+    import tty
+
+    def key(prompt: str) -> str:
+        out.write(prompt)
+        out.flush()
+        fd = sys.stdin.fileno()
+        before = termios.tcgetattr(fd)
+        try:
+            tty.setcbreak(fd)
+            data = os.read(fd, 1)
+            if data and data not in b"yanYAN" + b"eE":
+                termios.tcflush(fd, termios.TCIFLUSH)  # the rest of an arrow key's sequence, or a paste
+        finally:
+            termios.tcsetattr(fd, termios.TCSADRAIN, before)
+        if not data or data == b"\x04":
+            raise EOFError
+        letter = data.decode("utf-8", "replace")
+        shown = letter if letter.isprintable() else ""
+        out.write(shown if letter.lower() in ("e", "n") else shown + "\n")
+        out.flush()
+        return letter
+
+    return key
 
 
 def _reader(out: TextIO) -> Callable[[str], str]:

@@ -3,12 +3,14 @@ prompt (with history, and multi-line input) and the slash commands, which cairn 
 never reach the model. And for any run that ends: the question it waits on, and the next command.
 
 A message of several lines: end a line with a backslash to go on to the next, or open a block with a
-line of three double quotes and close it with another. Ctrl-D or Ctrl-C at the prompt, or /exit, ends
+line of three double quotes and close it with another. The history keeps it whole: the up arrow brings
+the message back as one entry, not line by line. Ctrl-D or Ctrl-C at the prompt, or /exit, ends
 the session; the run stays resumable.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -31,6 +33,7 @@ COMMAND = re.compile(r"^/[a-z]+$")
 BLOCK = '"""'
 HISTORY = Path("~/.cairn/history")
 EXIT = "exit"
+_readline: list[Any] = []  # the readline module, once with_history() has loaded the history
 
 
 def banner(model: str) -> str:
@@ -48,27 +51,45 @@ def read_message(prompt: str, read: Callable[[str], str] = input, out: Any = Non
     lines of three double quotes. None on Ctrl-D or Ctrl-C (then the closing lines start on a line of
     their own)."""
     out = out or sys.stderr
+    before = _history_length()
     try:
         first = read(prompt)
         if first.strip() == BLOCK:
             lines = []
             while (line := read("... ")).strip() != BLOCK:
                 lines.append(line)
-            return "\n".join(lines).strip() or None
+            return _kept_whole("\n".join(lines).strip(), before)
         lines = [first]
         while lines[-1].endswith("\\"):
             lines[-1] = lines[-1][:-1]
             lines.append(read("... "))
-        return "\n".join(lines).strip() or None
+        return _kept_whole("\n".join(lines).strip(), before) if len(lines) > 1 else first.strip() or None
     except (EOFError, KeyboardInterrupt):
         out.write("\n")
         out.flush()
         return None
 
 
+def _history_length() -> int:
+    return _readline[0].get_current_history_length() if _readline else 0
+
+
+def _kept_whole(message: str, before: int) -> str | None:
+    """A message of several lines, as one entry of the history in place of its lines (and of the
+    lines of three quotes around it): the up arrow brings it back whole, and Enter sends it whole."""
+    if _readline:
+        readline = _readline[0]
+        for position in range(readline.get_current_history_length() - 1, before - 1, -1):
+            readline.remove_history_item(position)
+        if message:
+            readline.add_history(message)
+    return message or None
+
+
 def with_history() -> None:
     """Up and down arrows bring back earlier messages, of this session and the ones before (readline,
-    where Python has it); kept in ~/.cairn/history."""
+    where Python has it); kept in ~/.cairn/history, an entry a line (a message of several lines, or one
+    that starts with a double quote, as a JSON string)."""
     try:
         import readline
     except ImportError:
@@ -76,20 +97,41 @@ def with_history() -> None:
     import atexit
 
     path = HISTORY.expanduser()
-    try:
-        readline.read_history_file(path)
-    except OSError:
-        pass
     readline.set_history_length(1000)
+    for entry in _read_history(path):
+        readline.add_history(entry)
+    _readline[:] = [readline]
 
     def save() -> None:
+        entries = [readline.get_history_item(i) for i in range(1, readline.get_current_history_length() + 1)]
+        lines = [json.dumps(e, ensure_ascii=False) if "\n" in e or e.startswith('"') else e
+                 for e in entries[-1000:] if e]
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            readline.write_history_file(path)
+            path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         except OSError:
             pass
 
     atexit.register(save)
+
+
+def _read_history(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    entries = []
+    for line in lines[-1000:]:
+        if line.startswith('"'):
+            try:
+                decoded = json.loads(line)
+            except ValueError:
+                decoded = None
+            if isinstance(decoded, str):
+                line = decoded
+        if line:
+            entries.append(line)
+    return entries
 
 
 def run_command(text: str, run: Any, live: Any) -> str | None:  # noqa: ANN401 - RunDir, LiveRun

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
+import re
 import signal
 import sys
 import threading
@@ -20,7 +20,7 @@ from orchestrator.agent.approvals import answer_line
 from orchestrator.ports import Answer, Progress, Question
 from orchestrator import events as ev
 from orchestrator.agent.state import RunState
-from orchestrator.store import run_files
+from orchestrator.ui.output_lines import OutputLines, as_is
 from orchestrator.ui.terminal import clean
 from orchestrator.tools.sessions.readable import call_summary
 
@@ -43,8 +43,8 @@ def event_line(event: ev.Event) -> str | None:
 
 
 WAITING_FOR_MODEL = "waiting for the model"
-STREAM_AFTER_S = 2.0  # a command that runs longer has its output shown as it comes
-STREAM_LINES = 200  # at most this many lines of it
+STARTING = "getting the run ready"
+ENDED = re.compile(r" in \d+(\.\d+)? s$")  # a start-up line that says a wait is over: `sandbox started in 1.3 s`
 RESULT_LINES = 4  # the first lines of a tool's result that the live view and `cairn watch` show
 EDIT_LINES = 6  # the lines of a file_edit's small diff
 
@@ -78,12 +78,6 @@ def _event_line(event: ev.Event) -> str | None:
     if isinstance(event, ev.StatusChanged) and event.status != "running":
         return f"status: {event.status}" + (f" ({event.reason})" if event.reason else "")
     return None
-
-
-def _as_is(line: str, width: int) -> str:
-    """One line of a result or a diff with its indentation kept, cut to `width`."""
-    flat = clean(line).expandtabs(4).rstrip()
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 def _arguments(raw: str) -> dict:
@@ -124,7 +118,7 @@ def call_line(name: str, raw: str, width: int = 110) -> str:
     if name == "file_edit" and text("path"):
         old, new = text("old").splitlines(), text("new").splitlines()
         diff = [f"- {line}" for line in old] + [f"+ {line}" for line in new]
-        shown = [f"      {_as_is(line, width)}" for line in diff[:EDIT_LINES]]
+        shown = [f"      {as_is(line, width)}" for line in diff[:EDIT_LINES]]
         if len(diff) > EDIT_LINES:
             shown.append(f"      … {len(diff) - EDIT_LINES} more lines")
         return "\n".join([f"edit {short(text('path'), width)} (-{len(old)} +{len(new)})", *shown])
@@ -152,7 +146,7 @@ def _result_lines(event: ev.ToolFinished) -> str:
         n = len(body.splitlines())
         return f"      {mark} {n} line{'s' if n != 1 else ''}{where}"
     lines = [line for line in clean(body).splitlines() if line.strip()] or [""]
-    shown = [f"      {mark if i == 0 else ' '} {_as_is(line, 100)}" for i, line in enumerate(lines[:RESULT_LINES])]
+    shown = [f"      {mark if i == 0 else ' '} {as_is(line, 100)}" for i, line in enumerate(lines[:RESULT_LINES])]
     if len(lines) > RESULT_LINES:
         shown.append(f"        … {len(lines) - RESULT_LINES} more lines")
     shown[-1] += where
@@ -190,14 +184,15 @@ class LiveDisplay:
         self.console = console or Console(stderr=True)
         self.chat = chat  # an interactive session: answers are shown whole, and a text answer is no "stop"
         self.started = time.time()
-        self.current = WAITING_FOR_MODEL
+        self.current = STARTING
         self.since = time.time()  # when the current action (or wait) began
         self.retry_until = 0.0  # a model retry's wait ends then
         self.retry = ""
         self.model_wait: float | None = None  # how long the model may take to answer (its idle timeout)
-        # The toolbox's copy of a running command's output on the host: (the run's cairn/, its path there).
-        self.live_output: tuple[Path, str] | None = None
-        self.follower: _Follower | None = None
+        self.cairn_dir: Path | None = None  # the run's cairn/: a long command's output shows as it comes from it
+        self.follower: OutputLines | None = None
+        self.followed: str | None = None  # the call id of the command whose output is followed
+        self.denied_here: set[str] = set()  # calls the person refused at this terminal's prompt
         self.state: RunState | None = None
         self.running: dict[str, str] = {}  # call id -> its short line, for calls running side by side
         self.asking = threading.Lock()  # sub-agents side by side ask one question at a time
@@ -208,14 +203,22 @@ class LiveDisplay:
 
     def _status(self) -> Text:
         s = self.state
-        if s is None:
-            return Text("")
+        if s is None:  # the run's start: what it waits for (the sandbox, the model library), and how long
+            now = time.time()
+            return Text(f"starting · {self.current}, {now - self.since:.0f} s · {now - self.started:.0f}s", style="dim")
         t = s.totals
         return Text(
             f"step {s.step} · {self.doing()} · {t.prompt_tokens + t.completion_tokens:,} tokens · "
             f"cache {t.cache_hit_ratio:.0%} · {money(t)} · {time.time() - self.started:.0f}s",
             style="dim",
         )
+
+    def progress(self, line: str) -> None:
+        """A line on how the run's start goes (runs/new_run.progress): printed, and until the first step
+        the status line says what is being waited for (the last line that began a wait) and how long."""
+        self.console.print(clean(line), highlight=False, markup=False, emoji=False)
+        if self.state is None and not ENDED.search(line):
+            self.current, self.since = line, time.time()
 
     def child(self, depth: int) -> "ChildDisplay":
         """A sub-agent's display (agent/delegate.py): its lines indented under this run's."""
@@ -242,20 +245,29 @@ class LiveDisplay:
     def _line(self, event: ev.Event) -> str | None:
         if isinstance(event, ev.ApprovalAsked) and self.can_ask():
             return None  # the question comes next, whole, on this terminal: said once
+        if isinstance(event, ev.ApprovalAnswered) and event.by == "terminal":
+            if not event.approved:  # the person said no here: the prompt said so, once; the call never ran
+                self.denied_here.add(event.call_id)
+            return None  # the person answered on this terminal a moment ago
+        if isinstance(event, (ev.ToolStarted, ev.ToolFinished)) and event.call_id in self.denied_here:
+            return None
         if self.chat:
             said = self._chat_line(event)
             if said is not False:
                 return said
-        if isinstance(event, ev.ToolFinished) and self.follower is not None:
+        if isinstance(event, ev.ToolFinished) and self.follower is not None and event.call_id == self.followed:
             streamed, self.follower = self.follower.stop(), None
             if streamed:  # its lines are on the screen already: the result's last line says how it ended
                 last = (clean(event.content or "").strip().splitlines() or [""])[-1]
-                return f"      {'✗' if event.error else '→'} {_as_is(last, 100)}"
+                return f"      {'✗' if event.error else '→'} {as_is(last, 100)}"
         if isinstance(event, ev.ToolStarted):
             self.running[event.call_id] = short(call_line(event.name, event.arguments).splitlines()[0], 60)
             self.current, self.since = self._calls(), time.time()
-            if event.name == "shell_exec" and self.live_output is not None and self.console.is_terminal:
-                self.follower = _Follower(self.live_output, self.console, self.since)
+            if event.name == "shell_exec" and self.cairn_dir is not None and self.console.is_terminal:
+                call = {"name": event.name, "arguments": event.arguments, "since": event.ts}
+                if self.follower is not None:
+                    self.follower.stop()
+                self.follower, self.followed = OutputLines(self.cairn_dir, call, self._say), event.call_id
         elif isinstance(event, ev.ToolFinished) and len(self.running) > 1:
             self.running.pop(event.call_id, None)
             self.current = self._calls()  # the calls still running beside it
@@ -269,6 +281,9 @@ class LiveDisplay:
             self.retry = f"the model failed ({why.strip()[:60]}), retry {number.split()[1] if len(number.split()) > 1 else ''}"
             self.retry_until = time.time() + float(getattr(event, "wait_s", 0) or 0)
         return event_line(event)
+
+    def _say(self, line: str) -> None:
+        self.console.print(line, highlight=False, markup=False, emoji=False)
 
     def _calls(self) -> str:
         lines = list(self.running.values())
@@ -349,61 +364,6 @@ class ChildDisplay:
 
     def close(self) -> None:
         pass
-
-
-class _Follower:
-    """A long command's output on the screen as it comes: after STREAM_AFTER_S, the new whole lines of the
-    toolbox's live copy (sandbox_image/PROTOCOL.md), under the command's line, until the command ends."""
-
-    def __init__(self, where: tuple[Path, str], console: Console, since: float) -> None:
-        (self.root, self.rel), self.console, self.since = where, console, since
-        self.offset, self.shown, self.partial = 0, 0, b""
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._follow, name="cairn-live-output", daemon=True)
-        self.thread.start()
-
-    def _follow(self) -> None:
-        if self.done.wait(STREAM_AFTER_S):
-            return  # a quick command: its result shows its first lines
-        while not self.done.wait(0.25):
-            self._show_new()
-
-    def _show_new(self) -> None:
-        # The sandbox writes this file: through run_files, a link there (to /proc/self/environ) or a FIFO
-        # is neither followed nor waited on, and each look reads at most 256 KiB.
-        try:
-            fd = run_files.open_file(self.root, self.rel)
-        except run_files.Refused:
-            return
-        try:
-            if os.fstat(fd).st_mtime < self.since - 1:
-                return  # still the last command's output: this one has not begun to write
-            data = os.pread(fd, 256 * 1024, self.offset)
-        except OSError:
-            return
-        finally:
-            os.close(fd)
-        self.offset += len(data)
-        *lines, self.partial = (self.partial + data).split(b"\n")
-        for line in lines:
-            if self.shown < STREAM_LINES:
-                text = _as_is(line.decode("utf-8", "replace"), 100)
-                self.console.print(f"      │ {text}", highlight=False, markup=False, emoji=False)
-            elif self.shown == STREAM_LINES:
-                self.console.print("      │ … (the rest comes with the result)", highlight=False, markup=False,
-                                   emoji=False)
-            self.shown += 1
-
-    def stop(self) -> bool:
-        """Ends the following; True when some of the output was shown."""
-        self.done.set()
-        self.thread.join()
-        if self.shown:  # what came since the last look, and a last line without its newline
-            self._show_new()
-            if self.partial.strip() and self.shown < STREAM_LINES:
-                self.console.print(f"      │ {_as_is(self.partial.decode('utf-8', 'replace'), 100)}",
-                                   highlight=False, markup=False, emoji=False)
-        return self.shown > 0
 
 
 def _coloured(event: ev.Event, line: str) -> Text | str:

@@ -96,8 +96,7 @@ def _check_model(cfg: ModelConfig) -> Check:
             return Check(name, False, exc.message, exc.hint or "give the path of a script file")
         return Check(name, True, "scripted model: needs no key")
     if cfg.api_base:
-        # A local server (vLLM, llama.cpp, Ollama) usually takes any key or none, so no key is asked for.
-        return Check(name, True, f"endpoint {cfg.api_base}; key not checked")
+        return _check_endpoint(cfg, name)
     # Without this litellm downloads its price list at import, which hangs where there is no internet.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
@@ -113,3 +112,50 @@ def _check_model(cfg: ModelConfig) -> Check:
     missing = found.get("missing_keys") or ["the provider's API key"]
     fix = f"export {missing[0]}=<your key>" if len(missing) == 1 else f"export one of {', '.join(missing)}"
     return Check(name, False, f"not set: {', '.join(missing)}", fix)
+
+
+ENDPOINT_TIMEOUT_S = 3.0  # the doctor's question to an endpoint: short, a person waits for the answer
+
+
+def _check_endpoint(cfg: ModelConfig, name: str) -> Check:
+    """A server of one's own (vLLM, llama.cpp, Ollama): reached (nothing listening is no "ok"), asked
+    which models it serves (GET /models), and the model named as requests would name it. A local server
+    usually takes any key or none, so none is asked for."""
+    from orchestrator.llm.preflight import preflight
+
+    short = cfg.model_copy(update={"connect_timeout": min(cfg.connect_timeout, ENDPOINT_TIMEOUT_S)})
+    try:
+        preflight(short)
+    except UsageError as exc:
+        return Check(name, False, exc.message, exc.hint or f"start the server at {cfg.api_base}, or give another --api-base")
+    asked = cfg.model.split("/", 1)[1] if "/" in cfg.model else cfg.model
+    served, problem = _served_models(cfg.api_base)
+    if served is None:
+        return Check(name, True, f"{cfg.api_base} answers; it did not list its models ({problem}); requests "
+                                 f"will ask for {asked!r}")
+    listed = ", ".join(served[:8]) + (f" and {len(served) - 8} more" if len(served) > 8 else "")
+    if served and asked not in served:  # llama.cpp answers to any name; vLLM refuses another: said, not failed
+        return Check(name, True, f"{cfg.api_base} answers; requests ask for {asked!r}, which it does not list "
+                                 f"(it lists {listed}: --model openai/{served[0]} names the first)")
+    return Check(name, True, f"{cfg.api_base} answers and serves {asked!r}" + (f" (of {listed})" if len(served) > 1 else ""))
+
+
+def _served_models(api_base: str) -> tuple[list[str] | None, str]:
+    """The model ids the server lists at GET {api_base}/models, or None and why not."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    url = api_base.rstrip("/") + "/models"
+    headers = {"Authorization": f"Bearer {os.environ['OPENAI_API_KEY']}"} if os.environ.get("OPENAI_API_KEY") else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=ENDPOINT_TIMEOUT_S) as r:
+            body = json.loads(r.read(1 << 20))
+    except urllib.error.HTTPError as exc:
+        return None, f"HTTP {exc.code} from {url}"
+    except (OSError, ValueError) as exc:
+        return None, f"{url}: {getattr(exc, 'reason', None) or exc}"
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return None, f"{url} gave no list of models"
+    return [str(m["id"]) for m in data if isinstance(m, dict) and isinstance(m.get("id"), (str, int))], ""

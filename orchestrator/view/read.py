@@ -29,7 +29,7 @@ from orchestrator.store import run_meta
 from orchestrator.store.liveness import run_is_live
 from orchestrator.store.run_dir import RunDir
 from orchestrator.view.fold import Fold
-from orchestrator.view.live_output import live_output
+from orchestrator.view.live_output import SESSION_CALLS, SHELL_CALL, running_output
 
 CACHE = "view.json"
 FOLD_FORMAT = 2  # raised when what a fold keeps changes: a cache of another format is folded again
@@ -60,7 +60,7 @@ class RunView:
     check: dict[str, Any] | None  # the last check's verdict; `passed` None when it has not run yet
     forked_from: dict[str, Any] | None  # {"run", "step"}: the run and step it was forked from
     waiting: dict[str, Any] | None  # what it waits for: {"kind": "question", ...} or {"kind": "approval", ...}
-    running: dict[str, Any] | None  # the call that runs now, with its output so far (shell_exec)
+    running: dict[str, Any] | None  # the call that runs now, with its output so far (a command, a session)
     live: bool  # a process drives it now
 
     def to_json(self) -> dict[str, Any]:
@@ -108,8 +108,8 @@ def _view(run: RunDir, meta: dict[str, Any], fold: Fold, live: bool) -> RunView:
     else:
         reason = end_reason(status, fold.reason, result)
     running = dict(fold.running) if live and fold.running else None
-    if running is not None and running["name"] == "shell_exec":
-        running["output"] = live_output(run.cairn_dir)
+    if running is not None and running["name"] in (SHELL_CALL, *SESSION_CALLS):
+        running["output"] = running_output(run.cairn_dir, running)
     created = _number(meta.get("created"))
     return RunView(
         id=run.id, task=fold.task or meta.get("task") or "", status=status, reason=reason,

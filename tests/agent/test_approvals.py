@@ -226,6 +226,25 @@ def test_the_prompt_shows_the_call_whole_and_reads_each_answer(monkeypatch):
     assert ask(QUESTION, answers("maybe"), io.StringIO()) is None  # then the input ended: no answer
 
 
+def test_one_key_answers_and_e_takes_the_json_typed_on_the_same_line(monkeypatch):
+    """On a terminal one key answers (no Enter); after `e` or `n` the rest of the line is read."""
+    monkeypatch.delenv("EDITOR", raising=False)
+    monkeypatch.delenv("VISUAL", raising=False)
+    assert ask(QUESTION, answers(), io.StringIO(), key=answers("y")).approved
+    assert ask(QUESTION, answers(), io.StringIO(), key=answers("A")).always
+    out = io.StringIO()
+    no = ask(QUESTION, answers("not today"), out, key=answers("n"))
+    assert (no.approved, no.reason) == (False, "not today") and out.getvalue().count("denied") == 1
+    edited = ask(QUESTION, answers('{"command": "git push origin dev"}'), io.StringIO(), key=answers("e"))
+    assert edited.arguments == '{"command": "git push origin dev"}'
+    back = ask(QUESTION, answers(""), io.StringIO(), key=answers("e", "\n", "y"))  # Enter alone: back, asked again
+    assert back.approved and back.arguments is None
+    # Typed as a line (no terminal), `e` and its JSON on one line work too.
+    edited = ask(QUESTION, answers('e {"command": "git push origin dev"}'), io.StringIO())
+    assert edited.arguments == '{"command": "git push origin dev"}'
+    assert ask(QUESTION, answers("n too risky"), io.StringIO()).reason == "too risky"
+
+
 # -- end to end: a waiting run and how it goes on -------------------------------------------------
 
 
@@ -455,14 +474,20 @@ def test_on_a_terminal_each_answer_y_a_n_and_e_does_what_it_says(terminal):
                     {"approvals": {"shell_patterns": ["^echo deploy"]}})
     screen = pane.wait_for(PROMPT)
     assert "── approval needed ── shell_exec" in screen and "    echo deploy 1" in screen
-    pane.type("y")
+    pane.keys("y")  # one key answers, without Enter
     pane.wait_for(PROMPT, 2)
-    pane.type("a")  # always for the pattern: deploy 3 runs unasked
+    pane.keys("a")  # always for the pattern: deploy 3 runs unasked
     screen = pane.wait_for(PROMPT, 3)
     assert "web_fetch reaches the network" in screen and "echo deploy 3" in screen
-    pane.type("n", "no fetching today")
+    pane.keys("n")
+    pane.wait_for("reason, told to the model")  # on the same line
+    pane.type("no fetching today")
     pane.wait_for(PROMPT, 4)
-    pane.type("e", '{"command": broken', '{"command": "echo edited"}')
+    pane.keys("e")
+    pane.wait_for("the arguments as one JSON line")
+    pane.type('{"command": broken')
+    pane.wait_for("; again")
+    pane.type('{"command": "echo edited"}')
     screen = pane.wait_for("EXIT=")
     assert "not valid JSON" in screen and "EXIT=0" in screen
 

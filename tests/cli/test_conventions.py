@@ -102,11 +102,12 @@ def test_ls_gives_the_reason_of_a_run_that_did_not_finish(failed):
 
 
 @pytest.mark.docker
-def test_report_without_o_writes_RUN_html_here_with_a_banner_saying_why(failed, tmp_path):
+def test_report_without_o_writes_beside_the_run_with_a_banner_saying_why(failed, tmp_path):
     out = cairn_here("report", failed["id"][:6], runs_dir=failed["runs_dir"], cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == f"{failed['id']}.html"
-    page = (tmp_path / f"{failed['id']}.html").read_text()
+    written = Path(out.stdout.strip())
+    assert written == (failed["runs_dir"] / failed["id"] / "report.html").absolute()
+    page = written.read_text()
     banner = re.search(r'<div class="banner failed" id="reason"[^>]*>(.*?)</div>', page)
     assert banner and "401" in banner.group(1)
 

@@ -348,7 +348,8 @@ def test_rm_of_copies_of_one_run_in_two_runs_dirs_removes_each_ones_own_containe
     first = original.the_run()
     copy = Cairn(tmp_path, runs_dir=tmp_path / "b")
     shutil.copytree(first.root, copy.runs_dir / first.id, symlinks=True)
-    out, _ = copy.run("resume", first.id, "--message", "go on", "--model", copy.script([done()]))
+    # A script of its own: the run played the first one to its end, and goes on from there with the same.
+    out, _ = copy.run("resume", first.id, "--message", "go on", "--model", copy.script([done("went on")]))
     assert out.returncode == 0, out.stderr
     named = {c.name: c.labels.get("cairn.run_dir") for c in docker_client.containers.list(
         all=True, filters={"label": f"cairn.run={first.id}"})}

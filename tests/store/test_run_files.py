@@ -201,6 +201,10 @@ ALLOWED = {
     "store.liveness:_read": "/proc of this machine",
     "store.run_dir:write_meta": STATE,
     "store.run_dir:stop_request": STATE,
+    "llm.scripted:_played": STATE + ": the scripted model's progress",
+    "ui.chat:_read_history": OWN + ": the chat's history of what the person typed",
+    "view.live_output:open_regular": "opens one component at a time with O_NOFOLLOW, non-blocking, a regular "
+                                     "file only, as run_files does",
     "store.checkpoints:loose_objects": STATE,
     "store.git_safety:_filters": STATE,
     "store.git_safety:own_git_dir": STATE,

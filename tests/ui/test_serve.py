@@ -112,10 +112,10 @@ def test_a_replayed_change_from_another_origin_is_refused_and_changes_nothing(se
     assert status == 403
     assert not inbox.exists() and not made.stop_path.exists()
     assert sorted(p.name for p in made.root.parent.iterdir()) == [made.id]
-    # The same request from the page's own origin goes through: the refusals above were the origin's.
-    status, data = server.post(path, body)
-    assert status == 200, data
-    assert [json.loads(line)["text"] for line in inbox.read_text().splitlines()] == ["delete everything"]
+    # The same request from the page's own origin is taken up: the refusals above were the origin's (an
+    # empty message is then refused for what it is; a real one would resume this run: test_watch_and_steer_*).
+    status, data = server.post(path, {"text": " "})
+    assert status == 400 and json.loads(data)["error"] == "the message is empty", data
 
 
 def test_a_button_that_cannot_act_says_why_in_one_line(server, made):
@@ -295,6 +295,28 @@ def test_the_charts_of_a_long_run_draw_groups_of_steps():
     # 3,000 s on ~1,000 pixels: spans 0.5 s apart are joined, but never an error's
     assert len(first["time"]["model"]) == 1 and first["time"]["model"][0]["ms"] == pytest.approx(9500.0)
     assert [t["error"] for t in first["time"]["tools"]] == [False, True, False]
+
+
+@pytest.mark.parametrize("status, result, does, said", [
+    (None, None, "say", "at its next step"),  # live: cairn say
+    ("waiting", "Which colour?", "answer", "answers the agent's question"),
+    ("done", "it works", "follow-up", "follows it up"),
+    ("stopped", None, "follow-up", "resumes it with your message"),
+    ("interrupted", None, "follow-up", "resumes it with your message"),
+    ("budget", None, "follow-up", "--max-steps N"),
+])
+def test_send_says_before_it_is_pressed_what_it_will_do(tmp_path, status, result, does, said):
+    from orchestrator.ui.web.views import summary
+
+    run = make_run(tmp_path / "runs")
+    if status is None:
+        run.hold()  # this process drives it: live
+    else:
+        run.events.append(ev.StatusChanged(step=1, status=status, reason="ask_user" if status == "waiting" else "x",
+                                           result=result))
+    plan = summary(run)["send"]
+    assert plan["does"] == does and said in plan["hint"]
+    run.release()
 
 
 def test_a_call_that_waits_for_approval_reaches_the_page_as_the_call_it_is():

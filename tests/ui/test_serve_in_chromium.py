@@ -4,20 +4,14 @@ in real sandboxes. The page is opened with the URL the server printed, as a pers
 from __future__ import annotations
 
 import json
-import shutil
 import time
 
-import pytest
-
 from orchestrator.store.run_dir import RunDir
+from tests.browser_helpers import browser, browser_marks, ended_run, only_run, open_run, page, server  # noqa: F401 - fixtures
 from tests.loop_helpers import call, done, turn
-from tests.serve_helpers import cairn, served, start_run, wait_for
+from tests.serve_helpers import cairn, start_run, wait_for
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-playwright_api = pytest.importorskip("playwright.sync_api")
-
-pytestmark = [pytest.mark.docker,
-              pytest.mark.skipif(CHROMIUM is None, reason="no chromium (scripts/setup.sh installs it on Debian as root)")]
+pytestmark = browser_marks
 
 XSS = ("<script>document.body.dataset.pwned='script'</script>"
        "<img src=x onerror=\"document.body.dataset.pwned='img'\">")
@@ -25,52 +19,6 @@ XSS = ("<script>document.body.dataset.pwned='script'</script>"
 
 def shell(command: str) -> dict:
     return turn(call("shell_exec", command=command))
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"])
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def runs_dir(tmp_path):
-    return tmp_path / "runs"
-
-
-@pytest.fixture
-def server(runs_dir, sandbox_image):
-    yield from served(runs_dir)
-
-
-@pytest.fixture
-def page(browser, server):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.errors = []
-    page.on("pageerror", lambda e: page.errors.append(str(e)))
-    # Errors of the page's script and CSP violations; a refused request (a file outside the run) is the
-    # server's answer, not a fault of the page.
-    page.on("console", lambda m: page.errors.append(m.text)
-            if m.type == "error" and not m.text.startswith("Failed to load resource") else None)
-    page.goto(server.url)  # with the token: it moves to a cookie
-    page.wait_for_selector("body[data-ready='1']")
-    assert "token" not in page.url
-    yield page
-    context.close()
-
-
-def open_run(page, run_id: str) -> None:
-    page.goto(f"{page.url.split('/runs/')[0].rstrip('/')}/runs/{run_id}")
-    page.wait_for_selector("body[data-caught-up='1']", timeout=60_000)
-
-
-def only_run(runs_dir) -> RunDir:
-    runs = wait_for(lambda: [p for p in runs_dir.iterdir() if (p / "state" / "events.jsonl").exists()]
-                    if runs_dir.exists() else [], what="the run")
-    return RunDir(runs[0])
 
 
 def test_the_list_shows_the_runs_newest_first_and_filters_by_status(page, server, runs_dir, tmp_path):
@@ -115,8 +63,10 @@ def test_a_live_run_grows_without_reload_gets_a_message_and_stops(page, server, 
                         what="the message to reach the run")
         step = f"#step-{said[0].step}"
         page.wait_for_selector(f"{step} summary:has-text('✉')")
-        page.click(f"{step} summary")
-        assert "please also write NOTES.md" in page.locator(f"{step} .msg").inner_text()
+        if page.locator(step).get_attribute("open") is None:  # the newest step of a live run is open already
+            page.click(f"{step} summary")
+        page.wait_for_selector(f"{step} .msg", state="attached")  # drawn once opened, kept if the page closes it
+        assert "please also write NOTES.md" in page.locator(f"{step} .msg").text_content()
 
         page.click("#stop")
         page.wait_for_selector("body[data-status='interrupted']", timeout=60_000)
@@ -180,9 +130,7 @@ def test_a_runs_markup_is_shown_as_text_and_nothing_of_it_runs(page, server, run
 def test_the_file_view_refuses_a_symlink_out_of_the_run(page, server, runs_dir, tmp_path):
     turns = [shell("echo mine > real.txt; ln -s real.txt inside; ln -s /etc/passwd escape; ln -s ../../.. up"),
              done()]
-    proc = start_run(runs_dir, "links", tmp_path / "links.json", turns)
-    assert proc.wait(240) == 0
-    run = only_run(runs_dir)
+    run = ended_run(runs_dir, "links", tmp_path / "links.json", turns)
     open_run(page, run.id)
     page.wait_for_selector("#files button[data-path='escape']")
     page.click("#files button[data-path='escape']")

@@ -43,7 +43,7 @@ def test_without_a_terminal_the_run_waits_and_says_the_exact_next_command_then_r
     assert out.returncode == 1 and run.read_meta()["status"] == "waiting"
     assert f'answer it with: cairn resume {run.id} --message "ANSWER"' in out.stderr
 
-    script(tmp_path / "s.json", done("made it green"))  # a new process plays the script from its start
+    script(tmp_path / "s.json", done("made it green"))  # another script: played from its first turn
     p = pane(["resume", run.id])  # on a terminal, resume asks instead of refusing
     screen = p.wait_for("answer>")
     assert f"run {run.id}: the agent asks: Which colour should the button be?" in screen
@@ -143,7 +143,7 @@ def test_ctrl_c_at_the_approval_prompt_denies_the_call_and_stops_the_run(pane, t
     p.keys("C-c")
     screen = p.wait_for("EXIT=")
     [run] = RunDir.all(p.runs)
-    assert "(Ctrl-C: denied; the run stops after this step)" in screen
+    assert "(Ctrl-C: denied; the run stops after this step)" in screen and screen.count("denied") == 1  # once
     assert f"run {run.id}: interrupted" in screen and f"go on with: cairn resume {run.id}" in screen
     assert "EXIT=130" in screen
     [finished] = [e for e in run.events.read()[0] if e.type == "tool_finished"]
@@ -179,6 +179,25 @@ def test_ls_gives_the_reason_room_to_be_read_at_80_and_160_columns(runs_dir, col
         assert "paint the button" in said  # beside its run
     else:
         assert said.startswith("  ↳ the agent asks")  # on its own line, under its run
+
+
+def test_ls_at_120_columns_gives_the_task_the_room_the_reasons_leave(runs_dir):
+    from orchestrator.ui.inspect.listing import render_runs
+
+    task = "Write a CLI that converts CSV to JSON, with tests for quoting and empty lines"
+    rows = [{"id": "k3f9q2-20261122-2145", "task": task, "status": "failed", "steps": 3, "cost_usd": 0.01,
+             "started": 0, "check": None, "reason": "HTTP 401 from the endpoint"},
+            {"id": "m1x0a7-20261122-2150", "task": "fix the parser", "status": "done", "steps": 9, "cost_usd": None,
+             "started": 0, "check": None, "reason": None}]
+    lines = render_runs(rows, 120).splitlines()
+    assert all(len(line) <= 120 for line in lines)
+    assert "Write a CLI that converts CSV" in lines[1] and lines[1].endswith("  HTTP 401 from the endpoint")
+    assert len(lines[1]) == 120  # the task takes what the reason leaves: no empty columns
+    assert render_runs([{**rows[0], "task": "fix it"}], 120).splitlines()[1].endswith("fix it  HTTP 401 from the endpoint")
+    long = [{**rows[0], "reason": "the agent asks: " + "which of the two formats should win when they disagree? " * 2}]
+    lines = render_runs(long, 120).splitlines()
+    assert "Write a CLI that converts CSV" in lines[1] and "the agent asks: which" in lines[1]
+    assert all(len(line) <= 120 for line in lines)
 
 
 def test_ls_status_n_and_wide(runs_dir):
@@ -395,7 +414,7 @@ def test_cairn_approve_echoes_the_call_and_resume_goes_on_at_once(tmp_path, runs
                           "deploy"], capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=300)
     [run] = RunDir.all(runs_dir)
     assert out.returncode == 1 and f"answer it with: cairn approve {run.id} --resume" in out.stderr
-    script(tmp_path / "s.json", done("shipped"))  # a new process plays the script from its start
+    script(tmp_path / "s.json", done("shipped"))  # another script: played from its first turn
     approved = subprocess.run([sys.executable, "-m", "orchestrator.cli", "approve", run.id, "--resume"],
                               capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=300)
     assert approved.returncode == 0, approved.stderr
@@ -478,6 +497,14 @@ def test_bidi_controls_show_as_their_codes_in_the_approval_the_todo_and_the_diff
     diff = pane(["diff", run.id])
     shown = diff.wait_for("EXIT=")
     assert "+a [U+2066][U+202E]b[U+2069] c" in shown.replace("\x1b", "") and RLO not in shown
+
+
+def test_the_history_file_keeps_a_message_of_several_lines_as_one_entry(tmp_path, monkeypatch):
+    from orchestrator.ui import chat
+
+    monkeypatch.setattr(chat, "HISTORY", tmp_path / "history")
+    (tmp_path / "history").write_text('plain line\n"first line \\nsecond line"\n"quoted" as typed\n')
+    assert chat._read_history(tmp_path / "history") == ["plain line", "first line \nsecond line", '"quoted" as typed']
 
 
 def test_the_status_line_times_the_model_not_the_person_typing():

@@ -93,10 +93,7 @@ def render_runs(rows: list[dict[str, Any]], width: int | None = None, wide: bool
     lead = (f"{'ID':<{id_width}} {'STATUS':<11} " + (f"{'CHECK':<6} " if checks else "")
             + f"{'STEPS':>5} {'COST':>9} {'STARTED':<11} {extra} ")
     room = None if wide or width is None else max(10, width - len(lead))
-    task_width = (min(40, max(12, room // 3)) if room is not None else 40) if reasons else None
-    below = room is not None and reasons and room - task_width - 2 < 30  # no room beside the task
-    if below:
-        task_width = None
+    task_width, below = _task_width(rows, room) if reasons else (None, False)
     lines = [(lead + (f"{'TASK':<{task_width}}  REASON" if task_width else "TASK")).rstrip()]
     for r in rows:
         cost = f"${r['cost_usd']:.4f}" if r["cost_usd"] is not None else "-"
@@ -119,6 +116,30 @@ def render_runs(rows: list[dict[str, Any]], width: int | None = None, wide: bool
         if below and reason:
             lines.append("  ↳ " + _clip(reason, width - 4))
     return "\n".join(lines)
+
+
+TASK_AT_LEAST, REASON_AT_LEAST = 30, 24  # columns each gets beside the other, before the reason goes below
+
+
+def _task_width(rows: list[dict[str, Any]], room: int | None) -> tuple[int | None, bool]:
+    """The TASK column's width when a REASON column follows it, and whether the reasons go on lines of
+    their own instead (None, True). Each gets what it needs when both fit; else the reasons whole when
+    the task keeps its least beside them; else each its least, and the columns left shared as each
+    still needs them."""
+    if room is None:
+        return 40, False
+    need_task = max(len(" ".join(clean(r["task"]).split())) for r in rows)
+    need_reason = max(len(" ".join(clean(r.get("reason") or "").split())) for r in rows)
+    least_task, least_reason = min(need_task, TASK_AT_LEAST), min(need_reason, REASON_AT_LEAST)
+    if max(4, least_task) + 2 + least_reason > room:
+        return None, True
+    if need_task + 2 + need_reason <= room:
+        return max(need_task, 4), False
+    if room - need_reason - 2 >= least_task:  # the reasons whole, the task the rest
+        return room - need_reason - 2, False
+    spare = room - max(4, least_task) - 2 - least_reason
+    more_task, more_reason = need_task - least_task, need_reason - least_reason
+    return max(4, least_task) + spare * more_task // max(1, more_task + more_reason), False
 
 
 def select_runs(rows: list[dict[str, Any]], statuses: list[str] | None = None,

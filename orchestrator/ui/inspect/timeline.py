@@ -202,8 +202,9 @@ def timeline(run: RunDir, walked: dict[str, Any] | None = None) -> dict[str, Any
         "approval_waiting": w["approval_waiting"] if now["status"] == Status.WAITING else None,
         "usage": w["usage"],
         "check": _check(meta, w["checks"]),
-        "checks": [{key: c[key] for key in ("round", "step", "command", "passed", "exit_code", "output_path",
-                                             "timed_out", "sent_back")} for c in w["checks"]],
+        "checks": [{**{key: c[key] for key in ("round", "step", "command", "passed", "exit_code", "output_path",
+                                                "timed_out", "sent_back")}, "output_tail": output_tail(c["output"])}
+                   for c in w["checks"]],
         "torn_last_line": w["torn"],
     }
 
@@ -248,6 +249,34 @@ def check_line(check: dict[str, Any], run: RunDir | None = None) -> str:
     path = check.get("output_path")
     saved = f" · output in {host_path(run, path) if run is not None else path}" if path else ""
     return f"check {verdict} ({code}) · {check['command']}{saved}"
+
+
+CHECK_TAIL_LINES = 12
+
+
+def output_tail(output: str | None, lines: int = CHECK_TAIL_LINES) -> str:
+    """The last lines of a check's output as the agent was shown it (where it failed), without cairn's
+    closing notes (`[exit code 1, 0.4 s]`), cleaned of control sequences."""
+    rows = clean(output or "").rstrip().splitlines()
+    while rows and rows[-1].startswith("[") and rows[-1].rstrip().endswith("]"):
+        rows.pop()
+    while rows and not rows[-1].strip():
+        rows.pop()
+    return "\n".join(rows[-lines:])
+
+
+def failed_check_lines(doc: dict[str, Any], run: RunDir | None, indent: str = "") -> list[str]:
+    """The run's last check in one line, and when it failed, the tail of its output under it: what
+    `cairn show` and the end of a run print."""
+    check = doc["check"]
+    if check is None:
+        return []
+    lines = [indent + check_line(check, run)]
+    last = doc["checks"][-1] if doc.get("checks") else None
+    if check.get("passed") is False and last and last.get("output_tail"):
+        lines.append(f"{indent}  the end of its output:")
+        lines += [f"{indent}  │ {line}" for line in last["output_tail"].splitlines()]
+    return lines
 
 
 def host_path(run: RunDir, path: str) -> str:

@@ -1,8 +1,8 @@
 """`cairn watch RUN`: follow a run from another terminal.
 
 Prints each event as it is appended to `state/events.jsonl` (one line, as the live display prints it,
-noticed with watchfiles) and, under each step, the workspace files it changed, read from the step's
-checkpoint. Ends when the drive is over (its process lets go of the run: the run's view then says how it
+noticed with watchfiles), a long command's output as it comes (as `cairn run` shows it: ui/output_lines.py)
+and, under each step, the workspace files it changed, read from the step's checkpoint. Ends when the drive is over (its process lets go of the run: the run's view then says how it
 stands, on a last line), or on Ctrl-C. A run that is not live gets its events so far and that line.
 Reads only; imports no model library.
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from orchestrator.ui.display import event_line
+from orchestrator.ui.output_lines import OutputLines, as_is
 from orchestrator import events as ev
 from orchestrator.store.liveness import run_is_live
 from orchestrator.store.run_dir import RunDir
@@ -58,14 +59,16 @@ def _noise(rel: Path) -> bool:
 
 def watch_run(run: RunDir, echo: Callable[[str], None], is_live: Callable[[RunDir], bool] | None = None,
               stop: threading.Event | None = None) -> str:
-    """Prints the run's events (and each step's file changes) while a process drives it, and then how it
-    stands: the run's view (orchestrator/view/), as `ls` and `show` say it. A status the log records
-    while its drive goes on (an interactive run at its prompt, a question asked on the terminal) does not
-    end the watch: the drive's end does. Returns the run's status at the end."""
+    """Prints the run's events (and each step's file changes, and a long command's output as it comes)
+    while a process drives the run, and then how it stands: the run's view (orchestrator/view/), as `ls`
+    and `show` say it. A status the log records while its drive goes on (an interactive run at its
+    prompt, a question asked on the terminal) does not end the watch: the drive's end does. Returns the
+    run's status at the end."""
     live = is_live or run_is_live
     tail = EventTail(run.events.path)
-    _print(tail.new(), echo, run)
-    if live(run):
+    printer = _Printer(run, echo, follow=live(run))
+    printer.show(tail.new())
+    if printer.follow:
         from watchfiles import watch
 
         events_path = run.events.path.resolve()
@@ -77,12 +80,14 @@ def watch_run(run: RunDir, echo: Callable[[str], None], is_live: Callable[[RunDi
         try:
             for changes in watch(run.state, watch_filter=wanted, stop_event=stop, debounce=200,
                                  rust_timeout=1000, yield_on_timeout=True, recursive=False):
-                _print(tail.new(), echo, run)
+                printer.show(tail.new())
                 if not changes and not live(run):  # the drive is over (it said how, or it went away)
                     break
         except KeyboardInterrupt:
+            printer.close()
             return read_view(run).status
-        _print(tail.new(), echo, run)
+        printer.show(tail.new())
+        printer.close()
     view = read_view(run)
     said = view.result or view.reason
     echo(f"(run {run.id} is {view.status}" + (f": {clean(said)}" if said else "")
@@ -90,16 +95,38 @@ def watch_run(run: RunDir, echo: Callable[[str], None], is_live: Callable[[RunDi
     return view.status
 
 
-def _print(events: list[ev.Event], echo: Callable[[str], None], run: RunDir | None = None) -> None:
-    for e in events:
-        line = event_line(e)
-        if isinstance(e, ev.RunStarted):
-            line = f"task: {' '.join(clean(e.task).split())[:200]}"
-        elif isinstance(e, ev.Checkpoint) and e.commit and e.step and run is not None:
-            for mark, path in _step_changes(run, e.commit):
-                echo(f"      {mark} {clean_name(path)}")
-        if line is not None:
-            echo(line)
+class _Printer:
+    """The lines of the events, and while the run is live (`follow`), a running command's output."""
+
+    def __init__(self, run: RunDir, echo: Callable[[str], None], follow: bool) -> None:
+        self.run, self.echo, self.follow = run, echo, follow
+        self.lines: OutputLines | None = None
+        self.call_id: str | None = None
+
+    def show(self, events: list[ev.Event]) -> None:
+        for e in events:
+            line = event_line(e)
+            if isinstance(e, ev.RunStarted):
+                line = f"task: {' '.join(clean(e.task).split())[:200]}"
+            elif isinstance(e, ev.Checkpoint) and e.commit and e.step:
+                for mark, path in _step_changes(self.run, e.commit):
+                    self.echo(f"      {mark} {clean_name(path)}")
+            elif isinstance(e, ev.ToolFinished) and self.lines is not None and e.call_id == self.call_id:
+                if self.close():  # its lines are on the screen already: the last one says how it ended
+                    last = (clean(e.content or "").strip().splitlines() or [""])[-1]
+                    line = f"      {'✗' if e.error else '→'} {as_is(last)}"
+            if line is not None:
+                self.echo(line)
+            if isinstance(e, ev.ToolStarted) and e.name == "shell_exec" and self.follow:
+                self.close()
+                self.call_id = e.call_id
+                self.lines = OutputLines(self.run.cairn_dir, {"name": e.name, "arguments": e.arguments,
+                                                              "since": e.ts}, self.echo)
+
+    def close(self) -> bool:
+        """Stops following the running command; True when some of its output was shown."""
+        lines, self.lines = self.lines, None
+        return lines.stop() if lines is not None else False
 
 
 def _step_changes(run: RunDir, commit: str) -> list[tuple[str, str]]:

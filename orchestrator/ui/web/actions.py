@@ -1,6 +1,8 @@
 """What the page's buttons do, each through cairn's own operation, as the CLI does it.
 
-`Send` is `cairn say` (store/inbox.say), `Stop` is `cairn stop` (RunDir.request_stop), `Approve`/`Deny`
+`Send` is `cairn say` (store/inbox.say) on a live run; on a run that waits for an answer or has ended it
+is `cairn resume RUN --message TEXT`, where runs/resume.py decides what the words are (the answer to
+the agent's question, or a follow-up); `send_plan` says which before the person sends. `Stop` is `cairn stop` (RunDir.request_stop), `Approve`/`Deny`
 is `cairn approve` (approval_answers.record_answer). A run that is to go on, after an answer, on `Resume` or from
 the new-run form, is driven by `cairn resume` / `cairn run` in a process of its own, started detached
 (its own session: Ctrl-C on the server does not reach it, and it outlives the server), so it is an
@@ -22,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import CairnError
+from orchestrator.status import Status
 from orchestrator.store.liveness import run_is_live
 from orchestrator.store.run_dir import RunDir
+from orchestrator.view.read import UNREADABLE, RunView
 
 START_WAIT_S = 90.0  # for a new run to show up (importing the model library, starting its sandbox)
 RESUME_WAIT_S = 3.0  # for a resume to fail at once; after that it runs, or ended of its own accord
@@ -40,7 +44,30 @@ def say(run: RunDir, text: str) -> str:
         raise ActionError("the message is empty")
     append_message(run.state, text)
     return ("the run gets the message at its next step" if run_is_live(run) else
-            "the run is not running: it gets the message when it is resumed")
+            "the run is not running: it gets the message when it goes on")
+
+
+SAY, ANSWER, FOLLOW_UP = "say", "answer", "follow-up"
+
+
+def send_plan(view: RunView, approval: dict[str, Any] | None) -> dict[str, str | None]:
+    """What Send does with the Message box on this run, and the words that say so on the page:
+    `does` is `say` (the message waits in the run's inbox), `answer` or `follow-up` (the run is resumed
+    with it, as `cairn resume RUN --message` does), or None (nothing can be sent)."""
+    if view.live:
+        return {"does": SAY, "hint": "Send: the agent gets the message at its next step."}
+    if view.status in (UNREADABLE, Status.RUNNING):
+        return {"does": None, "hint": f"the run is {view.status}: nothing can be sent to it."}
+    if approval is not None and not approval.get("answered"):
+        return {"does": SAY, "hint": "The run waits for approval: Approve or Deny it. A message sent now "
+                                     "reaches the agent after that."}
+    if view.status == Status.WAITING:
+        return {"does": ANSWER, "hint": "Send answers the agent's question and resumes the run."}
+    hint = {Status.DONE: "The run is done: Send follows it up with your message and resumes it.",
+            Status.BUDGET: "The run ran out of budget: Send resumes it with your message (its limits still hold: "
+                           f"cairn resume {view.id} --max-steps N, --max-cost USD raises them)."}
+    return {"does": FOLLOW_UP, "hint": hint.get(view.status, f"The run is {view.status}: Send resumes it with "
+                                                               "your message.")}
 
 
 def stop(run: RunDir) -> str:
@@ -59,6 +86,28 @@ def answer(run: RunDir, approved: bool, reason: str | None) -> str:
         raise ActionError("a denial needs a reason (it is told to the model)")
     recorded = record_answer(run, approved=approved, reason=None if approved else reason)
     return f"{recorded.name} {'approved' if approved else 'denied'}"
+
+
+# The new-run form's fields and the `cairn run` options they are.
+FORM_OPTIONS = (("model", "--model"), ("api_base", "--api-base"), ("template", "--template"), ("image", "--image"),
+                ("workdir", "--workdir"), ("check", "--check"), ("max_steps", "--max-steps"),
+                ("max_cost", "--max-cost"))
+
+
+def _checked(key: str, value: str) -> str:
+    """A form field as its option takes it; an ActionError in one line when it is not one."""
+    if key == "max_steps" and not (value.isdigit() and int(value) >= 1):
+        raise ActionError(f"Max steps is a whole number of 1 or more, not {value[:40]!r}")
+    if key == "max_cost":
+        try:
+            ok = float(value) >= 0 and value.strip().lower() not in ("nan", "inf", "+inf", "infinity")
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ActionError(f"Max cost is a number of dollars (0.5, 2), not {value[:40]!r}")
+    if key == "api_base" and not value.startswith(("http://", "https://")):
+        raise ActionError(f"API base is an http:// or https:// address (http://localhost:8000/v1), not {value[:80]!r}")
+    return value
 
 
 class Launcher:
@@ -93,14 +142,13 @@ class Launcher:
         return "the run goes on"
 
     async def start(self, form: dict[str, Any]) -> str:
-        """`cairn run` with the form's task, model, template or image, work directory and check; the new
-        run's id once its process is live (it writes its pid in the run's state)."""
+        """`cairn run` with the form's task, model and API base, template or image, work directory, check
+        and limits; the new run's id once its process is live (it writes its pid in the run's state)."""
         args = ["run"]
-        for key, option in (("model", "--model"), ("template", "--template"), ("image", "--image"),
-                            ("workdir", "--workdir"), ("check", "--check")):
+        for key, option in FORM_OPTIONS:
             value = form.get(key)
             if value:
-                args += [option, value]
+                args += [option, _checked(key, value)]
         task = form.get("task") or ""
         if not task.strip():
             raise ActionError("the task is empty")

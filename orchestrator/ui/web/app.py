@@ -104,8 +104,19 @@ def create_app(runs_dir: Path, token: str, port: int, loopback_only: bool, logs:
                                                         "content-disposition": "inline"})
 
     async def do_say(request: Request) -> Response:
-        body = await _body(request)
-        return _done(actions.say(run_of(request), _text(body, "text")))
+        """The one box: `cairn say` to a live run; to a run that waits for an answer or has ended, `cairn
+        resume RUN --message`, which decides what the words are (runs/resume.py)."""
+        run, body = run_of(request), await _body(request)
+        text = _text(body, "text")
+        plan = (await run_in_threadpool(views.summary, run))["send"]
+        if plan["does"] is None:
+            raise actions.ActionError(plan["hint"])
+        if plan["does"] == actions.SAY:
+            return _done(actions.say(run, text))
+        if not text.strip():
+            raise actions.ActionError("the message is empty")
+        went_on = await launcher.resume(run, text)
+        return _done(f"{'answered' if plan['does'] == actions.ANSWER else 'followed up'}: {went_on}")
 
     async def do_stop(request: Request) -> Response:
         return _done(actions.stop(run_of(request)))
@@ -122,7 +133,7 @@ def create_app(runs_dir: Path, token: str, port: int, loopback_only: bool, logs:
 
     async def do_start(request: Request) -> Response:
         body = await _body(request)
-        form = {key: _text(body, key).strip() for key in ("task", "model", "template", "image", "workdir", "check")}
+        form = {key: _text(body, key).strip() for key, _option in actions.FORM_OPTIONS}
         form["task"] = _text(body, "task")
         run_id = await launcher.start(form)
         return JSONResponse({"ok": True, "id": run_id, "said": f"run {run_id} started"})

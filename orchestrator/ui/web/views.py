@@ -20,6 +20,7 @@ from orchestrator.ui.inspect.timeline import step_text, walk
 from orchestrator.status import Status
 from orchestrator.store import run_files
 from orchestrator.store.run_dir import RunDir
+from orchestrator.ui.web.actions import send_plan
 from orchestrator.view.read import UNREADABLE, read_view
 
 SVG_STYLE = "<style>text { font: 11px system-ui, sans-serif; fill: #667085; }</style>"
@@ -32,8 +33,8 @@ def runs(runs_dir: Path) -> list[dict[str, Any]]:
 
 def summary(run: RunDir) -> dict[str, Any]:
     """A run's row of `ls` (its view: orchestrator/view/), with its model, whether it is live, what it waits
-    for, the call that runs now with its output so far, and which of the page's buttons apply (the CLI
-    decides again when one is pressed)."""
+    for, the call that runs now with its output so far, what Send will do (actions.send_plan), and which
+    of the page's buttons apply (the CLI decides again when one is pressed)."""
     view = read_view(run)
     row = row_of(view)
     waiting = view.waiting if not view.live else None
@@ -49,6 +50,7 @@ def summary(run: RunDir) -> dict[str, Any]:
         (view.status != Status.DONE or row.get("check") == "failed")
     answered = approval is not None and approval["answered"]
     return {**row, "model": view.model, "live": view.live, "approval": approval, "running": view.running,
+            "send": send_plan(view, approval),
             "can": {"stop": view.live, "approve": approval is not None and not answered and not view.live,
                     "resume": resumable and (approval is None or answered)}}
 

@@ -69,11 +69,19 @@ var cairn = (function () {
     return d.getFullYear() + "-" + two(d.getMonth() + 1) + "-" + two(d.getDate()) + " " + two(d.getHours()) + ":" + two(d.getMinutes());
   }
 
+  // A run's status as a badge; a run that is done but whose check failed says so (it is no green "done").
+  function badge(status, check) {
+    var failedCheck = status === "done" && check === "failed";
+    var node = el("span", "badge " + (failedCheck ? "check-failed" : status), failedCheck ? "done · check failed" : status);
+    if (failedCheck) { node.title = "the agent said it is done; the check failed"; }
+    return node;
+  }
+
   window.addEventListener("error", function (e) {
     var errors = document.body.dataset.errors ? document.body.dataset.errors + " | " : "";
     document.body.dataset.errors = errors + String(e.message || e);
   });
 
-  return { el: el, text: text, shown: shown, api: api, post: post, flash: flash, number: number, cost: cost, percent: percent,
-           seconds: seconds, when: when };
+  return { el: el, text: text, shown: shown, api: api, post: post, flash: flash, number: number, cost: cost,
+           percent: percent, seconds: seconds, when: when, badge: badge };
 })();

@@ -11,21 +11,27 @@
     tr.dataset.status = r.status;
     var link = el("a", null, r.id);
     link.href = "/runs/" + encodeURIComponent(r.id);
-    var first = el("td", "path");
+    var first = el("td", "path run");
     first.appendChild(link);
     tr.appendChild(first);
-    var status = el("td");
-    status.appendChild(el("span", "badge " + r.status, r.status));
+    var status = el("td", "status");
+    status.appendChild(cairn.badge(r.status, r.check));
     tr.appendChild(status);
-    tr.appendChild(el("td", "task", (r.task || "").replace(/\s+/g, " ").slice(0, 200)));
-    tr.appendChild(el("td", "num", cairn.number(r.steps)));
-    tr.appendChild(el("td", "num", cairn.number(r.tokens)));
-    tr.appendChild(el("td", "num", cairn.percent(r.cache_hit_ratio)));
-    tr.appendChild(el("td", "num", cairn.cost(r.cost_usd)));
-    tr.appendChild(el("td", null, cairn.when(r.started)));
-    tr.appendChild(el("td", "num", r.duration_s === null ? "?" : cairn.seconds(r.duration_s * 1000)));
-    tr.appendChild(el("td", null, r.check || "-"));
-    tr.appendChild(el("td", "reason", r.reason || ""));
+    var task = (r.task || "").replace(/\s+/g, " ");
+    var taskCell = el("td", "task");
+    taskCell.appendChild(el("div", "clamp", task.slice(0, 300)));
+    taskCell.title = task.slice(0, 2000);
+    tr.appendChild(taskCell);
+    tr.appendChild(el("td", "num steps", cairn.number(r.steps)));
+    tr.appendChild(el("td", "num tokens", cairn.number(r.tokens)));
+    tr.appendChild(el("td", "num cache", cairn.percent(r.cache_hit_ratio)));
+    tr.appendChild(el("td", "num cost", cairn.cost(r.cost_usd)));
+    tr.appendChild(el("td", "started", cairn.when(r.started)));
+    tr.appendChild(el("td", "num time", r.duration_s === null ? "?" : cairn.seconds(r.duration_s * 1000)));
+    tr.appendChild(el("td", "check", r.check || "-"));
+    var reason = el("td", "reason", r.reason || "");
+    reason.title = r.reason || "";
+    tr.appendChild(reason);
     return tr;
   }
 
@@ -84,7 +90,9 @@
   document.getElementById("new-run").addEventListener("submit", function (e) {
     e.preventDefault();
     var form = e.target, data = {};
-    ["task", "model", "template", "image", "workdir", "check"].forEach(function (k) { data[k] = form.elements[k].value; });
+    ["task", "model", "api_base", "max_steps", "max_cost", "template", "image", "workdir", "check"].forEach(function (k) {
+      data[k] = form.elements[k].value;
+    });
     var button = document.getElementById("start");
     button.disabled = true;
     cairn.flash("starting the run…");

@@ -1,7 +1,9 @@
 // A run's page, live: the event log arrives as server-sent events (feed.py) and is folded into steps
 // here. Rendering is incremental: an item updates only its step's one-line summary; a step's body is
 // built when it is opened (and rebuilt while open as items arrive), so a run of 10,000 events stays
-// a page of a few thousand lines. Everything from the run goes in as text (cairn.el / cairn.text).
+// a page of a few thousand lines. Each row names its calls as `cairn show` does. While the run is live
+// its newest step is open, and the running call's output streams into it (`output` events). Everything
+// from the run goes in as text (cairn.el / textContent).
 "use strict";
 
 (function () {
@@ -13,8 +15,11 @@
   var summary = null, totals = { prompt: 0, cached: 0, completion: 0, cost: 0, costKnown: true };
   var timeline = document.getElementById("timeline");
   var RESULT_SHOWN = 4000;
+  var LIVE_CHARS = 64 * 1024;  // of a running call's output kept on the page (the end of it)
+  var autoOpened = null;  // the step the page opened because it was the newest of a live run
+  var LIVE_TOOLS = { shell_exec: true, shell_start: true, shell_send: true };  // calls whose output streams
 
-  cairn.text(document.getElementById("run-id"), runId);
+  document.getElementById("run-id").textContent = runId;
   document.title = "cairn run " + runId;
 
   // -- folding items into steps ---------------------------------------------------------------------
@@ -31,11 +36,15 @@
 
   function fold(item) {
     var n = item.step || 0, step;
+    if (item.t === "output") {
+      output(item.output);
+      return;
+    }
     if (item.t === "task") {
-      cairn.text(document.getElementById("task"), item.task);
+      document.getElementById("task").textContent = item.task;
     } else if (item.t === "status") {
       if (item.result) {
-        cairn.text(document.getElementById("result"), item.result);
+        document.getElementById("result").textContent = item.result;
         document.getElementById("result-box").hidden = false;
       }
       setStatus(item.status);
@@ -52,8 +61,9 @@
     } else if (item.t === "asked") {
       asked[item.id] = item.why;
       if (!calls[item.id] && n > 0) {  // the call that waits for a yes: shown as the call it is, before it runs
-        var waiting = { id: item.id, step: n, name: item.name, arguments: item.arguments, result: null, error: false,
-                        offloaded_to: null, finished: false, duration_ms: null, waiting: true };
+        var waiting = { id: item.id, step: n, name: item.name, line: item.line || item.name, arguments: item.arguments,
+                        result: null, error: false, offloaded_to: null, finished: false, duration_ms: null, waiting: true,
+                        live: null };
         calls[item.id] = waiting;
         stepOf(n).calls.push(waiting);
         touch(n);
@@ -91,8 +101,8 @@
         if (call) {  // the call asked about goes on: the same row, now running
           call.waiting = false; call.arguments = item.arguments;
         } else {
-          call = { id: item.id, step: n, name: item.name, arguments: item.arguments, result: null, error: false,
-                   offloaded_to: null, finished: false, duration_ms: null };
+          call = { id: item.id, step: n, name: item.name, line: item.line || item.name, arguments: item.arguments,
+                   result: null, error: false, offloaded_to: null, finished: false, duration_ms: null, live: null };
           calls[item.id] = call;
           step.calls.push(call);
         }
@@ -100,7 +110,7 @@
         var c = calls[item.id];
         if (c) {
           c.result = item.result; c.error = item.error; c.offloaded_to = item.offloaded_to;
-          c.duration_ms = item.duration_ms; c.finished = true;
+          c.duration_ms = item.duration_ms; c.finished = true; c.live = null;
           if (c.name === "todo_write") { refreshSoon("todo"); }
         }
       } else if (item.t === "checkpoint") {
@@ -141,22 +151,45 @@
       if (step.node.open) { drawBody(step); }
     });
     if (fragment) { timeline.appendChild(fragment); }
-    cairn.text(document.getElementById("n-steps"), String(order.length));
+    openNewest();
+    document.getElementById("n-steps").textContent = String(order.length);
     document.body.dataset.steps = String(order.length);
     drawTotals();
+  }
+
+  // While the run is live, its newest step is open; the step the page opened before closes (unless a
+  // person closed it already or opened it themselves). Older steps stay as the person left them.
+  function isLive() {
+    return summary ? summary.live : document.body.dataset.status === "running";
+  }
+
+  function openNewest() {
+    var newest = order.length ? steps[order[order.length - 1]] : null;
+    if (!newest || !newest.node || !isLive() || autoOpened === newest.n) { return; }
+    var before = autoOpened !== null ? steps[autoOpened] : null;
+    if (before && before.node.open && before.autoOpen) { before.node.open = false; }
+    if (before) { before.autoOpen = false; }
+    autoOpened = newest.n;
+    if (!newest.node.open) {
+      newest.autoOpen = true;
+      newest.node.open = true;
+      drawBody(newest);
+    }
   }
 
   function drawSummary(step) {
     var summaryNode = step.node.firstChild, errors = false;
     var tools = el("span", "tools");
     if (step.messages.length) { tools.appendChild(el("span", null, "✉ ")); }
-    step.calls.forEach(function (c) {
-      tools.appendChild(el("span", "tool-name", c.name));
+    step.calls.forEach(function (c, i) {
+      if (i) { tools.appendChild(el("span", "sep", " · ")); }
+      var name = el("span", "call-line", c.line);
+      name.title = c.name;
+      tools.appendChild(name);
       if (c.error) { errors = true; tools.appendChild(el("span", "mark-err", " ✗")); }
       if (c.offloaded_to) { tools.appendChild(el("span", "mark-off", " ⇢")); }
       if (c.waiting) { tools.appendChild(el("span", "meta", " ? waits for approval")); }
-      else if (!c.finished) { tools.appendChild(el("span", "meta", " …")); }
-      tools.appendChild(document.createTextNode(" "));
+      else if (!c.finished) { tools.appendChild(el("span", "meta", " … running")); }
     });
     if (!step.calls.length) { tools.appendChild(el("span", "meta", step.text ? "(text only)" : "")); }
     var s = step.spent;
@@ -185,7 +218,9 @@
     step.calls.forEach(function (c) {
       var box = el("div", c.error ? "call error" : "call");
       box.dataset.tool = c.name;
+      box.dataset.call = c.id;
       box.appendChild(el("span", "tool-name", c.name));
+      if (c.line !== c.name) { box.appendChild(el("span", "call-line", " " + c.line)); }
       if (c.duration_ms !== null) { box.appendChild(el("span", "meta", " " + (c.duration_ms / 1000).toFixed(2) + "s")); }
       if (c.error) { box.appendChild(el("span", "mark-err", " ✗ error")); }
       if (c.waiting) { box.appendChild(el("span", "meta", " ? waits for approval")); }
@@ -199,6 +234,12 @@
       }
       box.appendChild(el("div", "label", "arguments"));
       box.appendChild(pre(null, c.arguments));
+      if (!c.finished && !c.waiting && (c.live !== null || LIVE_TOOLS[c.name])) {
+        box.appendChild(el("div", "label", c.name === "shell_exec" ? "output so far" : "the session's screen"));
+        c.liveNode = pre("live-output", c.live || "");
+        box.appendChild(c.liveNode);
+        requestAnimationFrame(function () { c.liveNode.scrollTop = c.liveNode.scrollHeight; });
+      }
       if (c.finished) {
         box.appendChild(el("div", "label", "result"));
         box.appendChild(pre("result", c.result));
@@ -216,7 +257,7 @@
     wholeText.hidden = true;
     whole.addEventListener("click", function () {
       fetch(base + "/steps/" + step.n, { credentials: "same-origin" }).then(function (r) { return r.text(); })
-        .then(function (text) { cairn.text(wholeText, text); wholeText.hidden = false; });
+        .then(function (text) { wholeText.textContent = text; wholeText.hidden = false; });
     });
     more.appendChild(whole);
     var diffText = pre("diff", null);
@@ -226,9 +267,9 @@
       diff.type = "button";
       diff.addEventListener("click", function () {
         cairn.api(base + "/diff?step=" + step.n).then(function (d) {
-          cairn.text(diffText, (d.text || "(no changes)") + (d.cut ? "\n" + d.cut : ""));
+          diffText.textContent = (d.text || "(no changes)") + (d.cut ? "\n" + d.cut : "");
           diffText.hidden = false;
-        }, function (e) { cairn.text(diffText, e.message); diffText.hidden = false; });
+        }, function (e) { diffText.textContent = e.message; diffText.hidden = false; });
       });
       more.appendChild(diff);
     }
@@ -254,10 +295,28 @@
   }
 
   function setStatus(status) {
-    var badge = document.getElementById("status");
-    cairn.text(badge, status);
-    badge.className = "badge " + status;
+    var badge = document.getElementById("status"), failedCheck = status === "done" && summary && summary.check === "failed";
+    badge.textContent = failedCheck ? "done · check failed" : status;  // a check that failed is not a green "done"
+    badge.className = "badge " + (failedCheck ? "check-failed" : status);
     document.body.dataset.status = status;
+  }
+
+  // The running call's output: appended (a command) or drawn anew (a session's screen), shown in its
+  // call's box (the newest step is open while the run is live), its end in view.
+  function output(o) {
+    var c = calls[o.id];
+    if (!c || c.finished) { return; }
+    var text = (o.replace || c.live === null ? "" : c.live) + o.text;
+    c.live = text.length > LIVE_CHARS ? text.slice(text.length - LIVE_CHARS) : text;
+    var node = c.liveNode;
+    if (node && node.isConnected) {
+      var atEnd = node.scrollTop + node.clientHeight >= node.scrollHeight - 4;
+      node.textContent = c.live;
+      if (atEnd) { node.scrollTop = node.scrollHeight; }
+    } else {
+      touch(c.step);
+    }
+    document.body.dataset.outputs = String(Number(document.body.dataset.outputs || 0) + 1);
   }
 
   // -- the stream -----------------------------------------------------------------------------------
@@ -290,14 +349,18 @@
     for (var i = 0; i < items.length; i++) { queue.push(items[i]); }
     schedule();
   });
+  source.addEventListener("output", function (e) {  // in the items' order: its call is folded first
+    queue.push({ t: "output", output: JSON.parse(e.data) });
+    schedule();
+  });
   source.addEventListener("caught-up", function () {
     if (!caughtUp) { refresh.charts(); }  // once the log so far is read; then as it grows
     caughtUp = true;
     document.getElementById("waiting-events").hidden = true;
     schedule();
   });
-  source.addEventListener("error", function () { cairn.text(document.getElementById("live"), "(reconnecting…)"); });
-  source.addEventListener("open", function () { cairn.text(document.getElementById("live"), ""); });
+  source.addEventListener("error", function () { document.getElementById("live").textContent = "(reconnecting…)"; });
+  source.addEventListener("open", function () { document.getElementById("live").textContent = ""; });
 
   // -- what is read apart from the stream ------------------------------------------------------------
 
@@ -314,18 +377,20 @@
       return cairn.api(base).then(function (s) {
         summary = s;
         setStatus(s.status);
+        sendPlan(s.send);
+        openNewest();
         var reason = document.getElementById("reason");
         reason.hidden = !s.reason;
         reason.className = "banner " + s.status;
-        cairn.text(reason, s.reason ? s.status + ": " + s.reason : "");
-        cairn.text(document.getElementById("live"), s.live ? "live" : "");
+        reason.textContent = s.reason ? s.status + ": " + s.reason : "";
+        document.getElementById("live").textContent = s.live ? "live" : "";
         document.getElementById("stop").hidden = !s.can.stop;
         document.getElementById("resume").hidden = !s.can.resume;
         var approval = document.getElementById("approval");
         approval.hidden = !s.can.approve;
         if (s.approval) {
-          cairn.text(document.getElementById("approval-what"), s.approval.name + " " + s.approval.what);
-          cairn.text(document.getElementById("approval-why"), "(" + s.approval.why + ")");
+          document.getElementById("approval-what").textContent = s.approval.name + " " + s.approval.what;
+          document.getElementById("approval-why").textContent = "(" + s.approval.why + ")";
         }
         drawTotals();
         document.body.dataset.ready = "1";
@@ -339,7 +404,7 @@
     todo: function () {
       cairn.api(base + "/todo").then(function (t) {
         var box = document.getElementById("todo");
-        cairn.text(box, t.text === null ? "(no todo.md)" : t.text);
+        box.textContent = t.text === null ? "(no todo.md)" : t.text;
         box.className = t.text === null ? "meta" : "";
       });
     },
@@ -372,25 +437,25 @@
     var viewer = document.getElementById("viewer"), error = document.getElementById("viewer-error");
     var image = document.getElementById("viewer-image"), text = document.getElementById("viewer-text");
     viewer.hidden = false;
-    cairn.text(document.getElementById("viewer-path"), (root === "cairn" ? "/cairn/" : "") + path);
+    document.getElementById("viewer-path").textContent = (root === "cairn" ? "/cairn/" : "") + path;
     error.hidden = image.hidden = text.hidden = true;
     cairn.api(base + "/file" + query).then(function (f) {
       if (f.image) {
         image.src = base + "/raw" + query;
         image.hidden = false;
       } else if (f.binary) {
-        cairn.text(text, "(a binary file of " + cairn.number(f.size) + " bytes)");
+        text.textContent = "(a binary file of " + cairn.number(f.size) + " bytes)";
         text.hidden = false;
       } else {
         var lines = f.text.split("\n"), width = String(lines.length).length;
         if (lines.length > 1 && lines[lines.length - 1] === "") { lines.pop(); }
-        cairn.text(text, lines.map(function (line, i) { return String(i + 1).padStart(width, " ") + "  " + line; }).join("\n") +
-                         (f.cut ? "\n… (cut at 2 MiB of " + cairn.number(f.size) + " bytes)" : ""));
+        text.textContent = lines.map(function (line, i) { return String(i + 1).padStart(width, " ") + "  " + line; }).join("\n") +
+                           (f.cut ? "\n… (cut at 2 MiB of " + cairn.number(f.size) + " bytes)" : "");
         text.hidden = false;
       }
       viewer.dataset.state = "shown";
     }, function (e) {
-      cairn.text(error, e.message);
+      error.textContent = e.message;
       error.hidden = false;
       viewer.dataset.state = "refused";
     });
@@ -410,7 +475,16 @@
     });
   }
 
+  // The one box: what Send does on this run is said under it before it is pressed (actions.send_plan).
   var message = document.getElementById("message");
+  function sendPlan(plan) {
+    var hint = document.getElementById("send-hint"), button = document.getElementById("send");
+    hint.textContent = plan.hint;
+    button.dataset.does = plan.does || "";
+    button.disabled = !plan.does;
+    message.placeholder = { say: "an instruction: the agent sees it at its next step", answer: "your answer to the agent's question",
+                            "follow-up": "what the agent should do next" }[plan.does] || "";
+  }
   document.getElementById("send").addEventListener("click", function (e) {
     act(e.target, "/say", { text: message.value }, function () { message.value = ""; });
   });
