@@ -3,7 +3,7 @@
 // built when it is opened (and rebuilt while open as items arrive), so a run of 10,000 events stays
 // a page of a few thousand lines. Each row names its calls as `cairn show` does. While the run is live
 // its newest step is open, and the running call's output streams into it (`output` events). Everything
-// from the run goes in as text (cairn.el / textContent).
+// from the run goes in as text (cairn.el / cairn.text, which shows bidirectional controls as their codes).
 "use strict";
 
 (function () {
@@ -19,7 +19,7 @@
   var autoOpened = null;  // the step the page opened because it was the newest of a live run
   var LIVE_TOOLS = { shell_exec: true, shell_start: true, shell_send: true };  // calls whose output streams
 
-  document.getElementById("run-id").textContent = runId;
+  cairn.text(document.getElementById("run-id"), runId);
   document.title = "cairn run " + runId;
 
   // -- folding items into steps ---------------------------------------------------------------------
@@ -41,10 +41,10 @@
       return;
     }
     if (item.t === "task") {
-      document.getElementById("task").textContent = item.task;
+      cairn.text(document.getElementById("task"), item.task);
     } else if (item.t === "status") {
       if (item.result) {
-        document.getElementById("result").textContent = item.result;
+        cairn.text(document.getElementById("result"), item.result);
         document.getElementById("result-box").hidden = false;
       }
       setStatus(item.status);
@@ -257,7 +257,7 @@
     wholeText.hidden = true;
     whole.addEventListener("click", function () {
       fetch(base + "/steps/" + step.n, { credentials: "same-origin" }).then(function (r) { return r.text(); })
-        .then(function (text) { wholeText.textContent = text; wholeText.hidden = false; });
+        .then(function (text) { cairn.text(wholeText, text); wholeText.hidden = false; });
     });
     more.appendChild(whole);
     var diffText = pre("diff", null);
@@ -267,7 +267,7 @@
       diff.type = "button";
       diff.addEventListener("click", function () {
         cairn.api(base + "/diff?step=" + step.n).then(function (d) {
-          diffText.textContent = (d.text || "(no changes)") + (d.cut ? "\n" + d.cut : "");
+          cairn.text(diffText, (d.text || "(no changes)") + (d.cut ? "\n" + d.cut : ""));
           diffText.hidden = false;
         }, function (e) { diffText.textContent = e.message; diffText.hidden = false; });
       });
