@@ -153,6 +153,13 @@ def _result_lines(event: ev.ToolFinished) -> str:
     return "\n".join(shown)
 
 
+def end_line(event: ev.ToolFinished) -> str:
+    """How a command whose output was shown as it came ended: its result's last line, as the tool gave it
+    (`output`, not the framing the model reads it in: context/framing.py)."""
+    last = (clean(event.output or event.content or "").strip().splitlines() or [""])[-1]
+    return f"      {'✗' if event.error else '→'} {as_is(last, 100)}"
+
+
 def is_model_retry(event: ev.Event) -> bool:
     """A Notice the model client wrote before waiting to retry a request (see LiveRun._retrying)."""
     return isinstance(event, ev.Notice) and getattr(event, "kind", None) == "model_retry"
@@ -258,8 +265,7 @@ class LiveDisplay:
         if isinstance(event, ev.ToolFinished) and self.follower is not None and event.call_id == self.followed:
             streamed, self.follower = self.follower.stop(), None
             if streamed:  # its lines are on the screen already: the result's last line says how it ended
-                last = (clean(event.content or "").strip().splitlines() or [""])[-1]
-                return f"      {'✗' if event.error else '→'} {as_is(last, 100)}"
+                return end_line(event)
         if isinstance(event, ev.ToolStarted):
             self.running[event.call_id] = short(call_line(event.name, event.arguments).splitlines()[0], 60)
             self.current, self.since = self._calls(), time.time()

@@ -328,3 +328,17 @@ def test_a_call_that_waits_for_approval_reaches_the_page_as_the_call_it_is():
                                   why="git push, with the network on", grant="shell_exec: git push"))
     assert (asked["t"], asked["id"], asked["name"], asked["step"]) == ("asked", "c1", "shell_exec", 2)
     assert "git push origin main" in asked["arguments"]
+
+
+def test_the_pages_scripts_put_text_in_through_one_function_only():
+    """Text from a run reaches the page as text, with bidirectional controls shown as their codes
+    (issue 34, hole 8): every script sets it through cairn.text (common.js), never by its own
+    textContent or as markup, so no later edit can let one view show a command as something else."""
+    static = ROOT / "orchestrator" / "ui" / "web" / "static"
+    for script in sorted(static.glob("*.js")):
+        for number, line in enumerate(script.read_text().splitlines(), 1):
+            if script.name == "common.js" and "function text(" in line:
+                continue  # the one place that sets it
+            code = line.split("//", 1)[0]
+            assert ".textContent =" not in code and "innerHTML" not in code and "insertAdjacentHTML" not in code, \
+                f"{script.name}:{number}: {line.strip()}"

@@ -14,7 +14,10 @@ import time
 
 import pytest
 
+from orchestrator import events as ev
+from orchestrator.context.framing import FRAMINGS, exit_line, frame_result
 from orchestrator.store.run_dir import RunDir
+from orchestrator.ui.display import end_line
 from tests.fake_openai import FakeOpenAI
 from tests.loop_helpers import call, done, turn
 from tests.terminal_helpers import ROOT, pane, script  # noqa: F401 - pane is a fixture
@@ -148,6 +151,17 @@ def test_watch_shows_a_long_commands_output_as_it_comes(tmp_path, runs_dir, sand
     assert len(streamed) >= 6 and max(streamed) < result, lines  # as it came, before the command ended
     assert lines[result] == "      → [exit code 0, " + lines[result].split(", ", 1)[1]  # its end, not its lines again
     assert sum("tick 3" in line for line in lines) == 1
+
+
+@pytest.mark.parametrize("form", range(FRAMINGS))
+def test_a_streamed_commands_end_is_said_as_the_tool_gave_it_whatever_the_models_framing(form):
+    """The model reads results in varied framings (context/framing.py); a person watching reads the
+    command's own exit line, on `cairn run` and `cairn watch` alike (ui/display.py end_line)."""
+    plain = "tick 12\n" + exit_line(0, 6.1)
+    framed = frame_result("tick 12\n", exit_line(0, 6.1), "shell_exec", form)
+    event = ev.ToolFinished(step=1, call_id="c1", name="shell_exec", content=framed,
+                            output=plain if plain != framed else None)
+    assert end_line(event) == "      → [exit code 0, 6.1 s]"
 
 
 @pytest.mark.docker

@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from orchestrator.ui.display import event_line
-from orchestrator.ui.output_lines import OutputLines, as_is
+from orchestrator.ui.display import end_line, event_line
+from orchestrator.ui.output_lines import OutputLines
 from orchestrator import events as ev
 from orchestrator.store.liveness import run_is_live
 from orchestrator.store.run_dir import RunDir
@@ -113,8 +113,7 @@ class _Printer:
                     self.echo(f"      {mark} {clean_name(path)}")
             elif isinstance(e, ev.ToolFinished) and self.lines is not None and e.call_id == self.call_id:
                 if self.close():  # its lines are on the screen already: the last one says how it ended
-                    last = (clean(e.content or "").strip().splitlines() or [""])[-1]
-                    line = f"      {'✗' if e.error else '→'} {as_is(last)}"
+                    line = end_line(e)
             if line is not None:
                 self.echo(line)
             if isinstance(e, ev.ToolStarted) and e.name == "shell_exec" and self.follow:

@@ -52,8 +52,8 @@
     var fragment = document.createDocumentFragment(), end = Math.min(shown + count, list.length);
     for (; shown < end; shown++) { fragment.appendChild(row(list[shown])); }
     body.appendChild(fragment);
-    document.getElementById("count").textContent = list.length + " of " + rows.length + " runs" +
-      (shown < list.length ? " (" + shown + " shown: scroll for more)" : "");
+    cairn.text(document.getElementById("count"), list.length + " of " + rows.length + " runs" +
+      (shown < list.length ? " (" + shown + " shown: scroll for more)" : ""));
     document.body.dataset.runs = String(list.length);
     document.body.dataset.shown = String(shown);
   }

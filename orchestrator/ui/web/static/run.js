@@ -152,7 +152,7 @@
     });
     if (fragment) { timeline.appendChild(fragment); }
     openNewest();
-    document.getElementById("n-steps").textContent = String(order.length);
+    cairn.text(document.getElementById("n-steps"), String(order.length));
     document.body.dataset.steps = String(order.length);
     drawTotals();
   }
@@ -269,7 +269,7 @@
         cairn.api(base + "/diff?step=" + step.n).then(function (d) {
           cairn.text(diffText, (d.text || "(no changes)") + (d.cut ? "\n" + d.cut : ""));
           diffText.hidden = false;
-        }, function (e) { diffText.textContent = e.message; diffText.hidden = false; });
+        }, function (e) { cairn.text(diffText, e.message); diffText.hidden = false; });
       });
       more.appendChild(diff);
     }
@@ -296,7 +296,7 @@
 
   function setStatus(status) {
     var badge = document.getElementById("status"), failedCheck = status === "done" && summary && summary.check === "failed";
-    badge.textContent = failedCheck ? "done · check failed" : status;  // a check that failed is not a green "done"
+    cairn.text(badge, failedCheck ? "done · check failed" : status);  // a check that failed is not a green "done"
     badge.className = "badge " + (failedCheck ? "check-failed" : status);
     document.body.dataset.status = status;
   }
@@ -311,7 +311,7 @@
     var node = c.liveNode;
     if (node && node.isConnected) {
       var atEnd = node.scrollTop + node.clientHeight >= node.scrollHeight - 4;
-      node.textContent = c.live;
+      cairn.text(node, c.live);
       if (atEnd) { node.scrollTop = node.scrollHeight; }
     } else {
       touch(c.step);
@@ -359,8 +359,8 @@
     document.getElementById("waiting-events").hidden = true;
     schedule();
   });
-  source.addEventListener("error", function () { document.getElementById("live").textContent = "(reconnecting…)"; });
-  source.addEventListener("open", function () { document.getElementById("live").textContent = ""; });
+  source.addEventListener("error", function () { cairn.text(document.getElementById("live"), "(reconnecting…)"); });
+  source.addEventListener("open", function () { cairn.text(document.getElementById("live"), ""); });
 
   // -- what is read apart from the stream ------------------------------------------------------------
 
@@ -382,15 +382,15 @@
         var reason = document.getElementById("reason");
         reason.hidden = !s.reason;
         reason.className = "banner " + s.status;
-        reason.textContent = s.reason ? s.status + ": " + s.reason : "";
-        document.getElementById("live").textContent = s.live ? "live" : "";
+        cairn.text(reason, s.reason ? s.status + ": " + s.reason : "");
+        cairn.text(document.getElementById("live"), s.live ? "live" : "");
         document.getElementById("stop").hidden = !s.can.stop;
         document.getElementById("resume").hidden = !s.can.resume;
         var approval = document.getElementById("approval");
         approval.hidden = !s.can.approve;
         if (s.approval) {
-          document.getElementById("approval-what").textContent = s.approval.name + " " + s.approval.what;
-          document.getElementById("approval-why").textContent = "(" + s.approval.why + ")";
+          cairn.text(document.getElementById("approval-what"), s.approval.name + " " + s.approval.what);
+          cairn.text(document.getElementById("approval-why"), "(" + s.approval.why + ")");
         }
         drawTotals();
         document.body.dataset.ready = "1";
@@ -404,7 +404,7 @@
     todo: function () {
       cairn.api(base + "/todo").then(function (t) {
         var box = document.getElementById("todo");
-        box.textContent = t.text === null ? "(no todo.md)" : t.text;
+        cairn.text(box, t.text === null ? "(no todo.md)" : t.text);
         box.className = t.text === null ? "meta" : "";
       });
     },
@@ -437,25 +437,25 @@
     var viewer = document.getElementById("viewer"), error = document.getElementById("viewer-error");
     var image = document.getElementById("viewer-image"), text = document.getElementById("viewer-text");
     viewer.hidden = false;
-    document.getElementById("viewer-path").textContent = (root === "cairn" ? "/cairn/" : "") + path;
+    cairn.text(document.getElementById("viewer-path"), (root === "cairn" ? "/cairn/" : "") + path);
     error.hidden = image.hidden = text.hidden = true;
     cairn.api(base + "/file" + query).then(function (f) {
       if (f.image) {
         image.src = base + "/raw" + query;
         image.hidden = false;
       } else if (f.binary) {
-        text.textContent = "(a binary file of " + cairn.number(f.size) + " bytes)";
+        cairn.text(text, "(a binary file of " + cairn.number(f.size) + " bytes)");
         text.hidden = false;
       } else {
         var lines = f.text.split("\n"), width = String(lines.length).length;
         if (lines.length > 1 && lines[lines.length - 1] === "") { lines.pop(); }
-        text.textContent = lines.map(function (line, i) { return String(i + 1).padStart(width, " ") + "  " + line; }).join("\n") +
-                           (f.cut ? "\n… (cut at 2 MiB of " + cairn.number(f.size) + " bytes)" : "");
+        cairn.text(text, lines.map(function (line, i) { return String(i + 1).padStart(width, " ") + "  " + line; }).join("\n") +
+                           (f.cut ? "\n… (cut at 2 MiB of " + cairn.number(f.size) + " bytes)" : ""));
         text.hidden = false;
       }
       viewer.dataset.state = "shown";
     }, function (e) {
-      error.textContent = e.message;
+      cairn.text(error, e.message);
       error.hidden = false;
       viewer.dataset.state = "refused";
     });
@@ -479,7 +479,7 @@
   var message = document.getElementById("message");
   function sendPlan(plan) {
     var hint = document.getElementById("send-hint"), button = document.getElementById("send");
-    hint.textContent = plan.hint;
+    cairn.text(hint, plan.hint);
     button.dataset.does = plan.does || "";
     button.disabled = !plan.does;
     message.placeholder = { say: "an instruction: the agent sees it at its next step", answer: "your answer to the agent's question",
