@@ -19,7 +19,6 @@ Each figure is the median of `--repeats` timings. The last line holds them all, 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from orchestrator import events as ev  # noqa: E402
 from orchestrator.store.run_dir import RunDir  # noqa: E402
 from orchestrator.ui.inspect import listing  # noqa: E402
 from orchestrator.view.read import CACHE, read_view  # noqa: E402
+from bench.serve_bench import step_events  # noqa: E402 - one step as a run logs it, shared by the benches
 
 
 def make_run(runs_dir: Path, steps: int, end: str | None = "done") -> RunDir:
@@ -41,7 +41,7 @@ def make_run(runs_dir: Path, steps: int, end: str | None = "done") -> RunDir:
     run.release()  # the bench writes the log; no process of its own drives 1,000 runs
     lines = [ev.RunStarted(task="bench", system_prompt="(bench)", tools=[]), ev.StatusChanged(status="running")]
     for n in range(1, steps + 1):
-        lines += step(n)
+        lines += step_events(n)
     if end is not None:
         lines.append(ev.StatusChanged(step=steps, status=end, result="finished" if end == "done" else None))
     run.events.path.write_text("".join(ev.dump_event(e) + "\n" for e in lines))
@@ -50,17 +50,6 @@ def make_run(runs_dir: Path, steps: int, end: str | None = "done") -> RunDir:
                         usage={"prompt_tokens": 1000 * steps, "cached_tokens": 900 * steps,
                                "completion_tokens": 20 * steps, "cost_usd": 0.0001 * steps})
     return run
-
-
-def step(n: int) -> list[ev.Event]:
-    call = f"call_{n}"
-    arguments = json.dumps({"command": f"echo {n}"})
-    return [ev.ModelRequest(step=n, model="bench", usage={"prompt_tokens": 1000 + n, "cached_tokens": 900,
-                                                          "completion_tokens": 20, "cost_usd": 0.0001}),
-            ev.AssistantMessage(step=n, message={"role": "assistant", "content": None, "tool_calls": [
-                {"id": call, "type": "function", "function": {"name": "shell_exec", "arguments": arguments}}]}),
-            ev.ToolStarted(step=n, call_id=call, name="shell_exec", arguments=arguments),
-            ev.ToolFinished(step=n, call_id=call, name="shell_exec", content=f"{n}\n[exit code 0]")]
 
 
 def timed(what: Callable[[], object], repeats: int, before: Callable[[], None] = lambda: None) -> float:
@@ -107,7 +96,7 @@ def main() -> None:
         def grow() -> None:
             n[0] += 1
             with open(long.events.path, "a") as f:
-                f.write("".join(ev.dump_event(e) + "\n" for e in step(n[0])))
+                f.write("".join(ev.dump_event(e) + "\n" for e in step_events(n[0])))
 
         next_ = timed(lambda: read_view(long), options.repeats, before=grow)
         print(f"a run of {options.long} steps: its first read {first:.3f} s (its whole log), the next after a "
